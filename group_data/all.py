@@ -1,0 +1,95 @@
+# Every pvegpu variable, with its default. Defaults live here and only here; override any of them
+# per run with `pyinfra inventory.py deploy.py --data key=value`, or per host in the fleet file.
+# src/pvegpu/settings.py validates every value before anything on a host changes.
+from importlib.metadata import version as _installed_version
+
+# --- torch build -----------------------------------------------------------------------------
+# The one variable that swaps the CUDA build: cu128 or cu130 (rows of src/pvegpu/variants.py).
+torch_variant = "cu130"
+# Installed as exactly torch==<torch_version>+<torch_variant>. Must be X.Y.Z.
+torch_version = "2.11.0"
+# PyTorch's wheel index (or a local mirror); the variant's index is <torch_index_base>/<variant>.
+torch_index_base = "https://download.pytorch.org/whl"
+# Simple index for everything that is not torch (or a local mirror in air-gapped sites).
+package_index_url = "https://pypi.org/simple"
+# Pins installed beside torch; [] installs torch alone.
+training_requirements = ["transformers==5.6.0"]
+# Refuse to install from the .in pins when locks/<variant>.lock is missing (else warn).
+require_lock = False
+
+# --- python env in the container ----------------------------------------------------------------
+# uv in the container: the same version as the project's own locked uv package (one pin).
+uv_version = _installed_version("uv")
+# Interpreter the venvs are built on (the container's system Python by default).
+python_interpreter = "/usr/bin/python3"
+# The stable path users and the training unit run; a symlink to the selected build's venv.
+venv_path = "/root/venv"
+# Where per-build venvs live (torch-<version>-<variant>), beside uv's cache (same filesystem).
+venvs_dir = "/root/venvs"
+# Built venvs kept for instant rollback (the selected one included).
+keep_venvs = 2
+# uv's cache in the container; on the venvs' filesystem so installs hard-link instead of copy.
+uv_cache_dir = "/root/.cache/uv"
+
+# --- GPUs ---------------------------------------------------------------------------------------
+# GPUs the node must have and the container must see.
+expected_gpu_count = 8
+# GPU indices of the target models and of the drafters (disjoint).
+target_gpus = [0, 1, 2, 3, 4]
+drafter_gpus = [5, 6, 7]
+# Free memory each training GPU must have before a launch (MiB).
+min_free_gpu_mib = 1024
+# Extra NVIDIA devices to pass through besides nvidiaN, nvidiactl, nvidia-uvm(-tools):
+# any of "nvidia-modeset", "nvidia-caps".
+passthrough_extra_devices = []
+# How devices reach the container: "auto" (devN entries on PVE >= 8.2, raw lxc lines before),
+# "dev" or "lxc".
+passthrough_mode = "auto"
+# Directory on the node holding NVIDIA-Linux-x86_64-<driver>.run, used to install the exact
+# same userspace driver inside the container.
+nvidia_installer_dir = "/root"
+
+# --- container ----------------------------------------------------------------------------------
+ct_template = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+ct_hostname = "dflash-train"
+ct_cores = 32
+ct_memory_mib = 262144
+ct_swap_mib = 0
+ct_rootfs = "local-lvm:128"
+ct_net0 = "name=eth0,bridge=vmbr0,ip=dhcp"
+# Privileged by default: GPU device nodes and the bind-mounted data dir keep plain root
+# ownership; unprivileged needs uid/gid mapping of both (see README, "Unprivileged containers").
+ct_unprivileged = False
+ct_features = "nesting=1"
+# protection: 1 makes a stray `pct destroy` refuse; only rebuild=container lifts it.
+ct_protection = True
+ct_onboot = True
+# Node directory bind-mounted into the container for checkpoints, datasets and compile caches.
+data_dir_node = "/tank/dflash"
+data_dir_ct = "/data"
+
+# --- rebuild / restarts -------------------------------------------------------------------------
+# None, "venv" (rebuild every venv from scratch) or "container" (destroy and re-create the CT).
+rebuild = None
+# A deploy never restarts a running training service unless this is True.
+restart_training = False
+
+# --- verification -------------------------------------------------------------------------------
+# "basic" or "compile" (adds the concurrent torch.compile check, one thread per GPU).
+verify_level = "basic"
+# Write the verification facts and verdict as JSON to this controller path (None: don't).
+verify_report = None
+
+# --- training unit ------------------------------------------------------------------------------
+training_unit_name = "dflash-train"
+# The training script inside the container, run with the venv's python.
+training_script = "/data/dflash/train.py"
+training_workdir = "/data/dflash"
+dataset_dir = "/data/datasets"
+checkpoint_dir = "/data/checkpoints"
+resume = True
+token_budget = 65536
+max_batch_size = 64
+pytorch_cuda_alloc_conf = "expandable_segments:True"
+# Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
+variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}

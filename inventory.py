@@ -1,0 +1,9 @@
+# The fleet: Proxmox nodes (group pve_hosts, over SSH) and their training containers
+# (group training_cts, @pct/<node>/<vmid>). Configured from PVE_HOST/PVE_SSH_PORT/PVE_SSH_USER/
+# PVE_SSH_KEY/CT_ID or a fleet file (fleet.yaml, or $PVE_FLEET); see fleet.example.yaml.
+import os
+from pathlib import Path
+
+from pvegpu.fleet import inventory_groups, load_fleet
+
+pve_hosts, training_cts = inventory_groups(load_fleet(os.environ, Path(__file__).parent))

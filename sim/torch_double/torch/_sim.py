@@ -1,0 +1,269 @@
+"""What the double's CUDA "sees": computed from the filesystem of wherever it runs.
+
+Everything is read on each call (no caching), from:
+- ``<root>/dev/nvidiactl``, ``<root>/dev/nvidia-uvm``, ``<root>/dev/nvidia<N>`` (minor order),
+- ``<root>/usr/lib/x86_64-linux-gnu/libcuda.so.1`` and the ``libcuda.so.<ver>`` it links to,
+- ``<nvidia>/version`` (the kernel module's version line),
+- ``<nvidia>/sim/node.json``, ``<nvidia>/sim/processes.json``, ``<nvidia>/sim/torch.json``,
+
+where ``<root>`` is ``$PVE_SIM_ROOT`` (default ``/``) and ``<nvidia>`` is ``$PVE_SIM_NVIDIA_DIR``
+(default ``<root>/proc/driver/nvidia``). Only the simulation sets those variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+from . import _build
+from ._variants import DRIVER_CUDA, VARIANTS
+
+VARIANT = VARIANTS[_build.VARIANT]
+MIB = 1024 * 1024
+_TRIGGERED = " (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)"
+
+MSG_NO_DRIVER = (
+    "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+    "installed a driver from http://www.nvidia.com/Download/index.aspx"
+)
+MSG_TOO_OLD = (
+    "The NVIDIA driver on your system is too old (found version {found}). Please update your "
+    "GPU driver by downloading and installing a new version from the URL: "
+    "http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to "
+    "install a PyTorch version that has been compiled with your version of the CUDA driver."
+)
+MSG_MISMATCH = (
+    "Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+    "NumCudaDevices() that might have already set an error? Error 803: system has unsupported "
+    "display driver / cuda driver combination"
+)
+MSG_UNKNOWN = (
+    "CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing "
+    "env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be "
+    "zero."
+)
+MSG_NO_GPUS = "No CUDA GPUs are available"
+
+# SM counts of the GPUs the sim knows; node.json may give "multi_processor_count" instead.
+_SM_COUNTS = {
+    "H200": 132,
+    "H100 80GB HBM3": 132,
+    "H100": 132,
+    "B200": 148,
+    "A100": 108,
+    "L40S": 142,
+    "L4": 58,
+    "RTX 4090": 128,
+}
+
+
+def root() -> str:
+    return os.environ.get("PVE_SIM_ROOT") or "/"
+
+
+def path(*parts: str) -> str:
+    return os.path.join(root(), *parts)
+
+
+def nvidia_dir() -> str:
+    return os.environ.get("PVE_SIM_NVIDIA_DIR") or path("proc", "driver", "nvidia")
+
+
+def _read_json(name: str, default):
+    try:
+        with open(os.path.join(nvidia_dir(), "sim", name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def kernel_module_version() -> str | None:
+    """The loaded kernel module's version, from ``/proc/driver/nvidia/version``."""
+    try:
+        with open(os.path.join(nvidia_dir(), "version")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def libcuda_version() -> str | None:
+    """Version of the userspace libcuda that ``libcuda.so.1`` resolves to, or None if absent."""
+    libdir = path("usr", "lib", "x86_64-linux-gnu")
+    link = os.path.join(libdir, "libcuda.so.1")
+    current = link
+    for _ in range(8):  # follow the ldconfig link chain inside libdir
+        if not os.path.islink(current):
+            break
+        current = os.path.join(libdir, os.path.basename(os.readlink(current)))
+    if not os.path.isfile(current):
+        return None
+    m = re.fullmatch(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)", os.path.basename(current))
+    if m:
+        return m.group(1)
+    # libcuda.so.1 is a plain file: take the single libcuda.so.<ver> beside it, if any.
+    found = [
+        m.group(1)
+        for n in sorted(os.listdir(libdir))
+        if (m := re.fullmatch(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)", n))
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def driver_cuda_int(driver: str) -> int:
+    """What cudaDriverGetVersion() reports for a driver: 570.x -> 12080, 580.x -> 13000."""
+    branch = version_tuple(driver)[0]
+    result = 0
+    for floor, cuda in DRIVER_CUDA:
+        if branch >= floor:
+            result = cuda
+    return result
+
+
+def _minor(dev_path: str, name_number: int) -> int:
+    try:
+        st = os.stat(dev_path)
+    except OSError:
+        return name_number
+    if stat.S_ISCHR(st.st_mode):
+        return os.minor(st.st_rdev)
+    return name_number
+
+
+def node_info() -> dict:
+    data = _read_json("node.json", {})
+    return data if isinstance(data, dict) else {}
+
+
+def _gpu_by_minor() -> dict[int, dict]:
+    out = {}
+    for i, gpu in enumerate(node_info().get("gpus") or []):
+        if not isinstance(gpu, dict):
+            continue
+        minor = gpu.get("minor", gpu.get("index", i))
+        out[int(minor)] = gpu
+    return out
+
+
+def physical_gpus() -> list[dict]:
+    """GPUs whose /dev/nvidiaN node is present here, in minor order, with their node facts."""
+    devdir = path("dev")
+    try:
+        names = os.listdir(devdir)
+    except OSError:
+        return []
+    known = _gpu_by_minor()
+    found = []
+    for name in names:
+        m = re.fullmatch(r"nvidia(\d+)", name)
+        if not m:
+            continue
+        minor = _minor(os.path.join(devdir, name), int(m.group(1)))
+        gpu = known.get(minor)
+        if gpu is None:
+            if known:
+                continue  # a device node with no GPU behind it: open() fails, CUDA skips it
+            gpu = {"index": minor, "name": "NVIDIA Graphics Device"}
+        found.append((minor, gpu))
+    found.sort(key=lambda x: x[0])
+    return [dict(gpu, minor=minor) for minor, gpu in found]
+
+
+def _apply_visible_devices(gpus: list[dict]) -> list[dict]:
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return gpus
+    chosen: list[dict] = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            break
+        pick = None
+        if re.fullmatch(r"\d+", item):
+            i = int(item)
+            if i < len(gpus):
+                pick = gpus[i]
+        elif item.startswith("GPU-"):
+            matches = [g for g in gpus if str(g.get("uuid", "")).startswith(item)]
+            if len(matches) == 1:
+                pick = matches[0]
+        if pick is None or pick in chosen:
+            break  # CUDA stops parsing at the first invalid entry
+        chosen.append(pick)
+    return chosen
+
+
+class CudaState:
+    """Outcome of CUDA initialisation: ``error`` (None if fine) and the visible devices."""
+
+    def __init__(self, error: str | None, devices: list[dict], silent: bool = False):
+        self.error = error
+        self.devices = devices
+        self.silent = silent
+
+
+def probe() -> CudaState:
+    libcuda = libcuda_version()
+    if libcuda is None:
+        return CudaState(MSG_NO_DRIVER, [])
+    floor = VARIANT["compat_driver"] or VARIANT["min_driver"]
+    if version_tuple(libcuda) < version_tuple(floor):
+        return CudaState(MSG_TOO_OLD.format(found=driver_cuda_int(libcuda)), [])
+    module = kernel_module_version()
+    if module is None or not os.path.exists(path("dev", "nvidiactl")):
+        return CudaState(MSG_NO_DRIVER, [])
+    if module != libcuda:
+        return CudaState(MSG_MISMATCH, [])
+    if not os.path.exists(path("dev", "nvidia-uvm")):
+        return CudaState(MSG_UNKNOWN, [])
+    devices = _apply_visible_devices(physical_gpus())
+    if not devices:
+        # cudaErrorNoDevice: torch reports zero devices without a warning.
+        return CudaState(MSG_NO_GPUS, [], silent=True)
+    return CudaState(None, devices)
+
+
+def warning_text(state: CudaState) -> str:
+    return "CUDA initialization: " + state.error + _TRIGGERED
+
+
+def used_mib(gpu: dict) -> int:
+    procs = _read_json("processes.json", [])
+    if isinstance(procs, dict):
+        procs = procs.get("processes", [])
+    total = 0
+    index = gpu.get("index")
+    for p in procs if isinstance(procs, list) else []:
+        if not isinstance(p, dict) or p.get("dead") or p.get("alive") is False:
+            continue
+        if p.get("gpu") == index:
+            total += int(p.get("used_mib", 0))
+    return total
+
+
+def sm_count(gpu: dict) -> int:
+    if "multi_processor_count" in gpu:
+        return int(gpu["multi_processor_count"])
+    name = str(gpu.get("name", ""))
+    for key, count in _SM_COUNTS.items():
+        if key in name:
+            return count
+    return 108
+
+
+def capability(gpu: dict) -> tuple[int, int]:
+    cap = str(gpu.get("compute_cap", "9.0"))
+    major, _, minor = cap.partition(".")
+    return int(major), int(minor or 0)
+
+
+def torch_config() -> dict:
+    data = _read_json("torch.json", {})
+    return data if isinstance(data, dict) else {}

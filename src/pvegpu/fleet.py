@@ -1,0 +1,125 @@
+"""Where the fleet comes from: environment variables or a fleet file the user writes.
+
+Never a silent default address: with neither, ``load_fleet`` raises FleetError saying how to
+configure a node and how to run the demo instead.
+
+>>> nodes = fleet_from_env({"PVE_HOST": "127.0.0.1", "PVE_SSH_PORT": "2222", "CT_ID": "200"})
+>>> nodes[0].address, nodes[0].ssh_port, nodes[0].containers
+('127.0.0.1', 2222, (200,))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from pyinfra.api.exceptions import InventoryError
+
+HOW_TO_CONFIGURE = (
+    "no Proxmox node configured: export PVE_HOST=<node address> (and optionally PVE_SSH_PORT, "
+    "PVE_SSH_USER, PVE_SSH_KEY, CT_ID), or copy fleet.example.yaml to fleet.yaml and edit it "
+    "(PVE_FLEET=<path> points elsewhere); to try pvegpu against a simulated node instead, run "
+    "`uv run python -m sim demo`"
+)
+
+
+class FleetError(InventoryError):
+    """The fleet is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Node:
+    address: str
+    ssh_port: int = 22
+    ssh_user: str = "root"
+    ssh_key: str | None = None
+    ssh_known_hosts_file: str | None = None
+    containers: tuple[int, ...] = (200,)
+
+    def ssh_data(self) -> dict:
+        data = {"ssh_port": self.ssh_port, "ssh_user": self.ssh_user}
+        if self.ssh_key:
+            data["ssh_key"] = os.path.expanduser(self.ssh_key)
+        if self.ssh_known_hosts_file:
+            data["ssh_known_hosts_file"] = os.path.expanduser(self.ssh_known_hosts_file)
+        return data
+
+
+def _int(name: str, value, where: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise FleetError(f"{name}={value!r} in {where} is not a number: fix it") from None
+
+
+def fleet_from_env(env: Mapping[str, str]) -> list[Node]:
+    """One node (and one container) from PVE_* / CT_ID environment variables."""
+    address = env["PVE_HOST"].strip()
+    if not address:
+        raise FleetError("PVE_HOST is empty: set it to the node's address")
+    return [
+        Node(
+            address=address,
+            ssh_port=_int("PVE_SSH_PORT", env.get("PVE_SSH_PORT", "22"), "the environment"),
+            ssh_user=env.get("PVE_SSH_USER", "root") or "root",
+            ssh_key=env.get("PVE_SSH_KEY") or None,
+            ssh_known_hosts_file=env.get("PVE_SSH_KNOWN_HOSTS") or None,
+            containers=(_int("CT_ID", env.get("CT_ID", "200"), "the environment"),),
+        )
+    ]
+
+
+def fleet_from_file(path: Path) -> list[Node]:
+    """Nodes from a YAML fleet file (see fleet.example.yaml)."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise FleetError(f"fleet file {path} is not valid YAML ({e.__class__.__name__}): fix it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
+        raise FleetError(f"fleet file {path} has no `nodes:` list: see fleet.example.yaml")
+    nodes = []
+    for i, entry in enumerate(doc["nodes"]):
+        where = f"{path} node {i + 1}"
+        if not isinstance(entry, dict) or not entry.get("address"):
+            raise FleetError(f"{where} has no address: add `address: <node address>`")
+        containers = entry.get("containers", [200])
+        if not isinstance(containers, list) or not containers:
+            raise FleetError(f"{where} containers={containers!r} must be a list of vmids, e.g. [200]")
+        nodes.append(
+            Node(
+                address=str(entry["address"]),
+                ssh_port=_int("ssh_port", entry.get("ssh_port", 22), where),
+                ssh_user=str(entry.get("ssh_user", "root")),
+                ssh_key=entry.get("ssh_key"),
+                ssh_known_hosts_file=entry.get("ssh_known_hosts_file"),
+                containers=tuple(_int("containers", c, where) for c in containers),
+            )
+        )
+    return nodes
+
+
+def load_fleet(env: Mapping[str, str], project_dir: Path) -> list[Node]:
+    """Environment first, then $PVE_FLEET or fleet.yaml; otherwise the how-to error."""
+    if env.get("PVE_HOST"):
+        return fleet_from_env(env)
+    path = Path(env["PVE_FLEET"]) if env.get("PVE_FLEET") else project_dir / "fleet.yaml"
+    if path.exists():
+        return fleet_from_file(path)
+    if env.get("PVE_FLEET"):
+        raise FleetError(f"PVE_FLEET={path} does not exist: point it at your fleet file")
+    raise FleetError(HOW_TO_CONFIGURE)
+
+
+def inventory_groups(nodes: list[Node]) -> tuple[list, list]:
+    """The pyinfra groups (pve_hosts, training_cts) for a fleet."""
+    pve_hosts, training_cts = [], []
+    for node in nodes:
+        data = node.ssh_data()
+        pve_hosts.append((node.address, {**data, "pve_ct_ids": list(node.containers)}))
+        for vmid in node.containers:
+            training_cts.append((f"@pct/{node.address}/{vmid}", dict(data)))
+    return pve_hosts, training_cts

@@ -1,0 +1,288 @@
+"""Typed, validated view of a host's data. Every bad value fails here, before any change.
+
+Defaults live only in group_data/all.py; ``defaults()`` reads them for callers outside pyinfra.
+
+>>> s = Settings.from_data({**defaults(), "torch_variant": "cu128"})
+>>> s.torch_pin, s.torch_index_url
+('torch==2.11.0+cu128', 'https://download.pytorch.org/whl/cu128')
+>>> Settings.from_data({**defaults(), "torch_variant": "cu129"})
+Traceback (most recent call last):
+...
+pvegpu.settings.SettingsError: torch_variant='cu129' is not a known variant: set torch_variant to one of cu128, cu130
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from pyinfra.api.exceptions import PyinfraError
+
+from .variants import VARIANTS, Variant
+
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+PIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
+UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+
+
+class SettingsError(PyinfraError):
+    """One line per bad value, each naming the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    torch_variant: str
+    torch_version: str
+    torch_index_base: str
+    package_index_url: str
+    training_requirements: tuple[str, ...]
+    require_lock: bool
+    uv_version: str
+    python_interpreter: str
+    venv_path: str
+    venvs_dir: str
+    keep_venvs: int
+    uv_cache_dir: str
+    expected_gpu_count: int
+    target_gpus: tuple[int, ...]
+    drafter_gpus: tuple[int, ...]
+    min_free_gpu_mib: int
+    passthrough_extra_devices: tuple[str, ...]
+    passthrough_mode: str
+    nvidia_installer_dir: str
+    ct_template: str
+    ct_hostname: str
+    ct_cores: int
+    ct_memory_mib: int
+    ct_swap_mib: int
+    ct_rootfs: str
+    ct_net0: str
+    ct_unprivileged: bool
+    ct_features: str
+    ct_protection: bool
+    ct_onboot: bool
+    data_dir_node: str
+    data_dir_ct: str
+    rebuild: str | None
+    restart_training: bool
+    verify_level: str
+    verify_report: str | None
+    training_unit_name: str
+    training_script: str
+    training_workdir: str
+    dataset_dir: str
+    checkpoint_dir: str
+    resume: bool
+    token_budget: int
+    max_batch_size: int
+    pytorch_cuda_alloc_conf: str
+    variant_overrides: Mapping[str, Mapping[str, Any]]
+
+    # --- derived values ---------------------------------------------------------------------
+    @property
+    def variant(self) -> Variant:
+        return VARIANTS[self.torch_variant]
+
+    @property
+    def torch_pin(self) -> str:
+        return f"torch=={self.torch_version}+{self.torch_variant}"
+
+    @property
+    def torch_index_url(self) -> str:
+        return f"{self.torch_index_base.rstrip('/')}/{self.variant.index_path}"
+
+    @property
+    def build_name(self) -> str:
+        """Name of the selected build's venv and compile cache, e.g. ``torch-2.11.0-cu130``."""
+        return f"torch-{self.torch_version}-{self.torch_variant}"
+
+    @property
+    def build_venv(self) -> str:
+        return f"{self.venvs_dir.rstrip('/')}/{self.build_name}"
+
+    @property
+    def compile_cache_dir(self) -> str:
+        return f"{self.data_dir_ct.rstrip('/')}/cache/{self.build_name}"
+
+    @property
+    def training_gpus(self) -> tuple[int, ...]:
+        return tuple(self.target_gpus) + tuple(self.drafter_gpus)
+
+    def training_value(self, key: str) -> Any:
+        """A training setting with the selected variant's override merged over the default."""
+        override = self.variant_overrides.get(self.torch_variant, {})
+        return override.get(key, getattr(self, key))
+
+    # --- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | Any) -> "Settings":
+        """Build from host.data (or a dict), raising SettingsError with every problem found."""
+        get = data.get if hasattr(data, "get") else (lambda k, d=None: getattr(data, k, d))
+        values: dict[str, Any] = {}
+        errors: list[str] = []
+        for f in fields(cls):
+            raw = get(f.name, None)
+            if raw is None:
+                if not f.type.startswith("str | None"):
+                    errors.append(f"{f.name} is not set: define it in group_data/all.py or pass --data {f.name}=...")
+                continue
+            try:
+                values[f.name] = _coerce(f.name, f.type, raw)
+            except ValueError as e:
+                errors.append(str(e))
+        if not errors:
+            values.setdefault("rebuild", None)
+            values.setdefault("verify_report", None)
+            settings = cls(**values)
+            errors = settings.problems()
+        if errors:
+            raise SettingsError("\n".join(errors))
+        return settings
+
+    def problems(self) -> list[str]:
+        """Cross-field checks: each problem is one line naming the bad value and the fix."""
+        errs: list[str] = []
+        if self.torch_variant not in VARIANTS:
+            errs.append(
+                f"torch_variant={self.torch_variant!r} is not a known variant: "
+                f"set torch_variant to one of {', '.join(sorted(VARIANTS))}"
+            )
+        if not VERSION_RE.match(self.torch_version):
+            errs.append(
+                f"torch_version={self.torch_version!r} is not a full X.Y.Z version: "
+                "set torch_version=2.11.0 (the install pins torch==<version>+<variant> exactly)"
+            )
+        for key in ("torch_index_base", "package_index_url"):
+            url = getattr(self, key)
+            if not re.match(r"^(https?|file)://\S+$", url):
+                errs.append(f"{key}={url!r} is not a URL: set it to an http(s) index, e.g. a local mirror")
+        for pin in self.training_requirements:
+            if not PIN_RE.match(pin):
+                errs.append(
+                    f"training_requirements entry {pin!r} is not an exact pin: write it as name==version"
+                )
+            elif re.match(r"^torch(\[|==)", pin, re.I):
+                errs.append(
+                    f"training_requirements entry {pin!r} pins torch: remove it, torch comes from "
+                    "torch_version and torch_variant"
+                )
+        if not VERSION_RE.match(self.uv_version or ""):
+            errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
+        for key in ("python_interpreter", "venv_path", "venvs_dir", "uv_cache_dir", "data_dir_node",
+                    "data_dir_ct", "nvidia_installer_dir", "training_script", "training_workdir",
+                    "dataset_dir", "checkpoint_dir"):
+            path = getattr(self, key)
+            if not path.startswith("/") or path.rstrip("/") == "":
+                errs.append(f"{key}={path!r} must be an absolute path below /: fix it in group_data/all.py or --data")
+        if self.venv_path.rstrip("/").startswith(self.venvs_dir.rstrip("/") + "/"):
+            errs.append(f"venv_path={self.venv_path!r} is inside venvs_dir: keep the live link outside it")
+        if self.keep_venvs < 1:
+            errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
+        if self.expected_gpu_count < 1:
+            errs.append(f"expected_gpu_count={self.expected_gpu_count} must be >= 1")
+        errs.extend(self._gpu_problems())
+        for dev in self.passthrough_extra_devices:
+            if dev not in ("nvidia-modeset", "nvidia-caps"):
+                errs.append(
+                    f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or nvidia-caps"
+                )
+        if self.passthrough_mode not in ("auto", "dev", "lxc"):
+            errs.append(f"passthrough_mode={self.passthrough_mode!r} is unknown: use auto, dev or lxc")
+        if self.rebuild not in (None, "venv", "container"):
+            errs.append(f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or leave it unset)")
+        if self.verify_level not in ("basic", "compile"):
+            errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
+        if not UNIT_NAME_RE.match(self.training_unit_name):
+            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: use letters, digits, - _ . @")
+        for key in ("token_budget", "max_batch_size"):
+            for variant in sorted(set(VARIANTS) | set(self.variant_overrides)):
+                value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
+                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                    errs.append(f"{key}={value!r} (for {variant}) must be a positive integer")
+        for variant in self.variant_overrides:
+            if variant not in VARIANTS:
+                errs.append(f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}")
+        for key in ("ct_cores", "ct_memory_mib"):
+            if getattr(self, key) <= 0:
+                errs.append(f"{key}={getattr(self, key)} must be positive")
+        return errs
+
+    def _gpu_problems(self) -> list[str]:
+        errs = []
+        for key in ("target_gpus", "drafter_gpus"):
+            gpus = getattr(self, key)
+            if not gpus:
+                errs.append(f"{key} is empty: list its GPU indices, e.g. --data {key}=[0,1]")
+            for i in gpus:
+                if i < 0 or i >= self.expected_gpu_count:
+                    errs.append(
+                        f"{key} has GPU {i}, outside 0..{self.expected_gpu_count - 1} "
+                        f"(expected_gpu_count={self.expected_gpu_count}): fix the index or the count"
+                    )
+            if len(set(gpus)) != len(gpus):
+                errs.append(f"{key}={list(gpus)} lists a GPU twice: list each once")
+        overlap = sorted(set(self.target_gpus) & set(self.drafter_gpus))
+        if overlap:
+            errs.append(
+                f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a drafter"
+            )
+        return errs
+
+
+def _coerce(name: str, typ: Any, raw: Any) -> Any:
+    """Convert a data value (possibly a --data string) to the field's type, or raise ValueError."""
+    t = str(typ)
+    if t.startswith("tuple[int"):
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+            raise ValueError(f"{name}={raw!r} must be a list of GPU indices, e.g. [0, 1, 2]")
+        return tuple(raw)
+    if t.startswith("tuple[str"):
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(i, str) for i in raw):
+            raise ValueError(f"{name}={raw!r} must be a list of strings, e.g. [\"transformers==5.6.0\"]")
+        return tuple(raw)
+    if t == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, int) and raw in (0, 1):
+            return bool(raw)
+        raise ValueError(f"{name}={raw!r} must be true or false")
+    if t == "int":
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ValueError(f"{name}={raw!r} must be an integer")
+        return raw
+    if t.startswith("Mapping"):
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{name}={raw!r} must be a mapping of variant -> settings")
+        return raw
+    if t.startswith("str | None"):
+        if raw in ("", "none", "None", "null"):
+            return None
+        return str(raw)
+    if isinstance(raw, (dict, list)):
+        raise ValueError(f"{name}={raw!r} must be a string")
+    return str(raw)
+
+
+def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
+    """The variables of group_data/all.py (the project's one defaults file) as a dict."""
+    root = Path(project_dir) if project_dir else Path(__file__).resolve().parents[2]
+    namespace = runpy.run_path(str(root / "group_data" / "all.py"))
+    return {k: v for k, v in namespace.items() if not k.startswith("_")}
+
+
+def load_all(hosts) -> dict[str, Settings]:
+    """Validate every host's data; raise one SettingsError listing every problem of every host."""
+    result, errors = {}, []
+    for h in hosts:
+        try:
+            result[h.name] = Settings.from_data(h.data)
+        except SettingsError as e:
+            errors.extend(f"{h.name}: {line}" for line in str(e).splitlines())
+    if errors:
+        raise SettingsError("bad settings, nothing was changed:\n" + "\n".join(errors))
+    return result
