@@ -1,0 +1,292 @@
+"""A real PEP 503 "simple" package index over HTTP on 127.0.0.1, serving local wheels.
+
+Two mirrors in one server:
+- the torch mirror, like download.pytorch.org: ``<url>/whl/<variant>/`` and
+  ``<url>/whl/<variant>/<project>/`` (``torch_index_base = <url>/whl``),
+- the package mirror, like PyPI: ``<url>/simple/`` and ``<url>/simple/<project>/``
+  (``package_index_url = <url>/simple``).
+
+Files are linked as ``<url>/files/...#sha256=<hex>``. Project names are PEP 503 normalised;
+another spelling, or a missing trailing slash, is redirected to the canonical page.
+
+    with PackageIndex({"cu130": [torch_whl]}, [uv_whl]) as index:
+        index.torch_index_base, index.package_index_url
+        index.requests      # [(method, path), ...] in order served
+        index.downloads()   # file names of wheel files served by GET
+        index.set_mode("error500")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+MODES = ("normal", "empty", "error500")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _project_of(wheel: Path) -> str:
+    return normalize(wheel.name.split("-", 1)[0])
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Repo:
+    """One simple repository: project -> {filename: (path, sha256)}."""
+
+    def __init__(self):
+        self.projects: dict[str, dict[str, tuple[Path, str]]] = {}
+
+    def add(self, wheel: Path) -> None:
+        wheel = Path(wheel)
+        if not wheel.is_file():
+            raise FileNotFoundError(wheel)
+        self.projects.setdefault(_project_of(wheel), {})[wheel.name] = (wheel, _sha256(wheel))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = False
+
+
+class PackageIndex:
+    def __init__(
+        self,
+        wheel_dir_torch: dict[str, list[Path]] | None = None,
+        wheel_dir_pypi: list[Path] | None = None,
+        host: str = "127.0.0.1",
+    ):
+        self._host = host
+        self._lock = threading.Lock()
+        self._torch: dict[str, _Repo] = {}
+        self._pypi = _Repo()
+        self._log: list[tuple[str, str, int]] = []
+        self._mode = "normal"
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.url: str | None = None
+        for variant, wheels in (wheel_dir_torch or {}).items():
+            self.add(wheels, variant=variant)
+        self.add(wheel_dir_pypi or [])
+
+    # configuration -----------------------------------------------------------------------------
+    def add(self, wheels, variant: str | None = None) -> None:
+        """Serve more wheels: on the torch mirror under ``variant``, or on the package mirror."""
+        with self._lock:
+            repo = self._pypi if variant is None else self._torch.setdefault(variant, _Repo())
+            for wheel in wheels:
+                repo.add(Path(wheel))
+
+    def set_mode(self, mode: str) -> None:
+        """``normal``; ``empty`` (every listing empty, every project and file 404); ``error500``."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        with self._lock:
+            self._mode = mode
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> "PackageIndex":
+        if self._server is not None:
+            return self
+        server = _Server((self._host, 0), self._handler_class())
+        self._server = server
+        self.url = f"http://{self._host}:{server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+            name=f"PackageIndex {self.url}",
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        try:
+            server.shutdown()
+        finally:
+            server.server_close()
+            if thread is not None:
+                thread.join()
+
+    def __enter__(self) -> "PackageIndex":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def torch_index_base(self) -> str:
+        return f"{self._require_url()}/whl"
+
+    @property
+    def package_index_url(self) -> str:
+        return f"{self._require_url()}/simple"
+
+    def torch_index_url(self, variant: str) -> str:
+        return f"{self.torch_index_base}/{variant}"
+
+    def _require_url(self) -> str:
+        if self.url is None:
+            raise RuntimeError("PackageIndex not started")
+        return self.url
+
+    # observation -------------------------------------------------------------------------------
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(m, p) for m, p, _ in self._log]
+
+    def downloads(self) -> list[str]:
+        """Names of wheel files served (GET, 200), in order."""
+        with self._lock:
+            log = list(self._log)
+        return [
+            unquote(urlsplit(p).path.rsplit("/", 1)[-1])
+            for m, p, status in log
+            if m == "GET" and status == 200 and urlsplit(p).path.startswith("/files/")
+            and urlsplit(p).path.endswith(".whl")
+        ]
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    def _record(self, method: str, path: str, status: int) -> None:
+        with self._lock:
+            self._log.append((method, path, status))
+
+    # routing -----------------------------------------------------------------------------------
+    def _resolve(self, path: str):
+        """-> (status, headers, body bytes or file Path)."""
+        with self._lock:
+            mode = self._mode
+            torch = {v: {p: dict(f) for p, f in r.projects.items()} for v, r in self._torch.items()}
+            pypi = {p: dict(f) for p, f in self._pypi.projects.items()}
+        if mode == "error500":
+            return 500, {}, b"Internal Server Error\n"
+        empty = mode == "empty"
+        parts = [unquote(p) for p in path.split("/")[1:]]
+        trailing = path.endswith("/")
+        parts = [p for p in parts if p != ""]
+
+        def page(title, links):
+            body = ["<!DOCTYPE html>", "<html>", f"<head><title>{html.escape(title)}</title></head>",
+                    "<body>", f"<h1>{html.escape(title)}</h1>"]
+            body += [f'<a href="{html.escape(href)}">{html.escape(text)}</a><br/>'
+                     for href, text in links]
+            body += ["</body>", "</html>", ""]
+            return 200, {"Content-Type": "text/html; charset=utf-8"}, "\n".join(body).encode()
+
+        def redirect(to):
+            return 301, {"Location": to}, b""
+
+        def listing(prefix, projects, title):
+            names = [] if empty else sorted(projects)
+            return page(title, [(f"{prefix}/{n}/", n) for n in names])
+
+        def project_page(prefix, files_prefix, projects, name):
+            canonical = normalize(name)
+            if empty or canonical not in projects:
+                return 404, {}, b"Not Found\n"
+            if canonical != name or not trailing:
+                return redirect(f"{prefix}/{canonical}/")
+            links = [
+                (f"{files_prefix}/{quote(fn)}#sha256={sha}", fn)
+                for fn, (_, sha) in sorted(projects[canonical].items())
+            ]
+            return page(f"Links for {canonical}", links)
+
+        def file(projects, filename):
+            if empty:
+                return 404, {}, b"Not Found\n"
+            for files in projects.values():
+                if filename in files:
+                    return 200, {"Content-Type": "application/octet-stream"}, files[filename][0]
+            return 404, {}, b"Not Found\n"
+
+        if not parts:
+            return page("pvegpu sim index", [("/simple/", "simple"), ("/whl/", "whl")])
+        if parts[0] == "simple":
+            if len(parts) == 1:
+                return listing("/simple", pypi, "Simple index") if trailing else redirect("/simple/")
+            if len(parts) == 2:
+                return project_page("/simple", "/files/simple", pypi, parts[1])
+        elif parts[0] == "whl":
+            if len(parts) == 1:
+                return page("whl", [] if empty else [(f"/whl/{v}/", v) for v in sorted(torch)])
+            variant = parts[1]
+            if variant in torch:
+                prefix = f"/whl/{variant}"
+                if len(parts) == 2:
+                    title = f"Simple index ({variant})"
+                    return listing(prefix, torch[variant], title) if trailing else redirect(prefix + "/")
+                if len(parts) == 3:
+                    return project_page(prefix, f"/files/whl/{variant}", torch[variant], parts[2])
+        elif parts[0] == "files":
+            if len(parts) == 3 and parts[1] == "simple":
+                return file(pypi, parts[2])
+            if len(parts) == 4 and parts[1] == "whl" and parts[2] in torch:
+                return file(torch[parts[2]], parts[3])
+        return 404, {}, b"Not Found\n"
+
+    def _handler_class(self):
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "pvegpu-sim-index/1"
+            timeout = 60
+
+            def log_message(self, format, *args):  # noqa: A002 - quiet
+                pass
+
+            def _serve(self, send_body: bool):
+                status, headers, body = index._resolve(urlsplit(self.path).path)
+                index._record(self.command, self.path, status)
+                try:
+                    self.send_response(status)
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    if isinstance(body, Path):
+                        self.send_header("Content-Length", str(body.stat().st_size))
+                        self.end_headers()
+                        if send_body:
+                            with open(body, "rb") as f:
+                                shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    else:
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        if send_body:
+                            self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self):
+                self._serve(True)
+
+            def do_HEAD(self):
+                self._serve(False)
+
+        return Handler

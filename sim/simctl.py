@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""Sim-private helper run inside the node (installed at /usr/lib/pve-sim/simctl.py).
+
+    simctl.py apply [--boot]      make /dev, /proc views and the node's driver userspace match node.json
+    simctl.py spawn GPU MIB NAME -- CMDLINE...
+                                  a sleeping "GPU compute process" whose /proc/<pid>/cmdline is CMDLINE
+
+Only the sim uses this; product code never calls it.
+"""
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+
+GPU_DIR = "/var/lib/pve-sim/gpu"
+NODE_JSON = GPU_DIR + "/node.json"
+PROCS_JSON = GPU_DIR + "/processes.json"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+DOUBLES = "/usr/lib/pve-sim/doubles"
+PROC_DEVICES_VIEW = "/run/pve-sim/proc-devices"
+PROC_DEVICES_BASE = "/run/pve-sim/proc-devices.base"
+
+# Typical HGX 8-GPU bus numbers; more GPUs continue the pattern.
+BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
+
+
+def gpu_list(cfg):
+    out = []
+    for i in range(int(cfg["gpus"])):
+        bus = BUSES[i] if i < len(BUSES) else 0xE0 + i
+        h = "%08x" % (0x5a1e0000 + i * 0x1111)
+        out.append({
+            "index": i,
+            "minor": i,
+            "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0c0ffee00000 + i:012x}",
+            "pci_bus_id": f"00000000:{bus:02X}:00.0",
+            "name": cfg["gpu_name"],
+            "memory_total_mib": int(cfg["gpu_memory_mib"]),
+            "compute_cap": cfg["compute_cap"],
+        })
+    return out
+
+
+def load_cfg():
+    with open(NODE_JSON) as f:
+        return json.load(f)
+
+
+def _mknod(path, major, minor, mode=0o666):
+    try:
+        st = os.lstat(path)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+            os.chmod(path, mode)
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(major, minor))
+    os.chmod(path, mode)
+
+
+def _rm(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:  # O_TRUNC keeps the inode: bind mounts of the file see the change
+        f.write(text)
+
+
+def _mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def apply(boot=False):
+    cfg = load_cfg()
+    loaded = cfg.get("driver_loaded", True)
+    gpus = gpu_list(cfg)
+    nv = int(cfg.get("nvidia_major", 195))
+    uvm = int(cfg["uvm_major"])
+    caps = int(cfg["caps_major"])
+
+    # --- /dev ---
+    for name in os.listdir("/dev"):
+        if name.startswith("nvidia") and name[6:].isdigit() and (not loaded or int(name[6:]) >= len(gpus)):
+            _rm("/dev/" + name)
+    if loaded:
+        for g in gpus:
+            _mknod(f"/dev/nvidia{g['minor']}", nv, g["minor"])
+        _mknod("/dev/nvidiactl", nv, 255)
+        _mknod("/dev/nvidia-modeset", nv, 254)
+        for name, minor in (("nvidia-uvm", 0), ("nvidia-uvm-tools", 1)):
+            if os.path.lexists("/dev/" + name) or (boot and cfg.get("uvm_nodes_at_boot", True)):
+                _mknod("/dev/" + name, uvm, minor)
+        _mknod("/dev/nvidia-caps/nvidia-cap1", caps, 1, 0o400)
+        _mknod("/dev/nvidia-caps/nvidia-cap2", caps, 2, 0o444)
+    else:
+        for name in ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"):
+            _rm("/dev/" + name)
+        shutil.rmtree("/dev/nvidia-caps", ignore_errors=True)
+
+    # --- /proc/devices view ---
+    if not os.path.exists(PROC_DEVICES_BASE):
+        shutil.copyfile(PROC_DEVICES_VIEW, PROC_DEVICES_BASE)
+    base = open(PROC_DEVICES_BASE).read()
+    chr_part, _, blk_part = base.partition("\nBlock devices:")
+    lines = chr_part.split("\n")
+    head, entries = lines[0], [l for l in lines[1:] if l.strip()]
+    entries = [l for l in entries if "nvidia" not in l]
+    if loaded:
+        entries += [f"{nv:3d} nvidia", f"{uvm:3d} nvidia-uvm", f"{caps:3d} nvidia-caps"]
+    entries.sort(key=lambda l: int(l.split()[0]))
+    _write(PROC_DEVICES_VIEW, head + "\n" + "\n".join(entries) + "\n\nBlock devices:" + blk_part)
+
+    # --- /proc/driver/nvidia ---
+    pdn = "/proc/driver/nvidia"
+    if loaded:
+        ver = cfg["driver_version"]
+        _write(pdn + "/version",
+               f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  Tue Sep 23 10:14:39 UTC 2025\n"
+               "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n")
+        want = {g["pci_bus_id"][4:].lower(): g for g in gpus}
+        os.makedirs(pdn + "/gpus", exist_ok=True)
+        for d in os.listdir(pdn + "/gpus"):
+            if d not in want:
+                shutil.rmtree(pdn + "/gpus/" + d)
+        for bus, g in want.items():
+            _write(f"{pdn}/gpus/{bus}/information",
+                   f"Model: \t\t {g['name']}\nIRQ:   \t\t {200 + g['index']}\nGPU UUID: \t {g['uuid']}\n"
+                   "Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                   f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {g['minor']}\n"
+                   "GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n")
+        os.makedirs(pdn + "/sim", exist_ok=True)
+        if not _mounted(pdn + "/sim"):
+            os.system(f"mount --bind {GPU_DIR} {pdn}/sim")
+    else:
+        if os.path.exists(pdn + "/sim") and _mounted(pdn + "/sim"):
+            os.system(f"umount {pdn}/sim")
+        shutil.rmtree(pdn, ignore_errors=True)
+
+    # --- node driver userspace (a real driver upgrade replaces it together with the module) ---
+    ver = cfg["driver_version"]
+    install_userspace("/", ver)
+    for name in os.listdir("/root"):
+        if name.startswith("NVIDIA-Linux-x86_64-") and name.endswith(".run") and name != f"NVIDIA-Linux-x86_64-{ver}.run":
+            _rm("/root/" + name)
+    run = f"/root/NVIDIA-Linux-x86_64-{ver}.run"
+    src = open(DOUBLES + "/nvidia-installer.run").read().replace("@VERSION@", ver)
+    src += open(DOUBLES + "/nvidia-smi").read()
+    if not os.path.exists(run) or open(run).read() != src:
+        _write(run, src)
+        os.chmod(run, 0o755)
+
+
+def install_userspace(root, ver):
+    """Same layout as the .run double installs (kept in sync with sim/doubles/nvidia-installer.run)."""
+    lib = os.path.join(root, LIBDIR.lstrip("/"))
+    os.makedirs(lib, exist_ok=True)
+    for name in os.listdir(lib):
+        if (name.startswith("libcuda.so.") or name.startswith("libnvidia-ml.so.")) and not name.endswith(ver) \
+                and name not in ("libcuda.so.1", "libnvidia-ml.so.1"):
+            _rm(os.path.join(lib, name))
+    for base in ("libcuda.so", "libnvidia-ml.so"):
+        p = os.path.join(lib, f"{base}.{ver}")
+        content = f"SIMULATED NVIDIA {base} {ver}\n"
+        if not os.path.exists(p) or open(p).read() != content:
+            _write(p, content)
+        for link, target in ((f"{base}.1", f"{base}.{ver}"), (base, f"{base}.1")):
+            lp = os.path.join(lib, link)
+            if not (os.path.islink(lp) and os.readlink(lp) == target):
+                _rm(lp)
+                os.symlink(target, lp)
+    smi = os.path.join(root, "usr/bin/nvidia-smi")
+    src = open(DOUBLES + "/nvidia-smi").read()
+    if not os.path.exists(smi) or open(smi).read() != src:
+        _write(smi, src)
+    os.chmod(smi, 0o755)
+
+
+def proc_starttime(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def spawn(argv):
+    gpu, mib, name = int(argv[0]), int(argv[1]), argv[2]
+    assert argv[3] == "--"
+    cmdline = argv[4:]
+    pid = os.getpid()
+    # Make /proc/<pid>/cmdline exactly CMDLINE (needs CAP_SYS_RESOURCE: we are root).
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = b"\0".join(a.encode() for a in cmdline) + b"\0"
+    cbuf = ctypes.create_string_buffer(buf, len(buf))
+    addr = ctypes.addressof(cbuf)
+    PR_SET_MM, ARG_START, ARG_END = 35, 8, 9
+    for opt, val in ((ARG_START, addr), (ARG_END, addr + len(buf))):
+        if libc.prctl(PR_SET_MM, opt, ctypes.c_ulong(val), 0, 0) != 0:
+            err = ctypes.get_errno()
+            sys.exit(f"prctl(PR_SET_MM) failed: {os.strerror(err)}")
+    libc.prctl(15, os.path.basename(cmdline[0]).encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    with open(PROCS_JSON + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            procs = json.load(open(PROCS_JSON))
+        except (OSError, ValueError):
+            procs = []
+        procs = [p for p in procs if proc_starttime(p["pid"]) == p.get("starttime")]
+        procs.append({"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name,
+                      "starttime": proc_starttime(pid)})
+        tmp = PROCS_JSON + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(procs, f, indent=1)
+        os.replace(tmp, PROCS_JSON)
+    sys.stdout.write(f"{pid}\n")
+    sys.stdout.flush()
+    os.close(1)
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    while True:
+        time.sleep(3600)
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "apply":
+        apply(boot="--boot" in sys.argv)
+    elif cmd == "spawn":
+        spawn(sys.argv[2:])
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()

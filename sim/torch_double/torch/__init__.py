@@ -1,0 +1,48 @@
+"""torch double (pvegpu simulation): a pure-python stand-in for the parts of torch that pvegpu's
+verification reads. Every CUDA answer is computed from what this process can really see (device
+nodes, libcuda, /proc/driver/nvidia); see torch/_sim.py. Never published; built by sim/wheels.py.
+"""
+
+from . import _build
+from .version import __version__
+from ._tensor import (
+    Size,
+    Tensor,
+    bfloat16,
+    bool,
+    device,
+    dtype,
+    empty,
+    float,
+    float16,
+    float32,
+    half,
+    int32,
+    int64,
+    is_tensor,
+    long,
+    ones,
+    rand,
+    randn,
+    zeros,
+)
+from . import version, cuda, backends, fx, _dynamo, nn, compiler
+from ._dynamo import compile
+
+
+def manual_seed(seed):
+    return None
+
+
+class no_grad:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+inference_mode = no_grad

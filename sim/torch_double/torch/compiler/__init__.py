@@ -1,0 +1,7 @@
+from .._dynamo import reset
+
+
+def is_compiling():
+    from .. import _dynamo
+
+    return _dynamo.is_compiling()

@@ -1,0 +1,2 @@
+from . import _symbolic_trace
+from ._symbolic_trace import is_fx_tracing

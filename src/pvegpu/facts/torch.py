@@ -1,0 +1,28 @@
+"""The torch runtime fact: what torch in a venv really sees (versions, CUDA, devices, memory)."""
+
+from __future__ import annotations
+
+from .probe import ProbeFact
+
+
+class TorchRuntime(ProbeFact):
+    """torch version, CUDA version and availability, devices with memory, arch list, cuDNN, NCCL.
+
+    .. code:: python
+
+        rt = host.get_fact(TorchRuntime, python="/root/venv/bin/python")
+        rt["version"], rt["cuda"], rt["available"], rt["device_count"]
+        # ('2.11.0+cu130', '13.0', True, 8)
+
+    torch runs in a subprocess of the probe: an import failure or CUDA init error is data
+    (``import_error`` / ``init_error``), never a failed fact.
+    """
+
+    probe = "torch_runtime"
+
+    def command(self, python):
+        return self.command_for(python=python)
+
+    @staticmethod
+    def default():
+        return {}

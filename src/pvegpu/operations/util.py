@@ -1,0 +1,49 @@
+"""Helpers shared by pvegpu operations."""
+
+from __future__ import annotations
+
+import base64
+import shlex
+
+from pyinfra import logger
+from pyinfra.api import FunctionCommand, StringCommand
+
+
+def fail(*lines: str) -> FunctionCommand:
+    """A command that fails the host with one clear line per problem (no traceback).
+
+    Yield it from an operation only when a check fails, so a passing check yields nothing and
+    reports no change.
+    """
+
+    def report(state, host):
+        for line in lines:
+            host.log_styled(line, fg="red", log_func=logger.error)
+        return False
+
+    return FunctionCommand(report, (), {})
+
+
+def note(*lines: str) -> FunctionCommand:
+    """A command that prints lines and succeeds (it counts as a change: use only with one)."""
+
+    def report(state, host):
+        for line in lines:
+            host.log_styled(line, fg="yellow", log_func=logger.warning)
+        return True
+
+    return FunctionCommand(report, (), {})
+
+
+def write_file_command(path: str, content: str, mode: str | None = None) -> StringCommand:
+    """Write `content` to `path` atomically (temp file + rename), safe for any bytes.
+
+    >>> str(write_file_command("/etc/x", "a'b\\n")).startswith("printf")
+    True
+    """
+    payload = base64.b64encode(content.encode()).decode()
+    q = shlex.quote(path)
+    chmod = f" && chmod {mode} {q}.pvegpu-tmp" if mode else ""
+    return StringCommand(
+        f"printf %s {payload} | base64 -d > {q}.pvegpu-tmp{chmod} && mv -f {q}.pvegpu-tmp {q}"
+    )
