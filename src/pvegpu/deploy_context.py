@@ -6,12 +6,10 @@ True
 
 from __future__ import annotations
 
-from pyinfra import state as current_state
-
 from .preflight import check_fleet
 from .settings import Settings
 
 
 def settings(host) -> Settings:
     """Settings of ``host``, after the fleet-wide preflight has passed (run once per run)."""
-    return check_fleet(current_state, host.inventory)[host.name]
+    return check_fleet(host.state, host.inventory)[host.name]

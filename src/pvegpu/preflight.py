@@ -14,8 +14,6 @@ from .facts.proxmox import NodeState
 from .settings import Settings, load_all
 from .variants import driver_fit
 
-_checked: dict[int, dict] = {}
-
 
 class PreflightError(PyinfraError):
     """The node cannot run the selected build; nothing was changed."""
@@ -60,10 +58,11 @@ def node_problems(settings: Settings, state: dict, node: str) -> tuple[list[str]
 
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
-    """Validate settings of every host and the GPUs of every node, once per run."""
-    key = id(state)
-    if key in _checked:
-        return _checked[key]
+    """Validate settings of every host and the GPUs of every node, once per run (cached on the
+    run's State)."""
+    cached = getattr(state, "pvegpu_settings", None)
+    if cached is not None:
+        return cached
     settings = load_all(list(inventory))
     problems = []
     for node_host in inventory.get_group("pve_hosts", []):
@@ -81,5 +80,5 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
             logger.warning(f"--> warning: {line}")
     if problems:
         raise PreflightError("preflight failed, nothing was changed:\n" + "\n".join(problems))
-    _checked[key] = settings
+    state.pvegpu_settings = settings
     return settings
