@@ -6,7 +6,8 @@ Two mirrors in one server:
 - the package mirror, like PyPI: ``<url>/simple/`` and ``<url>/simple/<project>/``
   (``package_index_url = <url>/simple``).
 
-Files are linked as ``<url>/files/...#sha256=<hex>``. Project names are PEP 503 normalised;
+Files are linked as ``<url>/files/...#sha256=<hex>``, each with its core metadata beside it
+(``<file>.metadata``, PEP 658/714), as PyPI does, so installers download a wheel only to install it. Project names are PEP 503 normalised;
 another spelling, or a missing trailing slash, is redirected to the canonical page.
 
     with PackageIndex({"cu130": [torch_whl]}, [uv_whl]) as index:
@@ -23,6 +24,7 @@ import html
 import re
 import shutil
 import threading
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
@@ -47,17 +49,26 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _core_metadata(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        if len(names) != 1:
+            raise ValueError(f"{wheel.name}: expected one .dist-info/METADATA, found {names}")
+        return zf.read(names[0])
+
+
 class _Repo:
-    """One simple repository: project -> {filename: (path, sha256)}."""
+    """One simple repository: project -> {filename: (path, sha256, core metadata)}."""
 
     def __init__(self):
-        self.projects: dict[str, dict[str, tuple[Path, str]]] = {}
+        self.projects: dict[str, dict[str, tuple[Path, str, bytes]]] = {}
 
     def add(self, wheel: Path) -> None:
         wheel = Path(wheel)
         if not wheel.is_file():
             raise FileNotFoundError(wheel)
-        self.projects.setdefault(_project_of(wheel), {})[wheel.name] = (wheel, _sha256(wheel))
+        entry = (wheel, _sha256(wheel), _core_metadata(wheel))
+        self.projects.setdefault(_project_of(wheel), {})[wheel.name] = entry
 
 
 class _Server(ThreadingHTTPServer):
@@ -195,8 +206,9 @@ class PackageIndex:
         def page(title, links):
             body = ["<!DOCTYPE html>", "<html>", f"<head><title>{html.escape(title)}</title></head>",
                     "<body>", f"<h1>{html.escape(title)}</h1>"]
-            body += [f'<a href="{html.escape(href)}">{html.escape(text)}</a><br/>'
-                     for href, text in links]
+            for href, text, *attrs in links:
+                extra = "".join(f' {k}="{html.escape(v)}"' for k, v in (attrs[0] if attrs else {}).items())
+                body.append(f'<a href="{html.escape(href)}"{extra}>{html.escape(text)}</a><br/>')
             body += ["</body>", "</html>", ""]
             return 200, {"Content-Type": "text/html; charset=utf-8"}, "\n".join(body).encode()
 
@@ -213,10 +225,12 @@ class PackageIndex:
                 return 404, {}, b"Not Found\n"
             if canonical != name or not trailing:
                 return redirect(f"{prefix}/{canonical}/")
-            links = [
-                (f"{files_prefix}/{quote(fn)}#sha256={sha}", fn)
-                for fn, (_, sha) in sorted(projects[canonical].items())
-            ]
+            links = []
+            for fn, (_, sha, meta) in sorted(projects[canonical].items()):
+                # PEP 658/714: the wheel's METADATA is served beside it at <file>.metadata
+                meta_hash = "sha256=" + hashlib.sha256(meta).hexdigest()
+                attrs = {"data-core-metadata": meta_hash, "data-dist-info-metadata": meta_hash}
+                links.append((f"{files_prefix}/{quote(fn)}#sha256={sha}", fn, attrs))
             return page(f"Links for {canonical}", links)
 
         def file(projects, filename):
@@ -225,6 +239,9 @@ class PackageIndex:
             for files in projects.values():
                 if filename in files:
                     return 200, {"Content-Type": "application/octet-stream"}, files[filename][0]
+                if filename.endswith(".metadata") and filename[: -len(".metadata")] in files:
+                    meta = files[filename[: -len(".metadata")]][2]
+                    return 200, {"Content-Type": "application/octet-stream"}, meta
             return 404, {}, b"Not Found\n"
 
         if not parts:

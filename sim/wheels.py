@@ -170,7 +170,8 @@ def ensure_uv_wheel(cache_dir: str | os.PathLike | None = None, version: str | N
     """The real manylinux x86_64 wheel of uv (default: the project's locked version).
 
     Downloaded once with ``pip download`` from the configured package index into cache_dir
-    (default ``$PVE_SIM_WHEEL_CACHE``, else ``~/.cache/pvegpu-sim/wheels``) and reused afterwards. Containers install uv from it.
+    (default ``$PVE_SIM_WHEEL_CACHE``, else ``~/.cache/pvegpu-sim/wheels``) and reused afterwards.
+    Containers install uv from it.
     """
     version = version or importlib.metadata.version("uv")
     cache = Path(
