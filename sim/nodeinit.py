@@ -119,7 +119,7 @@ def main():
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                        "HOME": "/root", "LANG": "C.UTF-8"})
-    subprocess.run(["/usr/bin/python3", "/usr/lib/pve-sim/simctl.py", "apply"], check=True)
+    subprocess.run(["/usr/bin/python3", "/usr/lib/pve-sim/simctl.py", "apply", "--boot"], check=True)
 
     sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/pve-sim/ssh/sshd_config"],
                             stdin=subprocess.DEVNULL)
@@ -182,7 +182,6 @@ def install(state, root, cfg):
     os.makedirs(R(f"/etc/pve/nodes/{node}/lxc"), exist_ok=True)
     if not os.path.lexists(R("/etc/pve/lxc")):
         os.symlink(f"nodes/{node}/lxc", R("/etc/pve/lxc"))
-    os.makedirs(R("/etc/pve/local") if False else R("/etc/pve"), exist_ok=True)
     if cfg.get("template", True):
         tdir = R("/var/lib/vz/template/cache")
         os.makedirs(tdir, exist_ok=True)

@@ -182,7 +182,7 @@ class Settings:
         if self.keep_venvs < 1:
             errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
         if self.expected_gpu_count < 1:
-            errs.append(f"expected_gpu_count={self.expected_gpu_count} must be >= 1")
+            errs.append(f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of GPUs on the node")
         errs.extend(self._gpu_problems())
         for dev in self.passthrough_extra_devices:
             if dev not in ("nvidia-modeset", "nvidia-caps"):
@@ -201,13 +201,13 @@ class Settings:
             for variant in sorted(set(VARIANTS) | set(self.variant_overrides)):
                 value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    errs.append(f"{key}={value!r} (for {variant}) must be a positive integer")
+                    errs.append(f"{key}={value!r} (for {variant}) must be a positive integer: fix it in group_data/all.py or --data")
         for variant in self.variant_overrides:
             if variant not in VARIANTS:
                 errs.append(f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}")
         for key in ("ct_cores", "ct_memory_mib"):
             if getattr(self, key) <= 0:
-                errs.append(f"{key}={getattr(self, key)} must be positive")
+                errs.append(f"{key}={getattr(self, key)} must be positive: set a positive value")
         return errs
 
     def _gpu_problems(self) -> list[str]:
@@ -237,34 +237,34 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
     t = str(typ)
     if t.startswith("tuple[int"):
         if not isinstance(raw, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
-            raise ValueError(f"{name}={raw!r} must be a list of GPU indices, e.g. [0, 1, 2]")
+            raise ValueError(f"{name}={raw!r} must be a list of GPU indices: write it like [0, 1, 2]")
         return tuple(raw)
     if t.startswith("tuple[str"):
         if isinstance(raw, str):
             raw = [raw]
         if not isinstance(raw, (list, tuple)) or not all(isinstance(i, str) for i in raw):
-            raise ValueError(f"{name}={raw!r} must be a list of strings, e.g. [\"transformers==5.6.0\"]")
+            raise ValueError(f'{name}={raw!r} must be a list of strings: write it like ["transformers==5.6.0"]')
         return tuple(raw)
     if t == "bool":
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, int) and raw in (0, 1):
             return bool(raw)
-        raise ValueError(f"{name}={raw!r} must be true or false")
+        raise ValueError(f"{name}={raw!r} must be a boolean: use true or false")
     if t == "int":
         if isinstance(raw, bool) or not isinstance(raw, int):
-            raise ValueError(f"{name}={raw!r} must be an integer")
+            raise ValueError(f"{name}={raw!r} must be an integer: write a whole number")
         return raw
     if t.startswith("Mapping"):
         if not isinstance(raw, Mapping):
-            raise ValueError(f"{name}={raw!r} must be a mapping of variant -> settings")
+            raise ValueError(f'{name}={raw!r} must be a mapping: write it like {{"cu130": {{"token_budget": 49152}}}}')
         return raw
     if t.startswith("str | None"):
         if raw in ("", "none", "None", "null"):
             return None
         return str(raw)
     if isinstance(raw, (dict, list)):
-        raise ValueError(f"{name}={raw!r} must be a string")
+        raise ValueError(f"{name}={raw!r} must be a string: write a plain value")
     return str(raw)
 
 

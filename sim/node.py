@@ -1,0 +1,529 @@
+"""SimNode: a simulated Proxmox VE node on loopback (see sim/README.md).
+
+    with SimNode(tmp_path / "node") as node:
+        env = node.inventory_env()          # PVE_HOST/PVE_SSH_PORT/PVE_SSH_KEY/... for the product
+        node.run(["pct", "list"])           # a command on the node (not through ssh)
+
+The node is a mount+pid+uts namespace (started with util-linux `unshare`) whose root is an overlay
+of this machine's `/`; all writes land in <state>/node/upper. Debian's sshd listens on
+127.0.0.1:<free port>. stop() kills the namespace's init (which kills everything inside), checks
+the mount namespace is gone and removes the state directory.
+
+Run by hand:  python -m sim.node up [STATE_DIR]   (prints the inventory env, waits for Ctrl-C)
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NODEINIT = HERE / "nodeinit.py"
+PYTHON = "/usr/bin/python3"  # Debian's python: the one a real node and container have
+TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+            "USER": "root", "LOGNAME": "root"}
+
+CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
+               "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded")
+
+# Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
+DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
+                    "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
+DIGEST_SKIP_CT = ("tmp", "run", "var/lib/pve-sim-systemd/calls.log", "var/log/wtmp", "var/log/btmp",
+                  "var/log/lastlog")
+
+_LIVE: set["SimNode"] = set()
+_LIVE_LOCK = threading.Lock()
+_HANDLERS_INSTALLED = False
+
+
+def _stop_all():
+    with _LIVE_LOCK:
+        nodes = list(_LIVE)
+    for n in nodes:
+        try:
+            n.stop()
+        except Exception as e:  # pragma: no cover - best effort at exit
+            print(f"sim: stopping {n.state}: {e}", file=sys.stderr)
+
+
+def _install_handlers():
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(_stop_all)
+    if threading.current_thread() is threading.main_thread():
+        prev = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum, frame):
+            _stop_all()
+            if callable(prev):
+                prev(signum, frame)
+            else:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        if prev in (signal.SIG_DFL, None) or callable(prev):
+            signal.signal(signal.SIGTERM, on_term)
+
+
+def _pdeathsig():
+    # If the process that started the node dies (even by SIGKILL), unshare gets SIGKILL, and
+    # --kill-child then kills the node's init: no node outlives its owner.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mntns_holders(inode: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{d}/ns/mnt").st_ino == inode:
+                out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+def _rmtree(path: Path):
+    def onerror(func, p, exc):
+        try:
+            os.chmod(p, 0o700)
+            os.chmod(os.path.dirname(p), 0o700)
+        except OSError:
+            pass
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path, onerror=onerror)
+
+
+class SimNodeError(RuntimeError):
+    pass
+
+
+class SimNode:
+    def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version="8.4.1",
+                 gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
+                 caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
+                 hostname="pve1"):
+        self.state = Path(state_dir).resolve()
+        self.cfg = {
+            "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
+            "pve_version": pve_version, "gpu_name": gpu_name, "gpu_memory_mib": int(gpu_memory_mib),
+            "compute_cap": compute_cap, "nvidia_major": 195, "uvm_major": int(uvm_major),
+            "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
+            "template": bool(template), "template_name": TEMPLATE_NAME,
+            "driver_loaded": bool(driver_loaded),
+        }
+        self._proc: subprocess.Popen | None = None
+        self._pid: int | None = None
+        self._mntns: int | None = None
+        self._port: int | None = None
+        self._spawned: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ properties
+    host = "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        """PID (as this machine sees it) of the node's init."""
+        return self._pid
+
+    @property
+    def key_path(self) -> str:
+        return str(self.state / "ssh" / "id_ed25519")
+
+    @property
+    def known_hosts_path(self) -> str:
+        return str(self.state / "ssh" / "known_hosts")
+
+    @property
+    def upper(self) -> Path:
+        return self.state / "node" / "upper"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None
+
+    def inventory_env(self, ct_id=200) -> dict:
+        return {"PVE_HOST": self.host, "PVE_SSH_PORT": str(self.port), "PVE_SSH_USER": "root",
+                "PVE_SSH_KEY": self.key_path, "PVE_SSH_KNOWN_HOSTS": self.known_hosts_path,
+                "CT_ID": str(ct_id)}
+
+    def ssh_argv(self, *command: str) -> list[str]:
+        """argv for the real ssh client logging into the node (for tests)."""
+        return ["ssh", "-i", self.key_path, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                "-o", "LogLevel=ERROR", "-p", str(self.port), "root@127.0.0.1", *command]
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def start(self, timeout=30.0):
+        if self._proc is not None:
+            return self
+        if os.geteuid() != 0:
+            raise SimNodeError("SimNode needs root (mount/pid namespaces, overlayfs, mknod)")
+        if self.state.exists() and any(self.state.iterdir()):
+            raise SimNodeError(f"state dir {self.state} is not empty")
+        _install_handlers()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._prepare()
+            self._launch(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _prepare(self):
+        ssh = self.state / "ssh"
+        ssh.mkdir(parents=True)
+        for name, comment in (("id_ed25519", "pve-sim-client"), ("ssh_host_ed25519_key", "pve-sim-host")):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(ssh / name)],
+                           check=True, stdin=subprocess.DEVNULL)
+        shutil.copyfile(ssh / "id_ed25519.pub", ssh / "authorized_keys")
+        self._port = _free_port()
+        (ssh / "sshd_config").write_text(f"""\
+Port {self._port}
+ListenAddress 127.0.0.1
+HostKey /etc/pve-sim/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+AuthorizedKeysFile /etc/pve-sim/ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+MaxSessions 200
+MaxStartups 200:30:400
+LoginGraceTime 30
+PrintMotd no
+PrintLastLog no
+UseDNS no
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+LogLevel ERROR
+""")
+        hostkey = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
+        (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self._port} {hostkey[0]} {hostkey[1]}\n")
+        (self.state / "node.json").write_text(json.dumps(self.cfg, indent=1, sort_keys=True))
+
+    def _launch(self, timeout):
+        log = open(self.state / "node.log", "ab")
+        self._proc = subprocess.Popen(
+            ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "--propagation", "private",
+             PYTHON, str(NODEINIT), str(self.state)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            preexec_fn=_pdeathsig, close_fds=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        ready = self.upper / "var/lib/pve-sim/ready"
+        pidfile = self.state / "nodeinit.pid"
+        while True:
+            if self._proc.poll() is not None:
+                raise SimNodeError(f"node init exited with {self._proc.returncode}:\n{self.log_tail()}")
+            if self._pid is None and pidfile.exists() and pidfile.read_text().strip():
+                self._pid = int(pidfile.read_text())
+                try:
+                    self._mntns = os.stat(f"/proc/{self._pid}/ns/mnt").st_ino
+                except OSError:
+                    pass
+            if ready.exists():
+                break
+            if time.monotonic() > deadline:
+                raise SimNodeError(f"node did not come up in {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        # mount ns inode must be read after unshare happened: re-read now that init is running
+        self._mntns = os.stat(f"/proc/{self._pid}/ns/mnt").st_ino
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self._port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SimNodeError(f"sshd not listening on {self._port}:\n{self.log_tail()}")
+                time.sleep(0.05)
+        while True:
+            r = subprocess.run(self.ssh_argv("true"), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                               timeout=30)
+            if r.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise SimNodeError(f"ssh login failed: {r.stderr}\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def log_tail(self, n=40) -> str:
+        try:
+            return "\n".join((self.state / "node.log").read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        """Kill the node (every process in its pid namespace), check it is gone, remove the state.
+        Idempotent; safe to call from finalizers, atexit and signal handlers."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            errors = []
+            if proc is not None:
+                try:
+                    proc.terminate()  # unshare dies; --kill-child SIGKILLs the node init
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(timeout=5)
+                except ProcessLookupError:
+                    pass
+                if self._pid is not None and self._mntns is not None:
+                    deadline = time.monotonic() + 10
+                    while True:
+                        holders = _mntns_holders(self._mntns)
+                        if not holders:
+                            break
+                        if time.monotonic() > deadline:
+                            # last resort: the node's init, by pid (only if it is still ours)
+                            for pid in holders:
+                                if pid == self._pid:
+                                    try:
+                                        os.kill(pid, signal.SIGKILL)
+                                    except ProcessLookupError:
+                                        pass
+                            if time.monotonic() > deadline + 5:
+                                errors.append(f"processes still in the node's mount namespace: {holders}")
+                                break
+                        time.sleep(0.05)
+            for p in list(self._spawned.values()):
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            self._spawned.clear()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if not errors:
+                _rmtree(self.state)
+            if errors:
+                raise SimNodeError("; ".join(errors))
+
+    # ------------------------------------------------------------------ commands
+    def _nsenter(self) -> list[str]:
+        if self._proc is None:
+            raise SimNodeError("node is not running")
+        return ["nsenter", "-t", str(self._pid), "-m", "-p", "-u", "-r", "-w", "--"]
+
+    def run(self, argv, input=None, check=False, timeout=120, env=None) -> subprocess.CompletedProcess:
+        """Run argv on the node (its namespaces and root; not through ssh; no pct log entry unless
+        argv is pct itself). Text in/out unless input is bytes."""
+        text = not isinstance(input, bytes)
+        e = dict(NODE_ENV)
+        if env:
+            e.update(env)
+        r = subprocess.run(self._nsenter() + [str(a) for a in argv], input=input, capture_output=True,
+                           text=text, env=e, timeout=timeout)
+        if check and r.returncode != 0:
+            raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
+        return r
+
+    def ct_run(self, vmid, argv, input=None, check=False, timeout=120, keep_env=False):
+        """Run argv inside container vmid through the same path as `pct exec`, without a pct.log entry."""
+        return self.run([PYTHON, "/usr/lib/pve-sim/enter.py", "exec", str(vmid),
+                         "--keep-env", "1" if keep_env else "0", "--", *argv],
+                        input=input, check=check, timeout=timeout)
+
+    def read(self, path: str) -> str:
+        return self.run(["cat", path], check=True).stdout
+
+    def configure(self, **changes):
+        """Live-change the node: GPU count/name/memory, driver version, majors, uvm nodes, driver loaded."""
+        bad = set(changes) - set(CONFIG_KEYS)
+        if bad:
+            raise TypeError(f"unknown node settings: {sorted(bad)}")
+        self.cfg.update(changes)
+        for k in ("gpus", "gpu_memory_mib", "uvm_major", "caps_major"):
+            self.cfg[k] = int(self.cfg[k])
+        self.run(["sh", "-c", "cat > /var/lib/pve-sim/gpu/node.json.tmp && "
+                              "mv /var/lib/pve-sim/gpu/node.json.tmp /var/lib/pve-sim/gpu/node.json"],
+                 input=json.dumps(self.cfg, indent=1, sort_keys=True), check=True)
+        args = ["apply"]
+        if changes.get("uvm_nodes_at_boot") is True:
+            args.append("--boot")
+        self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", *args], check=True)
+        tpl = f"/var/lib/vz/template/cache/{TEMPLATE_NAME}"
+        if "template" in changes:
+            if changes["template"]:
+                self.run(["sh", "-c", f"mkdir -p /var/lib/vz/template/cache && "
+                                      f"echo 'SIMULATED LXC TEMPLATE debian-12-standard' > {tpl}"], check=True)
+            else:
+                self.run(["rm", "-f", tpl], check=True)
+
+    # ------------------------------------------------------------------ observation
+    def pct_calls(self) -> list[dict]:
+        p = self.upper / "var/log/pve-sim/pct.log"
+        try:
+            lines = p.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def clear_pct_log(self):
+        self.run(["sh", "-c", ": > /var/log/pve-sim/pct.log"], check=True)
+
+    def systemctl_calls(self, vmid=None) -> list[dict]:
+        """Calls recorded by the systemctl double on the node (vmid=None) or in a container."""
+        base = self.upper if vmid is None else self.state / "ct" / str(vmid) / "upper"
+        try:
+            lines = (base / "var/lib/pve-sim-systemd/calls.log").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def ct_upper(self, vmid) -> Path:
+        return self.state / "ct" / str(vmid) / "upper"
+
+    def tree_digest(self) -> dict:
+        """{path: sha256 | 'link:<target>' | 'dir' | 'whiteout' | 'chr:M:m'} over the node's overlay upper
+        dir ('node/...') and every container's upper dir and running flag ('ct/<vmid>/...'); logs,
+        sim-private state, /tmp, /run and __pycache__ are left out."""
+        out = {}
+        _digest_tree(self.upper, "node", DIGEST_SKIP_NODE, out)
+        ctroot = self.state / "ct"
+        if ctroot.exists():
+            for vmid in sorted(os.listdir(ctroot)):
+                d = ctroot / vmid
+                _digest_tree(d / "upper", f"ct/{vmid}", DIGEST_SKIP_CT, out)
+                st = d / "state"
+                if st.exists():
+                    out[f"ct/{vmid}/.state"] = st.read_text().strip()
+        return out
+
+    # ------------------------------------------------------------------ GPU processes
+    def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None) -> int:
+        """Start a sleeping process on the node whose /proc/<pid>/cmdline is cmdline and register it as
+        a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it."""
+        name = name or cmdline[0]
+        p = subprocess.Popen(self._nsenter() + [PYTHON, "/usr/lib/pve-sim/simctl.py", "spawn", str(gpu_index),
+                                                str(used_mib), name, "--", *cmdline],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=NODE_ENV, text=True)
+        line = p.stdout.readline().strip()
+        p.stdout.close()
+        if not line.isdigit():
+            p.wait(timeout=5)
+            raise SimNodeError(f"spawn_gpu_process failed (exit {p.returncode})")
+        pid = int(line)
+        self._spawned[pid] = p
+        return pid
+
+    def kill_gpu_process(self, pid: int):
+        self.run(["kill", "-9", str(pid)])
+        p = self._spawned.pop(pid, None)
+        if p is not None:
+            p.wait(timeout=10)
+
+
+def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
+    if not root.exists():
+        return
+    rootlen = len(str(root)) + 1
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = dirpath[rootlen:]
+        keep = []
+        for d in sorted(dirnames):
+            rel = f"{rel_dir}/{d}" if rel_dir else d
+            if d == "__pycache__" or any(rel == s or rel.startswith(s + "/") for s in skip):
+                continue
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):
+                out[f"{prefix}/{rel}"] = "link:" + os.readlink(full)
+                continue
+            out[f"{prefix}/{rel}"] = "dir"
+            keep.append(d)
+        dirnames[:] = keep
+        for f in sorted(filenames):
+            rel = f"{rel_dir}/{f}" if rel_dir else f
+            if any(rel == s or rel.startswith(s + "/") for s in skip) or f.endswith(".pyc"):
+                continue
+            full = os.path.join(dirpath, f)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                out[f"{prefix}/{rel}"] = "link:" + os.readlink(full)
+            elif stat.S_ISCHR(st.st_mode):
+                out[f"{prefix}/{rel}"] = "whiteout" if st.st_rdev == 0 else \
+                    f"chr:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            elif stat.S_ISREG(st.st_mode):
+                h = hashlib.sha256()
+                with open(full, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+                out[f"{prefix}/{rel}"] = h.hexdigest() + f":{stat.S_IMODE(st.st_mode):o}"
+            else:
+                out[f"{prefix}/{rel}"] = "other"
+
+
+def main(argv=None):
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(prog="python -m sim.node")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start a node, print its env, wait for Ctrl-C")
+    up.add_argument("state", nargs="?")
+    up.add_argument("--gpus", type=int, default=8)
+    up.add_argument("--driver-version", default="580.95.05")
+    up.add_argument("--pve-version", default="8.4.1")
+    a = ap.parse_args(argv)
+    state = a.state or tempfile.mkdtemp(prefix="pve-sim-")
+    with SimNode(state, gpus=a.gpus, driver_version=a.driver_version, pve_version=a.pve_version) as node:
+        for k, v in node.inventory_env().items():
+            print(f"export {k}={v}")
+        print(f"# ssh: {' '.join(node.ssh_argv())}", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
