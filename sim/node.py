@@ -307,15 +307,18 @@ LogLevel ERROR
             proc, self._proc = self._proc, None
             errors = []
             if proc is not None:
-                try:
-                    proc.terminate()  # unshare dies; --kill-child SIGKILLs the node init
+                # unshare ignores SIGTERM; the node's init exits on it (and its pid namespace dies
+                # with it). SIGKILL to unshare is the fallback: --kill-child then SIGKILLs the init.
+                if self._pid is not None and proc.poll() is None:
                     try:
-                        proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(timeout=5)
-                except ProcessLookupError:
-                    pass
+                        os.kill(self._pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
                 if self._pid is not None and self._mntns is not None:
                     deadline = time.monotonic() + 10
                     while True:

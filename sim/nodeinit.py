@@ -126,20 +126,16 @@ def main():
     with open(os.path.join("/var/lib/pve-sim", "ready"), "w") as f:
         f.write(str(sshd.pid))
 
-    stopping = []
-
     def on_term(signum, frame):
-        stopping.append(signum)
+        raise SystemExit(0)  # (os.wait() would be retried after a handler that returns)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    while not stopping:
+    while True:
         try:
             pid, status = os.wait()
         except ChildProcessError:
             time.sleep(0.5)
-            continue
-        except InterruptedError:
             continue
         if pid == sshd.pid:
             break
