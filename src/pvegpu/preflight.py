@@ -22,9 +22,11 @@ class PreflightError(PyinfraError):
 def node_problems(settings: Settings, state: dict, node: str) -> tuple[list[str], list[str]]:
     """(problems, warnings) of one node's facts against the settings.
 
-    >>> s = Settings.from_data({**__import__("pvegpu.settings").settings.defaults()})
-    >>> node_problems(s, {"driver_version": "570.86.10", "gpus": [{}] * 8}, "n1")[0][0][:60]
-    'n1: driver 570.86.10 is too old for cu130 (needs >= 580.65.06'
+    >>> from pvegpu.settings import defaults
+    >>> problems, _ = node_problems(Settings.from_data(defaults()),
+    ...                             {"driver_version": "570.86.10", "gpus": [{}] * 8}, "n1")
+    >>> problems[0].split(":")[:2]
+    ['n1', ' driver 570.86.10 is too old for cu130 (needs >= 580.65.06)']
     """
     problems, warnings = [], []
     driver = state.get("driver_version")
