@@ -50,7 +50,9 @@ passthrough_mode = "auto"
 nvidia_installer_dir = "/root"
 
 # --- container ----------------------------------------------------------------------------------
+# Template `pct create` uses when the container is missing (storage:vztmpl/file).
 ct_template = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+# Container hostname, CPU cores, memory and swap (MiB), root disk (storage:GiB), network.
 ct_hostname = "dflash-train"
 ct_cores = 32
 ct_memory_mib = 262144
@@ -60,12 +62,15 @@ ct_net0 = "name=eth0,bridge=vmbr0,ip=dhcp"
 # Privileged by default: GPU device nodes and the bind-mounted data dir keep plain root
 # ownership; unprivileged needs uid/gid mapping of both (see README, "Unprivileged containers").
 ct_unprivileged = False
+# LXC features (nesting lets systemd in the container sandbox its services).
 ct_features = "nesting=1"
 # protection: 1 makes a stray `pct destroy` refuse; only rebuild=container lifts it.
 ct_protection = True
+# Start the container when the node boots.
 ct_onboot = True
 # Node directory bind-mounted into the container for checkpoints, datasets and compile caches.
 data_dir_node = "/tank/dflash"
+# Where that directory appears inside the container.
 data_dir_ct = "/data"
 
 # --- rebuild / restarts -------------------------------------------------------------------------
@@ -81,15 +86,19 @@ verify_level = "basic"
 verify_report = None
 
 # --- training unit ------------------------------------------------------------------------------
+# systemd unit name (without .service) of the training service in the container.
 training_unit_name = "dflash-train"
 # The training script inside the container, run with the venv's python.
 training_script = "/data/dflash/train.py"
+# Working directory, dataset and checkpoint dirs, and whether to resume from the last checkpoint.
 training_workdir = "/data/dflash"
 dataset_dir = "/data/datasets"
 checkpoint_dir = "/data/checkpoints"
 resume = True
+# Tokens per step and sequences per batch (defaults; see variant_overrides).
 token_budget = 65536
 max_batch_size = 64
+# PYTORCH_CUDA_ALLOC_CONF for the training process.
 pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
 variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}
