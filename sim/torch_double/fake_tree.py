@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 
@@ -32,9 +33,15 @@ def make_fake_nvidia_root(
     compute_cap: str = "9.0",
     processes=(),
     torch_json: dict | None = None,
+    schema: str = "list",
 ) -> dict[str, str]:
     """Create (or rewrite) the fake tree; ``libcuda=None`` leaves libcuda out, ``"same"`` matches
-    the kernel module (``driver``), any other string is a mismatching userspace version."""
+    the kernel module (``driver``), any other string is a mismatching userspace version.
+
+    ``schema="list"`` writes node.json with a ``gpus`` list of GPU dicts; ``schema="node"`` writes
+    it as the simulated node does (``gpus`` a count, ``gpu_name``, ``gpu_memory_mib``,
+    ``compute_cap``), leaving names/UUIDs/bus ids to ``/proc/driver/nvidia/gpus/*/information``.
+    """
     root = Path(root)
     dev = root / "dev"
     lib = root / "usr/lib/x86_64-linux-gnu"
@@ -58,20 +65,38 @@ def make_fake_nvidia_root(
         f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Tue Sep 23 09:55:41 UTC 2025\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
-    node = {
-        "driver_version": driver,
-        "gpus": [
-            {
-                "index": i,
-                "name": name,
-                "uuid": gpu_uuid(i),
-                "memory_total_mib": memory_total_mib,
-                "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-                "compute_cap": compute_cap,
-            }
-            for i in range(gpus)
-        ],
-    }
+    table = [
+        {
+            "index": i,
+            "name": name,
+            "uuid": gpu_uuid(i),
+            "memory_total_mib": memory_total_mib,
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+            "compute_cap": compute_cap,
+        }
+        for i in range(gpus)
+    ]
+    shutil.rmtree(nv / "gpus", ignore_errors=True)
+    for g in table:
+        bus = g["pci_bus_id"][4:].lower()
+        (nv / "gpus" / bus).mkdir(parents=True)
+        (nv / "gpus" / bus / "information").write_text(
+            f"Model: \t\t {g['name']}\nIRQ:   \t\t {200 + g['index']}\nGPU UUID: \t {g['uuid']}\n"
+            "Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {g['index']}\n"
+        )
+    if schema == "list":
+        node = {"driver_version": driver, "gpus": table}
+    elif schema == "node":
+        node = {
+            "driver_version": driver,
+            "gpus": gpus,
+            "gpu_name": name,
+            "gpu_memory_mib": memory_total_mib,
+            "compute_cap": compute_cap,
+        }
+    else:
+        raise ValueError(f"schema must be 'list' or 'node', not {schema!r}")
     (nv / "sim/node.json").write_text(json.dumps(node, indent=1))
     (nv / "sim/processes.json").write_text(json.dumps(list(processes)))
     torch_file = nv / "sim/torch.json"

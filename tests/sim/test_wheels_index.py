@@ -278,6 +278,18 @@ def test_double_reports_devices_and_memory(wheelhouse, tmp_path):
     assert out["init_error"] == "No CUDA GPUs are available"
 
 
+def test_double_reads_the_node_schema_and_proc_gpu_information(wheelhouse, tmp_path):
+    """The simulated node's node.json gives a GPU count; the rest comes from /proc like real."""
+    procs = [{"pid": 7, "gpu_index": 2, "used_mib": 1024, "name": "python3", "starttime": 1}]
+    make_fake_nvidia_root(tmp_path, gpus=4, schema="node", device_minors=[2, 3], processes=procs)
+    out = probe(wheelhouse.torch["cu130"], tmp_path)
+    assert out["count"] == 2
+    assert [d["uuid"] for d in out["devices"]] == [gpu_uuid(2)[4:], gpu_uuid(3)[4:]]
+    total = 143771 * 1024 * 1024
+    assert out["devices"][0]["mem"] == [total - 1024 * 1024 * 1024, total]
+    assert out["devices"][1]["name"] == "NVIDIA H200" and out["devices"][1]["cap"] == [9, 0]
+
+
 def test_double_sees_only_passed_through_devices(wheelhouse, tmp_path):
     make_fake_nvidia_root(tmp_path, gpus=8, device_minors=[5, 6, 7])
     out = probe(wheelhouse.torch["cu128"], tmp_path)

@@ -3,8 +3,9 @@
 Everything is read on each call (no caching), from:
 - ``<root>/dev/nvidiactl``, ``<root>/dev/nvidia-uvm``, ``<root>/dev/nvidia<N>`` (minor order),
 - ``<root>/usr/lib/x86_64-linux-gnu/libcuda.so.1`` and the ``libcuda.so.<ver>`` it links to,
-- ``<nvidia>/version`` (the kernel module's version line),
-- ``<nvidia>/sim/node.json``, ``<nvidia>/sim/processes.json``, ``<nvidia>/sim/torch.json``,
+- ``<nvidia>/version`` (the kernel module's version line), ``<nvidia>/gpus/*/information``,
+- ``<nvidia>/sim/node.json``, ``<nvidia>/sim/processes.json``, ``<nvidia>/sim/torch.json``
+  (the node's ``/var/lib/pve-sim/gpu``, bind-mounted there by the sim),
 
 where ``<root>`` is ``$PVE_SIM_ROOT`` (default ``/``) and ``<nvidia>`` is ``$PVE_SIM_NVIDIA_DIR``
 (default ``<root>/proc/driver/nvidia``). Only the simulation sets those variables.
@@ -142,14 +143,65 @@ def node_info() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _gpu_by_minor() -> dict[int, dict]:
-    out = {}
-    for i, gpu in enumerate(node_info().get("gpus") or []):
-        if not isinstance(gpu, dict):
+def _proc_gpus() -> list[dict]:
+    """GPUs as the kernel module lists them: ``<nvidia>/gpus/<bus>/information``."""
+    base = os.path.join(nvidia_dir(), "gpus")
+    try:
+        buses = sorted(os.listdir(base))
+    except OSError:
+        return []
+    out = []
+    for bus in buses:
+        try:
+            with open(os.path.join(base, bus, "information")) as f:
+                text = f.read()
+        except OSError:
             continue
-        minor = gpu.get("minor", gpu.get("index", i))
-        out[int(minor)] = gpu
+        info = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                info[key.strip()] = value.strip()
+        location = info.get("Bus Location", bus)
+        gpu = {
+            "name": info.get("Model", "NVIDIA Graphics Device"),
+            "uuid": info.get("GPU UUID", ""),
+            "pci_bus_id": "0000" + location if location.count(":") == 2 else location,
+        }
+        if info.get("Device Minor", "").isdigit():
+            gpu["minor"] = int(info["Device Minor"])
+        out.append(gpu)
     return out
+
+
+def gpu_table() -> list[dict]:
+    """Every GPU of the node with its facts.
+
+    From ``sim/node.json`` when its ``gpus`` is a list of GPU dicts; otherwise (the node's own
+    config: ``gpus`` is a count) names, UUIDs, bus ids and minors come from the kernel's
+    ``<nvidia>/gpus/*/information`` and memory / compute capability from node.json's
+    ``gpu_memory_mib`` / ``compute_cap``.
+    """
+    cfg = node_info()
+    listed = cfg.get("gpus")
+    if isinstance(listed, list):
+        gpus = [dict(g) for g in listed if isinstance(g, dict)]
+    else:
+        gpus = _proc_gpus()
+        for g in gpus:
+            g.setdefault("memory_total_mib", cfg.get("gpu_memory_mib", cfg.get("memory_total_mib", 0)))
+            g.setdefault("compute_cap", cfg.get("compute_cap", "9.0"))
+        if not any("minor" in g for g in gpus):
+            for i, g in enumerate(sorted(gpus, key=lambda g: g["pci_bus_id"])):
+                g["minor"] = i
+    for i, g in enumerate(gpus):
+        g.setdefault("minor", g.get("index", i))
+        g.setdefault("index", g["minor"])
+    return gpus
+
+
+def _gpu_by_minor() -> dict[int, dict]:
+    return {int(g["minor"]): g for g in gpu_table()}
 
 
 def physical_gpus() -> list[dict]:
@@ -243,7 +295,7 @@ def used_mib(gpu: dict) -> int:
     for p in procs if isinstance(procs, list) else []:
         if not isinstance(p, dict) or p.get("dead") or p.get("alive") is False:
             continue
-        if p.get("gpu") == index:
+        if p.get("gpu", p.get("gpu_index")) == index:
             total += int(p.get("used_mib", 0))
     return total
 
