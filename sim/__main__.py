@@ -1,0 +1,113 @@
+"""Run the simulated Proxmox node by hand, or the demo.
+
+    uv run python -m sim demo        # start node + loopback indexes, full deploy, verify, tear down
+    uv run python -m sim up          # start them, print the environment to use, wait for Ctrl-C
+
+Everything listens on 127.0.0.1 only and is torn down on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from sim.fixtures_index import build_wheelhouse
+from sim.index import PackageIndex
+from sim.node import SimNode
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def simulated_site(workdir: Path, **node_options):
+    """A started loopback package index and simulated node; both always stopped."""
+    wheels = build_wheelhouse(workdir / "wheels")
+    with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
+        with SimNode(workdir / "node", **node_options) as node:
+            yield node, index
+
+
+def site_env(node: SimNode) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
+    env.update(node.inventory_env())
+    return env
+
+
+def site_data(index: PackageIndex) -> list[str]:
+    """--data overrides that point the deploy at the loopback indexes (and nothing else)."""
+    return [
+        "--data", f"torch_index_base={index.torch_index_base}",
+        "--data", f"package_index_url={index.package_index_url}",
+    ]
+
+
+def pyinfra_argv(script: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pyinfra", "inventory.py", script, *extra]
+
+
+def demo(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="pvegpu-demo-") as tmp:
+        print("==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes")
+        with simulated_site(Path(tmp)) as (node, index):
+            env = site_env(node)
+            print(f"    node ssh 127.0.0.1:{node.port}, indexes {index.url}")
+            steps = [
+                ("deploy (node -> container -> venv -> verify -> unit)", "deploy.py", ["-y"]),
+                ("second deploy: must report no changes", "deploy.py", ["-y"]),
+                ("verify only", "verify.py", ["-y"]),
+            ]
+            for title, script, extra in steps:
+                print(f"\n==> {title}: pyinfra inventory.py {script}")
+                rc = subprocess.run(
+                    pyinfra_argv(script, *extra, *site_data(index), *args.data_args), cwd=ROOT, env=env
+                ).returncode
+                if rc != 0:
+                    print(f"\n==> {script} failed (exit {rc})")
+                    return rc
+            check = node.ct_run(200, ["/root/venv/bin/python", "-c",
+                                      "import torch; print(torch.__version__, torch.version.cuda, "
+                                      "torch.cuda.is_available(), torch.cuda.device_count())"])
+            print(f"\n==> inside CT 200: {check.stdout.strip()}")
+            print("==> tearing down")
+    return 0
+
+
+def up(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
+        with simulated_site(Path(tmp)) as (node, index):
+            env = node.inventory_env()
+            print("# simulated node is up; in another shell:")
+            for key, value in env.items():
+                print(f"export {key}={value}")
+            print(f"uv run pyinfra inventory.py deploy.py {' '.join(site_data(index))}")
+            print("# Ctrl-C here tears it down", flush=True)
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *a: stop.set())
+            try:
+                stop.wait()
+            except KeyboardInterrupt:
+                pass
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="full deploy against the simulated node, then tear down")
+    d.add_argument("--data", dest="data", action="append", default=[],
+                   help="extra pyinfra --data key=value (e.g. torch_variant=cu128)")
+    sub.add_parser("up", help="start the simulated node and wait")
+    args = parser.parse_args(argv)
+    args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
+    return demo(args) if args.cmd == "demo" else up(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The walking skeleton: one full deploy through every stage, then a zero-change second run."""
+
+
+def test_full_deploy_from_no_container_then_zero_changes(site):
+    assert not site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode == 0
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    assert first.changed > 0
+
+    status = site.node.run(["pct", "status", "200"])
+    assert status.stdout.strip() == "status: running"
+    conf = site.node.read("/etc/pve/lxc/200.conf")
+    assert "dev0: /dev/nvidia0" in conf and "/dev/nvidia-uvm" in conf
+    torch = site.ct("/root/venv/bin/python", "-c", "import torch; print(torch.__version__)")
+    assert torch.stdout.strip() == "2.11.0+cu130"
+    cuda = site.ct("/root/venv/bin/python", "-c",
+                   "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())")
+    assert cuda.stdout.strip() == "True 8"
+    assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() == "active"
+
+    second = site.deploy()
+    assert second.rc == 0, second.output[-4000:]
+    doc = second.json
+    assert second.changed == 0, doc
+    assert doc["results"]["totals"]["error"] == 0
+
+
+def test_preview_without_yes_shows_container_will_be_created(site):
+    run = site.pyinfra("deploy.py", yes=False, as_json=False)
+    # Without -y pyinfra asks for confirmation; with no stdin it stops after the preview.
+    assert "Create CT 200 when missing" in run.output
+    assert "could not load fact" not in run.output
+    assert site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode != 0
