@@ -7,8 +7,9 @@ Two mirrors in one server:
   (``package_index_url = <url>/simple``).
 
 Files are linked as ``<url>/files/...#sha256=<hex>``, each with its core metadata beside it
-(``<file>.metadata``, PEP 658/714), as PyPI does, so installers download a wheel only to install it. Project names are PEP 503 normalised;
-another spelling, or a missing trailing slash, is redirected to the canonical page.
+(``<file>.metadata``, PEP 658/714), as PyPI does, so installers download a wheel only to install
+it. Project names are PEP 503 normalised; another spelling, or a missing trailing slash, is
+redirected to the canonical page.
 
     with PackageIndex({"cu130": [torch_whl]}, [uv_whl]) as index:
         index.torch_index_base, index.package_index_url
@@ -120,7 +121,9 @@ class PackageIndex:
         self._server = server
         self.url = f"http://{self._host}:{server.server_address[1]}"
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
             name=f"PackageIndex {self.url}",
         )
         self._thread.start()
@@ -177,7 +180,9 @@ class PackageIndex:
         return [
             unquote(urlsplit(p).path.rsplit("/", 1)[-1])
             for m, p, status in log
-            if m == "GET" and status == 200 and urlsplit(p).path.startswith("/files/")
+            if m == "GET"
+            and status == 200
+            and urlsplit(p).path.startswith("/files/")
             and urlsplit(p).path.endswith(".whl")
         ]
 
@@ -204,10 +209,17 @@ class PackageIndex:
         parts = [p for p in parts if p != ""]
 
         def page(title, links):
-            body = ["<!DOCTYPE html>", "<html>", f"<head><title>{html.escape(title)}</title></head>",
-                    "<body>", f"<h1>{html.escape(title)}</h1>"]
+            body = [
+                "<!DOCTYPE html>",
+                "<html>",
+                f"<head><title>{html.escape(title)}</title></head>",
+                "<body>",
+                f"<h1>{html.escape(title)}</h1>",
+            ]
             for href, text, *attrs in links:
-                extra = "".join(f' {k}="{html.escape(v)}"' for k, v in (attrs[0] if attrs else {}).items())
+                extra = "".join(
+                    f' {k}="{html.escape(v)}"' for k, v in (attrs[0] if attrs else {}).items()
+                )
                 body.append(f'<a href="{html.escape(href)}"{extra}>{html.escape(text)}</a><br/>')
             body += ["</body>", "</html>", ""]
             return 200, {"Content-Type": "text/html; charset=utf-8"}, "\n".join(body).encode()
@@ -248,7 +260,9 @@ class PackageIndex:
             return page("pvegpu sim index", [("/simple/", "simple"), ("/whl/", "whl")])
         if parts[0] == "simple":
             if len(parts) == 1:
-                return listing("/simple", pypi, "Simple index") if trailing else redirect("/simple/")
+                return (
+                    listing("/simple", pypi, "Simple index") if trailing else redirect("/simple/")
+                )
             if len(parts) == 2:
                 return project_page("/simple", "/files/simple", pypi, parts[1])
         elif parts[0] == "whl":
@@ -259,7 +273,11 @@ class PackageIndex:
                 prefix = f"/whl/{variant}"
                 if len(parts) == 2:
                     title = f"Simple index ({variant})"
-                    return listing(prefix, torch[variant], title) if trailing else redirect(prefix + "/")
+                    return (
+                        listing(prefix, torch[variant], title)
+                        if trailing
+                        else redirect(prefix + "/")
+                    )
                 if len(parts) == 3:
                     return project_page(prefix, f"/files/whl/{variant}", torch[variant], parts[2])
         elif parts[0] == "files":

@@ -147,19 +147,19 @@ def build_torch_wheels(
 
 
 def build_simple_wheels(out_dir: str | os.PathLike) -> dict[str, Path]:
-    """The package mirror's small doubles: ``transformers==5.6.0`` and junk ``sglang-junk==0.1.0``."""
+    """The package mirror's small doubles: ``transformers==5.6.0``, junk ``sglang-junk==0.1.0``."""
     return {
         "transformers": build_wheel(
             "transformers",
             "5.6.0",
-            {"transformers/__init__.py": '"""transformers double (pvegpu sim)."""\n__version__ = "5.6.0"\n'},
+            {"transformers/__init__.py": '"""transformers double."""\n__version__ = "5.6.0"\n'},
             out_dir,
             summary="pvegpu simulation: transformers double",
         ),
         "sglang-junk": build_wheel(
             "sglang-junk",
             "0.1.0",
-            {"sglang_junk/__init__.py": '"""Pollution for tests (pvegpu sim)."""\n__version__ = "0.1.0"\n'},
+            {"sglang_junk/__init__.py": '"""Pollution for tests."""\n__version__ = "0.1.0"\n'},
             out_dir,
             summary="pvegpu simulation: an extraneous package",
         ),

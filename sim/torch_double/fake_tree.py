@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def gpu_uuid(index: int) -> str:
-    return f"GPU-{index:08x}-5ac1-7c2d-9e3f-{0x5eed0000 + index:012x}"
+    return f"GPU-{index:08x}-5ac1-7c2d-9e3f-{0x5EED0000 + index:012x}"
 
 
 def make_fake_nvidia_root(

@@ -147,7 +147,9 @@ def test_index_serves_files_and_records_requests(package_index, wheelhouse):
         assert resp.read() == wheelhouse.simple["transformers"].read_bytes()
     req = urllib.request.Request(package_index.url + href, method="HEAD")
     with opener.open(req) as resp:
-        assert int(resp.headers["Content-Length"]) == wheelhouse.simple["transformers"].stat().st_size
+        assert (
+            int(resp.headers["Content-Length"]) == wheelhouse.simple["transformers"].stat().st_size
+        )
     assert package_index.requests == [
         ("GET", "/simple/transformers/"),
         ("GET", href),
@@ -195,32 +197,51 @@ def test_uv_installs_the_torch_variant_from_the_loopback_mirror(package_index, t
     run([UV, "venv", "--python", sys.executable, venv], env=env)
     uv_install(
         venv,
-        "--index-url", package_index.package_index_url,
-        "--index", package_index.torch_index_base + "/cu130",
-        "--index-strategy", "first-index",
+        "--index-url",
+        package_index.package_index_url,
+        "--index",
+        package_index.torch_index_base + "/cu130",
+        "--index-strategy",
+        "first-index",
         "torch==2.11.0+cu130",
         env=env,
     )
-    out = run([venv / "bin/python", "-c", "import torch; print(torch.__version__, torch.version.cuda)"])
+    out = run(
+        [venv / "bin/python", "-c", "import torch; print(torch.__version__, torch.version.cuda)"]
+    )
     assert out.stdout.split() == ["2.11.0+cu130", "13.0"]
     assert package_index.downloads() == ["torch-2.11.0+cu130-py3-none-any.whl"]
-    assert all(path.startswith(("/whl/cu130/", "/simple/", "/files/")) for _, path in package_index.requests)
+    assert all(
+        path.startswith(("/whl/cu130/", "/simple/", "/files/"))
+        for _, path in package_index.requests
+    )
 
     # PyPI-like mirror: the unlabeled torch==2.11.0 is the CUDA 13.0 build.
     plain = tmp_path / "plain"
     run([UV, "venv", "--python", sys.executable, plain], env=env)
     uv_install(plain, "--index-url", package_index.package_index_url, "torch==2.11.0", env=env)
-    out = run([plain / "bin/python", "-c", "import torch; print(torch.__version__, torch.version.cuda)"])
+    out = run(
+        [plain / "bin/python", "-c", "import torch; print(torch.__version__, torch.version.cuda)"]
+    )
     assert out.stdout.split() == ["2.11.0", "13.0"]
 
 
 def test_pip_installs_the_real_uv_from_the_loopback_mirror(package_index, wheelhouse, tmp_path):
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", venv])  # pip from ensurepip: offline
-    run([
-        venv / "bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir",
-        "--index-url", package_index.package_index_url, f"uv=={wheelhouse.uv_version}",
-    ])
+    run(
+        [
+            venv / "bin/python",
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-cache-dir",
+            "--index-url",
+            package_index.package_index_url,
+            f"uv=={wheelhouse.uv_version}",
+        ]
+    )
     out = run([venv / "bin/uv", "--version"])
     assert out.stdout.split()[:2] == ["uv", wheelhouse.uv_version]
     assert package_index.downloads() == [wheelhouse.uv.name]
@@ -255,20 +276,36 @@ print(json.dumps(out))
 
 
 def probe(wheel: Path, root: Path, **env) -> dict:
-    proc = run([sys.executable, "-c", PROBE], env=clean_env(PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), **env))
+    proc = run(
+        [sys.executable, "-c", PROBE],
+        env=clean_env(PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), **env),
+    )
     return json.loads(proc.stdout)
 
 
 def test_double_reports_devices_and_memory(wheelhouse, tmp_path):
-    make_fake_nvidia_root(tmp_path, gpus=2, processes=[{"pid": 4242, "gpu": 1, "used_mib": 40000, "name": "python3"}])
+    make_fake_nvidia_root(
+        tmp_path, gpus=2, processes=[{"pid": 4242, "gpu": 1, "used_mib": 40000, "name": "python3"}]
+    )
     out = probe(wheelhouse.torch["cu130"], tmp_path)
-    assert (out["version"], out["cuda"], out["available"], out["count"]) == ("2.11.0+cu130", "13.0", True, 2)
+    assert (out["version"], out["cuda"], out["available"], out["count"]) == (
+        "2.11.0+cu130",
+        "13.0",
+        True,
+        2,
+    )
     assert out["warnings"] == [] and out["init_error"] is None
     assert out["arch"][-2:] == ["sm_110", "sm_120"] and out["cudnn"] == 91300
     total = 143771 * 1024 * 1024
     d0, d1 = out["devices"]
-    assert d0 == {"name": "NVIDIA H200", "total": total, "uuid": gpu_uuid(0)[4:], "cap": [9, 0],
-                  "sms": 132, "mem": [total, total]}
+    assert d0 == {
+        "name": "NVIDIA H200",
+        "total": total,
+        "uuid": gpu_uuid(0)[4:],
+        "cap": [9, 0],
+        "sms": 132,
+        "mem": [total, total],
+    }
     assert d1["mem"] == [total - 40000 * 1024 * 1024, total]
 
     out = probe(wheelhouse.torch["cu130"], tmp_path, CUDA_VISIBLE_DEVICES="1")
@@ -304,10 +341,26 @@ def test_double_sees_only_passed_through_devices(wheelhouse, tmp_path):
 @pytest.mark.parametrize(
     ("variant", "tree", "expected"),
     [
-        ("cu130", {"driver": "570.133.20"}, "The NVIDIA driver on your system is too old (found version 12080)"),
-        ("cu128", {"driver": "520.61.05"}, "The NVIDIA driver on your system is too old (found version 11080)"),
-        ("cu130", {"libcuda": "580.82.07"}, "Error 803: system has unsupported display driver / cuda driver combination"),
-        ("cu130", {"uvm": False}, "CUDA unknown error - this may be due to an incorrectly set up environment"),
+        (
+            "cu130",
+            {"driver": "570.133.20"},
+            "The NVIDIA driver on your system is too old (found version 12080)",
+        ),
+        (
+            "cu128",
+            {"driver": "520.61.05"},
+            "The NVIDIA driver on your system is too old (found version 11080)",
+        ),
+        (
+            "cu130",
+            {"libcuda": "580.82.07"},
+            "Error 803: system has unsupported display driver / cuda driver combination",
+        ),
+        (
+            "cu130",
+            {"uvm": False},
+            "CUDA unknown error - this may be due to an incorrectly set up environment",
+        ),
         ("cu130", {"libcuda": None}, "Found no NVIDIA driver on your system"),
         ("cu128", {"ctl": False}, "Found no NVIDIA driver on your system"),
     ],
@@ -356,7 +409,9 @@ print(json.dumps({"results": results, "stats": torch._dynamo.sim_stats}))
 
 
 def compile_run(wheel, root, cache) -> dict:
-    env = clean_env(PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), TORCHINDUCTOR_CACHE_DIR=str(cache))
+    env = clean_env(
+        PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), TORCHINDUCTOR_CACHE_DIR=str(cache)
+    )
     return json.loads(run([sys.executable, "-c", COMPILE], env=env).stdout)
 
 
@@ -387,6 +442,12 @@ def test_compile_race_follows_the_sim_override(wheelhouse, tmp_path):
 
 def test_tensors_on_cuda_need_a_working_cuda(wheelhouse, tmp_path):
     make_fake_nvidia_root(tmp_path, uvm=False)
-    code = "import torch\ntry:\n    torch.randn(2, device='cuda')\nexcept RuntimeError as e:\n    print('ERR', e)"
-    out = run([sys.executable, "-c", code], env=clean_env(PYTHONPATH=str(wheelhouse.torch["cu130"]), PVE_SIM_ROOT=str(tmp_path)))
+    code = (
+        "import torch\ntry:\n    torch.randn(2, device='cuda')\n"
+        "except RuntimeError as e:\n    print('ERR', e)"
+    )
+    out = run(
+        [sys.executable, "-c", code],
+        env=clean_env(PYTHONPATH=str(wheelhouse.torch["cu130"]), PVE_SIM_ROOT=str(tmp_path)),
+    )
     assert out.stdout.startswith("ERR CUDA unknown error")

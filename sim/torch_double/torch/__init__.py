@@ -46,3 +46,5 @@ class no_grad:
 
 
 inference_mode = no_grad
+
+# ruff: noqa: F401 (re-exports, as in real torch)

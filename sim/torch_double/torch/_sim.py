@@ -189,7 +189,9 @@ def gpu_table() -> list[dict]:
     else:
         gpus = _proc_gpus()
         for g in gpus:
-            g.setdefault("memory_total_mib", cfg.get("gpu_memory_mib", cfg.get("memory_total_mib", 0)))
+            g.setdefault(
+                "memory_total_mib", cfg.get("gpu_memory_mib", cfg.get("memory_total_mib", 0))
+            )
             g.setdefault("compute_cap", cfg.get("compute_cap", "9.0"))
         if not any("minor" in g for g in gpus):
             for i, g in enumerate(sorted(gpus, key=lambda g: g["pci_bus_id"])):

@@ -1,1 +1,3 @@
 from . import cudnn
+
+# ruff: noqa: F401 (re-exports, as in real torch)

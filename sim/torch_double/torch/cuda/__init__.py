@@ -160,3 +160,6 @@ def max_memory_allocated(device=None) -> int:
 
 def memory_reserved(device=None) -> int:
     return 0
+
+
+# ruff: noqa: F401 (re-exports, as in real torch)

@@ -22,11 +22,19 @@ class BlockMask:
         return BlockMask(self.mask_mod, self.shape, _placed(device), self.BLOCK_SIZE[0])
 
     def __repr__(self):
-        return f"BlockMask(shape={self.shape}, sparsity=?, mask_mod={getattr(self.mask_mod, '__name__', '?')})"
+        name = getattr(self.mask_mod, "__name__", "?")
+        return f"BlockMask(shape={self.shape}, mask_mod={name})"
 
 
 def create_block_mask(
-    mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=_DEFAULT_SPARSE_BLOCK_SIZE, _compile=False
+    mask_mod,
+    B,
+    H,
+    Q_LEN,
+    KV_LEN,
+    device="cuda",
+    BLOCK_SIZE=_DEFAULT_SPARSE_BLOCK_SIZE,
+    _compile=False,
 ):
     dev = _placed(device)
     # Evaluate the mask on a corner, as vmap tracing would call it.
