@@ -14,46 +14,12 @@ or ``pytest_plugins = ["sim.fixtures_index"]`` in the root conftest.py.
 
 from __future__ import annotations
 
-import importlib.metadata
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import pytest
 
 from sim.index import PackageIndex
-from sim.wheels import UNLABELED, build_simple_wheels, build_torch_wheels, ensure_uv_wheel
+from sim.wheels import Wheelhouse, build_wheelhouse
 
-
-@dataclass
-class Wheelhouse:
-    dir: Path
-    torch: dict[str, Path]  # "cu128", "cu130", "unlabeled"
-    simple: dict[str, Path]  # "transformers", "sglang-junk"
-    uv: Path
-    uv_version: str
-    variants: tuple[str, ...] = field(default=("cu128", "cu130"))
-
-    def torch_index(self) -> dict[str, list[Path]]:
-        """The torch mirror's content: ``{variant: [torch-<v>+<variant> wheel]}``."""
-        return {v: [self.torch[v]] for v in self.variants}
-
-    def pypi(self) -> list[Path]:
-        """The package mirror's content (PyPI-like: the unlabeled torch is the CUDA 13 build)."""
-        return [self.torch[UNLABELED], *self.simple.values(), self.uv]
-
-
-def build_wheelhouse(out_dir, uv_cache=None, variants=("cu128", "cu130")) -> Wheelhouse:
-    out = Path(out_dir)
-    uv_version = importlib.metadata.version("uv")
-    uv = ensure_uv_wheel(uv_cache, uv_version)
-    return Wheelhouse(
-        dir=out,
-        torch=build_torch_wheels(out, variants=variants),
-        simple=build_simple_wheels(out),
-        uv=uv,
-        uv_version=uv_version,
-        variants=tuple(variants),
-    )
+__all__ = ["Wheelhouse", "build_wheelhouse", "package_index", "wheelhouse"]
 
 
 @pytest.fixture(scope="session")

@@ -325,3 +325,27 @@ class PackageIndex:
                 self._serve(False)
 
         return Handler
+
+
+def main(argv=None) -> int:
+    """``python -m sim.index [DIR]``: build the wheelhouse into DIR, serve it until Ctrl-C."""
+    import sys
+    import tempfile
+
+    from sim.wheels import build_wheelhouse
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = args[0] if args else tempfile.mkdtemp(prefix="pvegpu-wheelhouse-")
+    house = build_wheelhouse(out)
+    with PackageIndex(house.torch_index(), house.pypi()) as index:
+        print(f"torch_index_base={index.torch_index_base}")
+        print(f"package_index_url={index.package_index_url}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

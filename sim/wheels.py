@@ -4,6 +4,7 @@
     build_torch_wheels(out_dir, version="2.11.0", variants=("cu128", "cu130")) -> dict[str, Path]
     build_simple_wheels(out_dir) -> dict[str, Path]
     ensure_uv_wheel(cache_dir=None, version=None) -> Path
+    build_wheelhouse(out_dir, uv_cache=None) -> Wheelhouse   (all of the above, for PackageIndex)
 
 Wheels are byte-for-byte reproducible (fixed zip timestamps and order), so their sha256 is stable.
 """
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TORCH_DOUBLE_DIR = Path(__file__).resolve().parent / "torch_double"
@@ -221,6 +223,41 @@ def _pip_command(scratch: Path) -> list[str]:
     venv = scratch / "pip-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     return [str(venv / "bin" / "python"), "-m", "pip"]
+
+
+@dataclass
+class Wheelhouse:
+    """Every wheel the simulation serves (see ``build_wheelhouse``)."""
+
+    dir: Path
+    torch: dict[str, Path]  # "cu128", "cu130", "unlabeled"
+    simple: dict[str, Path]  # "transformers", "sglang-junk"
+    uv: Path
+    uv_version: str
+    variants: tuple[str, ...] = field(default=("cu128", "cu130"))
+
+    def torch_index(self) -> dict[str, list[Path]]:
+        """The torch mirror's content: ``{variant: [torch-<v>+<variant> wheel]}``."""
+        return {v: [self.torch[v]] for v in self.variants}
+
+    def pypi(self) -> list[Path]:
+        """The package mirror's content (PyPI-like: the unlabeled torch is the CUDA 13 build)."""
+        return [self.torch[UNLABELED], *self.simple.values(), self.uv]
+
+
+def build_wheelhouse(out_dir, uv_cache=None, variants=("cu128", "cu130")) -> Wheelhouse:
+    """Build the torch and small doubles into out_dir and fetch (or reuse) the real uv wheel."""
+    out = Path(out_dir)
+    uv_version = importlib.metadata.version("uv")
+    uv = ensure_uv_wheel(uv_cache, uv_version)
+    return Wheelhouse(
+        dir=out,
+        torch=build_torch_wheels(out, variants=variants),
+        simple=build_simple_wheels(out),
+        uv=uv,
+        uv_version=uv_version,
+        variants=tuple(variants),
+    )
 
 
 def main(argv=None) -> int:
