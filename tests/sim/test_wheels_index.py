@@ -1,4 +1,7 @@
-"""The simulation's wheels, loopback package index and torch double, exercised with real uv/pip."""
+"""The simulation's wheels, loopback package index and torch double, exercised with real uv/pip.
+
+Fixtures wheelhouse and package_index come from sim.fixtures_index (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from pathlib import Path
 import pytest
 from uv import find_uv_bin
 
-from sim.fixtures_index import package_index, wheelhouse  # noqa: F401 - fixtures
 from sim.index import PackageIndex
 from sim.torch_double.fake_tree import gpu_uuid, make_fake_nvidia_root
 from sim.wheels import build_torch_wheels, build_wheel
