@@ -90,6 +90,12 @@ def apply(boot=False):
     uvm = int(cfg["uvm_major"])
     caps = int(cfg["caps_major"])
 
+    gj = json.dumps(gpus, indent=1)
+    if not os.path.exists(GPU_DIR + "/gpus.json") or open(GPU_DIR + "/gpus.json").read() != gj:
+        with open(GPU_DIR + "/gpus.json.tmp", "w") as f:
+            f.write(gj)
+        os.replace(GPU_DIR + "/gpus.json.tmp", GPU_DIR + "/gpus.json")
+
     # --- /dev ---
     for name in os.listdir("/dev"):
         if name.startswith("nvidia") and name[6:].isdigit() and (not loaded or int(name[6:]) >= len(gpus)):
@@ -199,31 +205,62 @@ def proc_starttime(pid):
     return int(fields[19])
 
 
+def _alive(p):
+    lock = p.get("lock")
+    if not lock:
+        return os.path.exists(f"/proc/{p['pid']}")
+    try:
+        fd = os.open(os.path.join(GPU_DIR, lock), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def spawn(argv):
     gpu, mib, name = int(argv[0]), int(argv[1]), argv[2]
     assert argv[3] == "--"
     cmdline = argv[4:]
     pid = os.getpid()
-    # Make /proc/<pid>/cmdline exactly CMDLINE (needs CAP_SYS_RESOURCE: we are root).
+    # Make /proc/<pid>/cmdline exactly CMDLINE: PR_SET_MM_MAP with arg_start/arg_end pointing at our
+    # own buffer (PR_SET_MM_ARG_START would need CAP_SYS_RESOURCE, which sandboxes often drop).
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.sbrk.restype = ctypes.c_void_p
+
+    class MMMap(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in (
+            "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
+            "arg_start", "arg_end", "env_start", "env_end")] + [
+            ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+
+    f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    g = lambda n: int(f[n - 3])  # noqa: E731  (proc(5) field numbers)
     buf = b"\0".join(a.encode() for a in cmdline) + b"\0"
     cbuf = ctypes.create_string_buffer(buf, len(buf))
     addr = ctypes.addressof(cbuf)
-    PR_SET_MM, ARG_START, ARG_END = 35, 8, 9
-    for opt, val in ((ARG_START, addr), (ARG_END, addr + len(buf))):
-        if libc.prctl(PR_SET_MM, opt, ctypes.c_ulong(val), 0, 0) != 0:
-            err = ctypes.get_errno()
-            sys.exit(f"prctl(PR_SET_MM) failed: {os.strerror(err)}")
+    m = MMMap(g(26), g(27), g(45), g(46), g(47), libc.sbrk(0), g(28), addr, addr + len(buf), g(50), g(51),
+              None, 0, 0xFFFFFFFF)
+    if libc.prctl(35, 14, ctypes.byref(m), ctypes.sizeof(m), 0) != 0:  # PR_SET_MM, PR_SET_MM_MAP
+        sys.exit(f"prctl(PR_SET_MM_MAP) failed: {os.strerror(ctypes.get_errno())}")
     libc.prctl(15, os.path.basename(cmdline[0]).encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    # liveness, checkable from any namespace: we hold an flock on procs/<pid>.lock while alive
+    os.makedirs(GPU_DIR + "/procs", exist_ok=True)
+    lockrel = f"procs/{pid}.lock"
+    alive = open(os.path.join(GPU_DIR, lockrel), "w")
+    fcntl.flock(alive, fcntl.LOCK_EX)
     with open(PROCS_JSON + ".lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:
             procs = json.load(open(PROCS_JSON))
         except (OSError, ValueError):
             procs = []
-        procs = [p for p in procs if proc_starttime(p["pid"]) == p.get("starttime")]
-        procs.append({"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name,
-                      "starttime": proc_starttime(pid)})
+        procs = [p for p in procs if _alive(p)]
+        procs.append({"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name, "lock": lockrel})
         tmp = PROCS_JSON + ".tmp"
         with open(tmp, "w") as f:
             json.dump(procs, f, indent=1)
