@@ -227,6 +227,19 @@ def _child(vmid, conf, mode, argv, env, cwd, dest, perms, user, group, src_fd, d
     except OSError:
         os.chdir("/")
     if mode == "exec":
+        # We are PID 1 of the call's pid namespace (a stand-in for the container's init): the command
+        # runs as our child, so it can be signalled like an attached process; we reap and pass its status.
+        pid = os.fork()
+        if pid != 0:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            while True:
+                try:
+                    done, status = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    os._exit(1)
+                if done == pid:
+                    code = os.waitstatus_to_exitcode(status)
+                    os._exit(128 - code if code < 0 else code)
         env = dict(env or {})
         exe = _find(argv[0], env.get("PATH"))
         try:

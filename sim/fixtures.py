@@ -1,0 +1,67 @@
+"""pytest fixtures for the simulated Proxmox node. Import them into a conftest.py:
+
+    from sim.fixtures import sim_node, shared_sim_node  # noqa: F401
+
+`sim_node` is a factory: `node = sim_node(gpus=4, pve_version="8.1.4")` starts a node; every node
+it started is stopped (processes killed, namespace gone, state removed) when the test ends, pass or
+fail. `shared_sim_node` is one default node per test module, for tests that only read or that clean
+up after themselves.
+"""
+import os
+import shutil
+
+import pytest
+
+from sim.node import SimNode
+
+
+def _check_host():
+    if os.geteuid() != 0:
+        pytest.skip("the simulated node needs root (namespaces, overlayfs, mknod)")
+    for tool in ("unshare", "nsenter", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the simulated node needs {tool}")
+    if not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("the simulated node needs Debian's openssh-server (/usr/sbin/sshd)")
+
+
+def _factory(tmp_path_factory):
+    nodes = []
+
+    def make(**settings) -> SimNode:
+        _check_host()
+        state = tmp_path_factory.mktemp("pve-sim") / "node"
+        node = SimNode(state, **settings)
+        nodes.append(node)
+        node.start()
+        return node
+
+    def finish():
+        errors = []
+        for node in reversed(nodes):
+            try:
+                node.stop()
+            except Exception as e:  # keep stopping the others
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    return make, finish
+
+
+@pytest.fixture
+def sim_node(tmp_path_factory):
+    make, finish = _factory(tmp_path_factory)
+    try:
+        yield make
+    finally:
+        finish()
+
+
+@pytest.fixture(scope="module")
+def shared_sim_node(tmp_path_factory):
+    make, finish = _factory(tmp_path_factory)
+    try:
+        yield make()
+    finally:
+        finish()

@@ -1,0 +1,1 @@
+from sim.fixtures import shared_sim_node, sim_node  # noqa: F401
