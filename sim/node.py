@@ -464,6 +464,7 @@ LogLevel ERROR
         p = self._spawned.pop(pid, None)
         if p is not None:
             p.wait(timeout=10)
+        self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "prune"], check=True)
 
 
 def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):

@@ -2,6 +2,7 @@
 """Sim-private helper run inside the node (installed at /usr/lib/pve-sim/simctl.py).
 
     simctl.py apply [--boot]      make /dev, /proc views and the node's driver userspace match node.json
+    simctl.py prune               drop processes.json entries whose process is gone
     simctl.py spawn GPU MIB NAME -- CMDLINE...
                                   a sleeping "GPU compute process" whose /proc/<pid>/cmdline is CMDLINE
 
@@ -274,9 +275,29 @@ def spawn(argv):
         time.sleep(3600)
 
 
+def prune():
+    """Drop processes.json entries whose process is gone."""
+    with open(PROCS_JSON + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            procs = json.load(open(PROCS_JSON))
+        except (OSError, ValueError):
+            procs = []
+        keep = [p for p in procs if _alive(p)]
+        for p in procs:
+            if p not in keep and p.get("lock"):
+                _rm(os.path.join(GPU_DIR, p["lock"]))
+        if keep != procs:
+            with open(PROCS_JSON + ".tmp", "w") as f:
+                json.dump(keep, f, indent=1)
+            os.replace(PROCS_JSON + ".tmp", PROCS_JSON)
+
+
 def main():
     cmd = sys.argv[1]
-    if cmd == "apply":
+    if cmd == "prune":
+        prune()
+    elif cmd == "apply":
         apply(boot="--boot" in sys.argv)
     elif cmd == "spawn":
         spawn(sys.argv[2:])
