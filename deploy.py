@@ -5,12 +5,16 @@
 from pyinfra import host, local
 
 from pvegpu.deploy_context import settings
+from pvegpu.operations.util import barrier
 
 settings(host)
 
 if "pve_hosts" in host.groups:
     local.include("tasks/node_gpu.py")
     local.include("tasks/container.py")
+
+# Every host runs this one operation: containers wait for their nodes' stages to finish.
+barrier(name="Nodes and containers ready")
 
 if "training_cts" in host.groups:
     local.include("tasks/python_env.py")

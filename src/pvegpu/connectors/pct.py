@@ -61,7 +61,8 @@ SSH_DATA_KEYS = (
 )
 
 # Errors printed by pct itself (exit 255), as opposed to the command run inside.
-PCT_NOT_RUNNING = re.compile(r"CT (\d+) not running")
+# pct exec on a stopped CT says "container '200' not running!" (PVE::LXC::Config check_running).
+PCT_NOT_RUNNING = re.compile(r"container '(\d+)' not running|CT (\d+) not running")
 PCT_NO_CONFIG = re.compile(r"Configuration file '.*?/lxc/(\d+)\.conf' does not exist")
 
 
@@ -91,7 +92,7 @@ def pct_exec_argv(vmid: int, command: str) -> list[str]:
 def explain_pct_error(node: str, vmid: int, stderr: str) -> str | None:
     """Turn pct's own failure into one line naming node, vmid and the fix (None if not pct's).
 
-    >>> explain_pct_error("n1", 200, "CT 200 not running")
+    >>> explain_pct_error("n1", 200, "container '200' not running!")
     'container 200 on node n1 is not running: start it with `pct start 200` or run deploy.py'
     """
     if PCT_NOT_RUNNING.search(stderr):

@@ -53,10 +53,10 @@ class ProbeFact(FactBase):
     probe = ""
     python = "python3"
 
-    def command_for(self, python: str | None = None, **args):
+    def command_for(self, **args):
         """Subclasses define ``command(self, <named args>)`` (pyinfra binds fact arguments by
         name) and return ``self.command_for(**args)``."""
-        return probe_command(self.probe, args, python or self.python)
+        return probe_command(self.probe, args, self.python)
 
     def process(self, output):
         return parse_probe_output(self.probe, list(output))

@@ -6,7 +6,7 @@ import base64
 import shlex
 
 from pyinfra import logger
-from pyinfra.api import FunctionCommand, StringCommand
+from pyinfra.api import FunctionCommand, StringCommand, operation
 
 
 def fail(*lines: str) -> FunctionCommand:
@@ -47,3 +47,20 @@ def write_file_command(path: str, content: str, mode: str | None = None) -> Stri
     return StringCommand(
         f"printf %s {payload} | base64 -d > {q}.pvegpu-tmp{chmod} && mv -f {q}.pvegpu-tmp {q}"
     )
+
+
+@operation()
+def barrier():
+    """Order stages across host groups: every host runs this one operation, so no operation
+    after it starts before every host finished the ones before it. Changes nothing.
+
+    pyinfra orders operations as a DAG per host and runs ready operations of different hosts side
+    by side; without a shared operation, a container's first operation would run beside the
+    node's first one, before the container even exists.
+
+    .. code:: python
+
+        util.barrier(name="Node stages done")
+    """
+    return
+    yield
