@@ -1,5 +1,9 @@
 """The walking skeleton: one full deploy through every stage, then a zero-change second run."""
 
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_full_deploy_from_no_container_then_zero_changes(site):
     assert not site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode == 0
@@ -26,8 +30,12 @@ def test_full_deploy_from_no_container_then_zero_changes(site):
 
 
 def test_preview_without_yes_shows_container_will_be_created(site):
+    before = site.node.tree_digest()
     run = site.pyinfra("deploy.py", yes=False, as_json=False)
-    # Without -y pyinfra asks for confirmation; with no stdin it stops after the preview.
-    assert "Create CT 200 when missing" in run.output
+    # Without -y pyinfra previews, then asks; with no stdin it stops there (and writes a debug log).
+    (ROOT / "pyinfra-debug.log").unlink(missing_ok=True)
+    assert "Detected changes" in run.output
+    create = next(l for l in run.output.splitlines() if "Create CT 200 when missing" in l)
+    assert "1 (127.0.0.1)" in create
     assert "could not load fact" not in run.output
-    assert site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode != 0
+    assert site.node.tree_digest() == before
