@@ -1,0 +1,128 @@
+"""The @pct connector over real SSH (Debian's sshd on loopback) and the pct double."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+
+import pytest
+from pyinfra.api import Config, Inventory, QuoteString, State, StringCommand
+from pyinfra.api.connect import connect_all
+
+from sim.fixtures import shared_sim_node  # noqa: F401
+
+TRICKY = [
+    "it's",
+    'say "hi"',
+    "$HOME and `date` and $(id)",
+    "back\\slash \\n",
+    "two\nlines",
+    "naïve ünïcödé ✓",
+    "  spaces  ",
+    "-n",
+]
+
+
+@pytest.fixture(scope="module")
+def node(shared_sim_node):
+    n = shared_sim_node
+    create = n.run(["pct", "create", "200", "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+                    "--hostname", "t", "--unprivileged", "0"])
+    assert create.returncode == 0, create.stderr
+    assert n.run(["pct", "start", "200"]).returncode == 0
+    return n
+
+
+def connect(node, *names):
+    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
+            "ssh_known_hosts_file": node.known_hosts_path}
+    inventory = Inventory(([(name, dict(data)) for name in names], {}))
+    state = State(inventory, Config())
+    connect_all(state)
+    return state, [inventory.get_host(name) for name in names]
+
+
+@pytest.fixture(scope="module")
+def ct(node):
+    state, (host,) = connect(node, "@pct/127.0.0.1/200")
+    yield host
+    host.disconnect()
+
+
+def run(host, command, **kw):
+    return host.run_shell_command(command, **kw)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_tricky_strings_round_trip(ct, text):
+    ok, out = run(ct, StringCommand("printf", "%s", QuoteString(text)))
+    assert ok
+    assert out.stdout == text
+
+
+def test_commands_run_inside_the_container_with_a_clean_environment(ct, node):
+    ok, out = run(ct, StringCommand("hostname; echo \"$PATH\"; test -e /usr/sbin/pct || echo no-pct"))
+    assert ok
+    assert out.stdout_lines == ["t", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "no-pct"]
+
+
+def test_exit_codes_stdout_and_stderr_pass_through(ct):
+    ok, out = run(ct, StringCommand("echo out; echo err >&2; exit 3"))
+    assert not ok
+    assert out.stdout_lines == ["out"] and out.stderr_lines == ["err"]
+    ok, _ = run(ct, StringCommand("exit 42"), _success_exit_codes=[42])
+    assert ok
+    ok, out = run(ct, StringCommand("no-such-binary-xyz"))
+    assert not ok and "not found" in out.stderr
+
+
+def test_control_arguments_work_as_with_ssh(ct):
+    ok, out = run(ct, StringCommand("echo \"$FOO\"; pwd"), _env={"FOO": "a 'b' $c"}, _chdir="/etc")
+    assert ok and out.stdout_lines == ["a 'b' $c", "/etc"]
+    assert run(ct, StringCommand("id -u trainer >/dev/null 2>&1 || useradd -m -s /bin/sh trainer"))[0]
+    ok, out = run(ct, StringCommand("id -un"), _su_user="trainer")
+    assert ok and out.stdout == "trainer"
+
+
+def test_binary_files_up_and_down_byte_for_byte_without_staging_files(ct, node):
+    data = bytes(range(256)) * 4096 + os.urandom(100_000)
+    before_node_tmp = node.run(["ls", "-A", "/tmp"]).stdout
+    assert ct.put_file(io.BytesIO(data), "/root/blob.bin")
+    same = run(ct, StringCommand("sha256sum /root/blob.bin"))[1].stdout.split()[0]
+    assert same == hashlib.sha256(data).hexdigest()
+    back = io.BytesIO()
+    assert ct.get_file("/root/blob.bin", back)
+    assert back.getvalue() == data
+    assert node.run(["ls", "-A", "/tmp"]).stdout == before_node_tmp
+    ok, out = run(ct, StringCommand("ls -A /root"))
+    assert "blob.bin.pvegpu-tmp" not in out.stdout
+
+
+def test_upload_to_a_missing_directory_fails_loudly(ct):
+    # pct push would exit 0 here; the connector must not.
+    with pytest.raises(IOError, match="upload to /no/such/dir/x in CT 200 on 127.0.0.1 failed"):
+        ct.put_file(io.BytesIO(b"x"), "/no/such/dir/x")
+    with pytest.raises(IOError, match="download of /no/such/file from CT 200"):
+        ct.get_file("/no/such/file", io.BytesIO())
+
+
+def test_stopped_and_missing_containers_give_one_clear_line(node):
+    # connect() must not need the container: the same run may create it.
+    state, (missing,) = connect(node, "@pct/127.0.0.1/201")
+    state.is_executing = True
+    ok, out = run(missing, StringCommand("true"))
+    assert not ok
+    assert out.stderr_lines[-1].startswith("container 201 does not exist on node 127.0.0.1")
+
+    assert node.run(["pct", "stop", "200"]).returncode == 0
+    try:
+        state, (stopped,) = connect(node, "@pct/127.0.0.1/200")
+        state.is_executing = True
+        ok, out = run(stopped, StringCommand("true"))
+        assert not ok
+        assert out.stderr_lines[-1] == (
+            "container 200 on node 127.0.0.1 is not running: start it with `pct start 200` or run deploy.py"
+        )
+    finally:
+        assert node.run(["pct", "start", "200"]).returncode == 0
