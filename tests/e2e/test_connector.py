@@ -126,3 +126,23 @@ def test_stopped_and_missing_containers_give_one_clear_line(node):
         )
     finally:
         assert node.run(["pct", "start", "200"]).returncode == 0
+
+
+def test_ssh_data_given_with_cli_data_applies_to_node_and_container(node):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
+    env["PVE_HOST"] = "127.0.0.1"  # port, key and known_hosts come only from --data
+    p = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "inventory.py", "exec", "--data", f"ssh_port={node.port}",
+         "--data", f"ssh_key={node.key_path}", "--data", f"ssh_known_hosts_file={node.known_hosts_path}",
+         "--data", "ssh_strict_host_key_checking=yes", "-y", "--", "hostname"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "[127.0.0.1]          pve1" in out
+    assert "[@pct/127.0.0.1/200] t" in out
