@@ -42,9 +42,9 @@ class Site:
     index: object
     base_data: list[str]
 
-    def pyinfra(self, script="deploy.py", *data: str, yes=True, as_json=True, timeout=900) -> Run:
+    def pyinfra(self, script="deploy.py", *data: str, yes=True, as_json=True, extra=(), timeout=900) -> Run:
         """Run `pyinfra inventory.py <script>` with --data overrides (key=value strings)."""
-        argv = [sys.executable, "-m", "pyinfra", "inventory.py", script]
+        argv = [sys.executable, "-m", "pyinfra", *extra, "inventory.py", script]
         if yes:
             argv.append("-y")
         if as_json:

@@ -1,0 +1,126 @@
+"""Rebuilding a polluted venv or container in one command, losing no data.
+
+``--data rebuild=venv`` deletes every venv build (uv's cache stays, so nothing is downloaded
+again) and the python env stage builds the selected one from scratch. ``--data
+rebuild=container`` destroys the container (lifting its protection first) and the container
+stage re-creates it from the template; the bind-mounted data dir is never touched by `pct destroy`.
+Both refuse while the training unit runs, unless ``restart_training=true``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host, logger
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.files import File
+
+from ..facts.pollution import Pollution
+from ..rebuild import expected_packages, pollution_lines
+from ..settings import Settings
+from .python_env import uv_bin
+
+BASELINE = "/var/lib/pvegpu/baseline-packages"
+OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
+
+
+def refuse_while_training(settings: Settings, runner: str) -> str:
+    """Shell guard failing with one clear line when the training unit is active.
+
+    ``runner`` is "" inside the container, or "pct exec <vmid> --" on the node.
+    """
+    if settings.restart_training:
+        return ""
+    unit = f"{settings.training_unit_name}.service"
+    return (
+        f"if {runner} systemctl is-active --quiet {unit}; then echo "
+        f"{shlex.quote(f'{unit} is running: rebuild={settings.rebuild} refused; stop it, or add --data restart_training=true')}"
+        " >&2; exit 1; fi; "
+    )
+
+
+@operation()
+def pollution_report(settings: Settings):
+    """Print what the requested rebuild removes (observes only: no change).
+
+    .. code:: python
+
+        rebuild.pollution_report(name="Report what rebuild=venv removes", settings=s)
+    """
+    if not settings.rebuild:
+        return
+    found = host.get_fact(
+        Pollution, python=f"{settings.venv_path}/bin/python", uv_bin=uv_bin(settings),
+        baseline=BASELINE, usr_local_ours=OURS_IN_USR_LOCAL,
+        _ignore_errors=True,  # a container that does not exist yet has nothing to report
+    )
+    if not found:
+        host.log_styled("container not reachable: nothing to report before the rebuild",
+                        fg="yellow", log_func=logger.warning)
+        return
+    expected, locked = expected_packages(settings)
+    lines = pollution_lines(found, expected, locked)
+    scope = ("the venv (every build)" if settings.rebuild == "venv"
+             else "the whole container: venv, /usr/local, apt packages")
+    host.log_styled(f"rebuild={settings.rebuild} replaces {scope}; differences found:",
+                    fg="yellow", log_func=logger.warning)
+    for line in lines or ["none (the rebuild starts from scratch anyway)"]:
+        host.log_styled(f"  {line}", fg="yellow", log_func=logger.warning)
+    return
+    yield
+
+
+@operation()
+def venvs_removed(settings: Settings):
+    """With ``rebuild=venv``, delete every venv build (not uv's cache, not compile caches).
+
+    .. code:: python
+
+        rebuild.venvs_removed(name="Delete every venv build", settings=s)
+    """
+    if settings.rebuild != "venv":
+        return
+    venvs = shlex.quote(settings.venvs_dir)
+    yield StringCommand(
+        f"{refuse_while_training(settings, '')}rm -rf {venvs} {shlex.quote(settings.venv_path)}"
+    )
+
+
+@operation()
+def container_destroyed(vmid: int, settings: Settings):
+    """With ``rebuild=container``, destroy the container so the container stage re-creates it.
+
+    Protection is lifted here and only here; `pct destroy --purge` leaves bind-mount sources
+    (the data dir) alone. A bind mount makes `pct snapshot` impossible, and a rollback would roll
+    back storage-backed data too, so no snapshot is taken.
+
+    .. code:: python
+
+        rebuild.container_destroyed(name="Destroy CT 200 for rebuild", vmid=200, settings=s)
+    """
+    if settings.rebuild != "container":
+        return
+    runner = f"pct exec {vmid} --"
+    yield StringCommand(
+        f"if pct status {vmid} >/dev/null 2>&1; then "
+        f"if pct status {vmid} | grep -q running; then {refuse_while_training(settings, runner)}"
+        f"pct stop {vmid}; fi; "
+        f"pct set {vmid} --protection 0 && pct destroy {vmid} --purge; fi"
+    )
+
+
+@operation()
+def baseline_recorded(settings: Settings):
+    """Record the container's apt packages once, right after creation, so a later pollution
+    report can tell which were added by hand.
+
+    .. code:: python
+
+        rebuild.baseline_recorded(name="Record CT package baseline", settings=s)
+    """
+    if host.get_fact(File, path=BASELINE):
+        return
+    yield StringCommand(
+        f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > {BASELINE}.tmp"
+        f" && mv {BASELINE}.tmp {BASELINE}"
+    )

@@ -1,0 +1,52 @@
+# Probe: what in a training container differs from what pvegpu put there, as one JSON line.
+# Runs inside the container with its system python3. ARGS is prepended:
+# {"python": "/root/venv/bin/python", "uv_bin": ..., "baseline": "/var/lib/pvegpu/baseline-packages",
+#  "usr_local_ours": ["/usr/local/bin/uv"]}
+import json
+import os
+import subprocess
+
+A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
+
+
+def run(argv):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        return p.returncode, p.stdout
+    except OSError:
+        return 127, ""
+
+
+def venv_packages():
+    if not os.path.exists(A["python"]):
+        return None
+    # --no-cache: a report must not write (uv caches interpreter info otherwise).
+    code, out = run([A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]])
+    if code != 0:
+        return None
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out or "[]")}
+
+
+def usr_local_files():
+    found = []
+    for root, dirs, files in os.walk("/usr/local"):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            if path not in A["usr_local_ours"]:
+                found.append(path)
+    return found
+
+
+def apt_extras():
+    try:
+        with open(A["baseline"]) as f:
+            baseline = set(f.read().split())
+    except OSError:
+        return None
+    code, out = run(["dpkg-query", "-W", "-f", "${Package}\\n"])
+    return sorted(set(out.split()) - baseline) if code == 0 else None
+
+
+print(json.dumps({"packages": venv_packages(), "usr_local": usr_local_files(),
+                  "apt_extras": apt_extras()}, sort_keys=True))

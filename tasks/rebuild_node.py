@@ -1,0 +1,11 @@
+# rebuild=container, on each node: destroy its training containers; the container stage that
+# follows re-creates them from the template. The data dir is a bind mount and survives.
+from pyinfra import host
+
+from pvegpu.deploy_context import settings
+from pvegpu.operations import rebuild
+
+s = settings(host)
+
+for vmid in host.data.get("pve_ct_ids") or []:
+    rebuild.container_destroyed(name=f"Destroy CT {vmid} for rebuild=container", vmid=vmid, settings=s)

@@ -1,0 +1,9 @@
+# Before a rebuild, in each training container: print what the rebuild removes (observes only).
+from pyinfra import host
+
+from pvegpu.deploy_context import settings
+from pvegpu.operations import rebuild
+
+s = settings(host)
+
+rebuild.pollution_report(name=f"Report what rebuild={s.rebuild} removes", settings=s)
