@@ -43,7 +43,7 @@ def expected_packages(settings: Settings, project: Path = PROJECT) -> tuple[dict
 
 def pollution_lines(found: dict, expected: dict[str, str], locked: bool) -> list[str]:
     """One line per difference a rebuild would remove (empty: nothing to report)."""
-    source = "the lock" if locked else "the pins"
+    source = "the lock says" if locked else "the pins say"
     lines = []
     packages = found.get("packages")
     if packages is None:
@@ -54,7 +54,7 @@ def pollution_lines(found: dict, expected: dict[str, str], locked: bool) -> list
         if have is None:
             lines.append(f"venv: {name} {version} is missing")
         elif have != version:
-            lines.append(f"venv: {name} is {have}, {source} says {version}")
+            lines.append(f"venv: {name} is {have}, {source} {version}")
     for name, version in sorted(packages.items()):
         if name not in expected:
             what = "is not in the lock" if locked else "is not pinned (a dependency, or a side install)"
