@@ -58,4 +58,5 @@ def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path):
     assert p.returncode != 0
     assert "no Proxmox node configured: export PVE_HOST=" in out
     assert "python -m sim demo" in out
-    assert "Connecting" not in out and "10.1.2.6" not in out
+    example_node = load_fleet({"PVE_FLEET": str(ROOT / "fleet.example.yaml")}, ROOT)[0].address
+    assert "Connecting" not in out and example_node not in out
