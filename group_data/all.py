@@ -16,12 +16,17 @@ package_index_url = "https://pypi.org/simple"
 training_requirements = ["transformers==5.6.0"]
 # Refuse to install from the .in pins when locks/<variant>.lock is missing (else warn).
 require_lock = False
+# Controller directory of the per-variant lock inputs (<variant>.in) and hashed locks
+# (<variant>.lock); a relative path is from the project root.
+locks_dir = "locks"
 
 # --- python env in the container ----------------------------------------------------------------
 # uv in the container: the same version as the project's own locked uv package (one pin).
 uv_version = _installed_version("uv")
 # Interpreter the venvs are built on (the container's system Python by default).
 python_interpreter = "/usr/bin/python3"
+# Python version (X.Y) python_interpreter must be: venvs and locks are made for it.
+python_version = "3.11"
 # The stable path users and the training unit run; a symlink to the selected build's venv.
 venv_path = "/root/venv"
 # Where per-build venvs live (torch-<version>-<variant>), beside uv's cache (same filesystem).

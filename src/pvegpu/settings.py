@@ -40,8 +40,10 @@ class Settings:
     package_index_url: str
     training_requirements: tuple[str, ...]
     require_lock: bool
+    locks_dir: str
     uv_version: str
     python_interpreter: str
+    python_version: str
     venv_path: str
     venvs_dir: str
     keep_venvs: int
@@ -169,6 +171,13 @@ class Settings:
                     f"training_requirements entry {pin!r} pins torch: remove it, torch comes from "
                     "torch_version and torch_variant"
                 )
+        if not re.match(r"^3\.\d+(\.\d+)?$", self.python_version):
+            errs.append(
+                f"python_version={self.python_version!r} is not a Python version: write it as X.Y "
+                "(e.g. 3.11, what the container's python_interpreter is)"
+            )
+        if not self.locks_dir.strip():
+            errs.append("locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)")
         if not VERSION_RE.match(self.uv_version or ""):
             errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
         for key in ("python_interpreter", "venv_path", "venvs_dir", "uv_cache_dir", "data_dir_node",
