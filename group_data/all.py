@@ -103,6 +103,12 @@ resume = True
 # Tokens per step and sequences per batch (defaults; see variant_overrides).
 token_budget = 65536
 max_batch_size = 64
+# Seconds systemd waits after SIGTERM before SIGKILL: long enough to write a checkpoint.
+training_stop_timeout_s = 900
+# Back-off of Restart=on-failure: seconds before each automatic restart, and at most this many
+# automatic restarts an hour (then the unit stays failed for a human to look).
+training_restart_delay_s = 30
+training_restart_burst = 5
 # PYTORCH_CUDA_ALLOC_CONF for the training process.
 pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).

@@ -25,12 +25,27 @@ from sim.node import SimNode
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The user's training code on the node's data dir (bind-mounted at /data in the container), as a
+# real node has it before the first deploy; the unit's ExecStart names it. The sim never runs it.
+TRAIN_PY = (
+    '"""Stand-in for the user\'s training script (the simulation never runs it)."""\n'
+    "import sys\n\nprint(\"train\", *sys.argv[1:])\n"
+)
+
+
+def seed_training_code(node: SimNode, path: str = "/tank/dflash/dflash/train.py") -> None:
+    node.run(["mkdir", "-p", path.rsplit("/", 1)[0]], check=True)
+    node.run(["sh", "-c", f"cat > {path}"], input=TRAIN_PY, check=True)
+
+
 @contextmanager
 def simulated_site(workdir: Path, **node_options):
-    """A started loopback package index and simulated node; both always stopped."""
+    """A started loopback package index and simulated node (with the user's training code); both
+    always stopped."""
     wheels = build_wheelhouse(workdir / "wheels")
     with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
         with SimNode(workdir / "node", **node_options) as node:
+            seed_training_code(node)
             yield node, index
 
 

@@ -1,10 +1,18 @@
-# Stage 5, in each training container: the training unit, rendered, enabled, started.
+# Stage 5, in each training container: the training unit, rendered, enabled, started when not
+# running, restarted only with restart_training=true (stop, wait, clear leftover training
+# processes on the training GPUs via the node, start). See pvegpu.operations.training.
 from pyinfra import host
 
 from pvegpu.deploy_context import settings
 from pvegpu.operations import training
 
 s = settings(host)
+unit = f"{s.training_unit_name}.service"
 
-training.unit_installed(name=f"Install {s.training_unit_name}.service", settings=s)
-training.unit_running(name=f"Enable and start {s.training_unit_name}.service", settings=s)
+training.unit_installed(name=f"Install {unit}", settings=s)
+training.unit_running(
+    name=f"Enable and start {unit}"
+    + (" (restart it when outdated: restart_training=true)" if s.restart_training else
+       " (never restart it: restart_training=false)"),
+    settings=s,
+)

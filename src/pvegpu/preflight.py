@@ -12,6 +12,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from .facts.proxmox import NodeState
 from .settings import Settings, load_all
+from .training_preflight import training_path_problems
 from .variants import driver_fit
 
 
@@ -80,6 +81,7 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
         problems += found
         for line in warnings:
             logger.warning(f"--> warning: {line}")
+    problems += training_path_problems(inventory, settings)
     if problems:
         raise PreflightError("preflight failed, nothing was changed:\n" + "\n".join(problems))
     state.pvegpu_settings = settings

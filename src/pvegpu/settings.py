@@ -26,6 +26,8 @@ from .variants import VARIANTS, Variant
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 PIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+# Training settings a variant may override (variant_overrides).
+OVERRIDABLE = ("token_budget", "max_batch_size")
 
 
 class SettingsError(PyinfraError):
@@ -80,6 +82,9 @@ class Settings:
     resume: bool
     token_budget: int
     max_batch_size: int
+    training_stop_timeout_s: int
+    training_restart_delay_s: int
+    training_restart_burst: int
     pytorch_cuda_alloc_conf: str
     variant_overrides: Mapping[str, Mapping[str, Any]]
 
@@ -214,6 +219,15 @@ class Settings:
         for variant in self.variant_overrides:
             if variant not in VARIANTS:
                 errs.append(f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}")
+            for key in self.variant_overrides[variant]:
+                if key not in OVERRIDABLE:
+                    errs.append(
+                        f"variant_overrides[{variant!r}] has unknown key {key!r}: only "
+                        f"{', '.join(OVERRIDABLE)} can differ per variant"
+                    )
+        for key in ("training_stop_timeout_s", "training_restart_delay_s", "training_restart_burst"):
+            if getattr(self, key) <= 0:
+                errs.append(f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data")
         for key in ("ct_cores", "ct_memory_mib"):
             if getattr(self, key) <= 0:
                 errs.append(f"{key}={getattr(self, key)} must be positive: set a positive value")

@@ -1,11 +1,23 @@
-"""Rendering the training systemd unit from templates/training.service.j2.
+"""Rendering the training systemd unit from templates/training.service.j2, and reading back what a
+running unit started with.
 
 >>> "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in render_unit(Settings.from_data(defaults()))
 True
+
+A running unit records what it started with (``ExecStartPre`` writes ``started_record``); deploy.py
+compares that with what a start now would run, to tell whether a restart is pending:
+
+>>> s = Settings.from_data(defaults())
+>>> rec = parse_started_record("unit abc  -\\nvenv /root/venvs/torch-2.11.0-cu128\\nbuilt 17\\n")
+>>> rec
+{'unit': 'abc', 'venv': '/root/venvs/torch-2.11.0-cu128', 'built': '17'}
+>>> pending_reasons(rec, {"unit": "abc", "venv": s.build_venv, "built": "17"})
+['venv build /root/venvs/torch-2.11.0-cu128 -> /root/venvs/torch-2.11.0-cu130']
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import jinja2
@@ -13,6 +25,26 @@ import jinja2
 from .settings import Settings, defaults  # noqa: F401 (defaults: doctest)
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+# Name of the marker file every built venv carries (written by operations.python_env).
+BUILD_MARKER = ".pvegpu-build.json"
+
+
+def unit_file(settings: Settings) -> str:
+    """``dflash-train.service``"""
+    return f"{settings.training_unit_name}.service"
+
+
+def unit_path(settings: Settings) -> str:
+    return f"/etc/systemd/system/{unit_file(settings)}"
+
+
+def runtime_dir(settings: Settings) -> str:
+    """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at stop."""
+    return f"pvegpu-{settings.training_unit_name}"
+
+
+def started_record(settings: Settings) -> str:
+    return f"/run/{runtime_dir(settings)}/started"
 
 
 def unit_context(settings: Settings) -> dict:
@@ -23,6 +55,10 @@ def unit_context(settings: Settings) -> dict:
     return {
         "build_name": settings.build_name,
         "unit_name": settings.training_unit_name,
+        "unit_path": unit_path(settings),
+        "runtime_dir": runtime_dir(settings),
+        "started_record": started_record(settings),
+        "build_marker": BUILD_MARKER,
         "data_dir": settings.data_dir_ct,
         "workdir": settings.training_workdir,
         "visible_devices": ",".join(str(g) for g in gpus),
@@ -37,6 +73,9 @@ def unit_context(settings: Settings) -> dict:
         "dataset_dir": settings.dataset_dir,
         "checkpoint_dir": settings.checkpoint_dir,
         "resume": settings.resume,
+        "stop_timeout_s": settings.training_stop_timeout_s,
+        "restart_delay_s": settings.training_restart_delay_s,
+        "restart_burst": settings.training_restart_burst,
     }
 
 
@@ -47,3 +86,47 @@ def render_unit(settings: Settings, templates: Path = TEMPLATES) -> str:
         keep_trailing_newline=True,
     )
     return env.get_template("training.service.j2").render(**unit_context(settings))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def training_argv_prefix(settings: Settings) -> list[str]:
+    """The start of the training process's argv as ExecStart runs it (what /proc/<pid>/cmdline
+    shows on the node): leftovers are recognised by it, and nothing else is ever killed."""
+    return [f"{settings.venv_path}/bin/python", settings.training_script]
+
+
+def parse_started_record(text: str | None) -> dict | None:
+    """The record ExecStartPre wrote: ``{"unit": sha256, "venv": link target, "built": mtime}``
+    (None when there is none)."""
+    if not text:
+        return None
+    record = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        value = value.strip()
+        record[key] = value.split()[0] if key == "unit" and value else value
+    return record
+
+
+def desired_start(settings: Settings, unit_text: str, built: object) -> dict:
+    """What a start now would record: the rendered unit, the selected build, its build time."""
+    return {"unit": digest(unit_text), "venv": settings.build_venv,
+            "built": "" if built is None else str(built)}
+
+
+def pending_reasons(started: dict | None, desired: dict) -> list[str]:
+    """Why the running unit differs from what a start now would run (empty: it does not)."""
+    if started is None:
+        return ["the running unit left no start record (started before pvegpu recorded starts, "
+                "or the record write failed)"]
+    reasons = []
+    if started.get("unit") != desired["unit"]:
+        reasons.append("unit file changed")
+    if started.get("venv") != desired["venv"]:
+        reasons.append(f"venv build {started.get('venv') or '(none)'} -> {desired['venv']}")
+    elif started.get("built") != desired["built"]:
+        reasons.append(f"venv {desired['venv']} was rebuilt")
+    return reasons

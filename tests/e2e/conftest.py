@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.__main__ import site_data, site_env
+from sim.__main__ import seed_training_code, site_data, site_env
 from sim.node import SimNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,7 @@ def node_options():
 @pytest.fixture
 def site(tmp_path, package_index, node_options):
     with SimNode(tmp_path / "node", **node_options) as node:
+        seed_training_code(node)
         yield Site(node, package_index, [*site_data(package_index), "--data", "training_requirements=[]"])
 
 

@@ -21,10 +21,11 @@ class ContainerState(ProbeFact):
 
     probe = "ct_state"
 
-    def command(self, uv_bin, venvs_dir, venv_path, unit_path=None, unit_name=None, cache_dir=None):
+    def command(self, uv_bin, venvs_dir, venv_path, unit_path=None, unit_name=None, cache_dir=None,
+                started_path=None):
         return self.command_for(
             uv_bin=uv_bin, venvs_dir=venvs_dir, venv_path=venv_path, unit_path=unit_path,
-            unit_name=unit_name, cache_dir=cache_dir,
+            unit_name=unit_name, cache_dir=cache_dir, started_path=started_path,
         )
 
     @staticmethod

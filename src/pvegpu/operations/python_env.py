@@ -14,6 +14,7 @@ from pyinfra.api import StringCommand, operation
 
 from ..facts.python_env import ContainerState
 from ..settings import Settings
+from ..unit import started_record
 from .util import write_file_command
 
 MARKER = ".pvegpu-build.json"
@@ -33,6 +34,7 @@ def container_state(settings: Settings) -> dict:
         unit_path=f"/etc/systemd/system/{settings.training_unit_name}.service",
         unit_name=f"{settings.training_unit_name}.service",
         cache_dir=settings.compile_cache_dir,
+        started_path=started_record(settings),
     )
 
 

@@ -1,25 +1,137 @@
-"""The training systemd unit in the container: rendered, enabled, started when not running."""
+"""The training systemd unit in the container: rendered, enabled, started when not running, and
+never restarted mid-run unless ``restart_training=true``.
+
+A training run lasts weeks. When the unit file or the venv build changed while the unit runs, the
+deploy leaves it running and prints that a restart is pending (no change is reported, so a
+converged re-run still reports zero changes). The running unit's own start record tells what it
+runs: its ``ExecStartPre`` writes the unit file's digest, the venv link target and the build's
+time to ``/run/pvegpu-<unit>/started`` (see templates/training.service.j2 and pvegpu.unit); the
+deploy compares that with what a start now would run.
+
+Every start (the first, after a failure, or a requested restart) is preceded by clearing leftover
+training processes on the training GPUs. Only the node sees GPU processes (nvidia-smi in an LXC
+container lists none), so that step runs on the container's node host, through the node's own
+connection, inside the container's operation: stop -> clear -> start stay in one ordered sequence.
+"""
 
 from __future__ import annotations
 
-import hashlib
+import shlex
 
-from pyinfra import host
-from pyinfra.api import operation
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.exceptions import FactProcessError
 
+from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
-from ..unit import render_unit
+from ..unit import (
+    desired_start, digest, parse_started_record, pending_reasons, render_unit, training_argv_prefix,
+    unit_file, unit_path,
+)
 from .python_env import container_state
-from .util import note, write_file_command
+from .util import write_file_command
+
+# ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
+# asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
+RUNNING = ("active", "activating", "reloading", "deactivating")
+# What the deploy ever killed on a node, one JSON line per signal.
+LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
 
 
-def unit_path(settings: Settings) -> str:
-    return f"/etc/systemd/system/{settings.training_unit_name}.service"
+def gpu_list(gpus) -> str:
+    return ",".join(str(g) for g in sorted(gpus))
+
+
+def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
+    """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
+    active = state.get("unit_active") or "inactive"
+    if active not in RUNNING:
+        return active, []
+    built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
+    desired = desired_start(settings, render_unit(settings), built)
+    return active, pending_reasons(parse_started_record(state.get("unit_started")), desired)
+
+
+def notice(*lines: str) -> None:
+    """Print a visible notice now, without yielding a command (a notice is not a change)."""
+    for line in lines:
+        host.log_styled(line, fg="yellow", log_func=logger.warning)
+
+
+def stop_and_wait_command(settings: Settings) -> StringCommand:
+    """Stop the unit and wait until systemd reports it down (`systemctl stop` blocks through the
+    stop timeout and SIGKILL; the loop makes sure nothing is still deactivating)."""
+    unit = shlex.quote(unit_file(settings))
+    return StringCommand(
+        f"systemctl stop {unit} && for i in $(seq 1 60); do "
+        f"case $(systemctl show -p ActiveState --value {unit}) in "
+        "active|activating|deactivating|reloading) sleep 1 ;; *) exit 0 ;; esac; done; "
+        f"echo {shlex.quote(unit_file(settings) + ' did not stop')} >&2; exit 1"
+    )
+
+
+def start_command(settings: Settings, state: dict) -> str:
+    unit = shlex.quote(unit_file(settings))
+    # A unit that failed too often is refused by `start` until its failed state is reset.
+    reset = f"systemctl reset-failed {unit}; " if state.get("unit_active") == "failed" else ""
+    return f"{reset}systemctl start {unit}"
+
+
+def clear_leftovers_command(settings: Settings) -> FunctionCommand:
+    """End leftover training processes on the training GPUs, on the container's node."""
+
+    def clear(state, host):
+        node_name = host.data.get("pct_node")
+        node = host.inventory.get_host(node_name, None) if node_name else None
+        if node is None:
+            host.log_styled(
+                f"cannot clear leftover training processes: node host {node_name!r} is not in the "
+                "inventory (container hosts are @pct/<node>/<vmid>)", fg="red", log_func=logger.error,
+            )
+            return False
+        args = {
+            "vmid": int(host.data.get("pct_vmid")),
+            "gpus": sorted(settings.training_gpus),
+            "argv_prefix": training_argv_prefix(settings),
+            "term_wait_s": 30,
+            "log": LEFTOVER_LOG,
+        }
+        status, output = node.run_shell_command(StringCommand(probe_command("training_leftovers", args)))
+        try:
+            doc = parse_probe_output("training_leftovers", list(output.stdout_lines)) if status else {}
+        except FactProcessError as e:
+            doc = {"error": str(e)}
+        if not status or doc.get("error"):
+            reason = doc.get("error") or " ".join(output.stderr_lines[-3:]) or "no output"
+            host.log_styled(f"clearing leftover training processes on {node_name} failed: {reason}",
+                            fg="red", log_func=logger.error)
+            return False
+        for p in doc["killed"]:
+            host.log_styled(
+                f"ended leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} "
+                f"({' '.join(p['argv'])})", fg="yellow", log_func=logger.warning,
+            )
+        for p in doc["foreign"]:
+            host.log_styled(
+                f"GPU {gpu_list(p['gpus'])} is also used by process {p['pid']} "
+                f"({' '.join(p['argv']) or '?'}): not the training command, left alone",
+                fg="yellow", log_func=logger.warning,
+            )
+        for p in doc["remaining"]:
+            host.log_styled(
+                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived SIGKILL: "
+                f"not starting {unit_file(settings)}; check it on {node_name} (`ps -o stat= {p['pid']}`)",
+                fg="red", log_func=logger.error,
+            )
+        return not doc["remaining"]
+
+    return FunctionCommand(clear, (), {})
 
 
 @operation()
 def unit_installed(settings: Settings):
-    """Write the rendered unit when it differs and reload systemd.
+    """Write the rendered unit when it differs and reload systemd. A running unit keeps running
+    (daemon-reload never restarts it); ``unit_running`` decides about restarts.
 
     .. code:: python
 
@@ -27,7 +139,7 @@ def unit_installed(settings: Settings):
     """
     text = render_unit(settings)
     state = container_state(settings)
-    if state.get("unit_digest") == hashlib.sha256(text.encode()).hexdigest():
+    if state.get("unit_digest") == digest(text):
         return
     yield write_file_command(unit_path(settings), text, mode="0644")
     yield "systemctl daemon-reload"
@@ -35,18 +147,39 @@ def unit_installed(settings: Settings):
 
 @operation()
 def unit_running(settings: Settings):
-    """Enable the unit and start it when it is not running. Never restarts a running unit.
+    """Enable the unit; start it when it is not running; restart it only when asked.
 
     .. code:: python
 
-        training.unit_running(name="Start dflash-train.service", settings=s)
+        training.unit_running(name="Enable and start dflash-train.service", settings=s)
+
+    - not running: clear leftover training processes on the training GPUs, then start;
+    - running what a start now would run: nothing;
+    - running an outdated unit or venv build: leave it running and print that a restart is
+      pending (no change), unless ``restart_training=true``: then stop, wait until it is down,
+      clear leftover training processes on the training GPUs, start.
     """
-    name = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     state = container_state(settings)
     if state.get("unit_enabled") != "enabled":
-        yield f"systemctl enable {name}"
-    if state.get("unit_active") not in ("active", "activating", "reloading"):
-        yield f"systemctl start {name}"
+        yield f"systemctl enable {shlex.quote(unit)}"
+    active, reasons = start_state(settings, state)
+    if active not in RUNNING:
+        yield clear_leftovers_command(settings)
+        yield start_command(settings, state)
+        return
+    if not reasons:
+        return
+    if not settings.restart_training:
+        notice(
+            f"{unit} keeps running; restart pending ({'; '.join(reasons)}).",
+            "To restart it (stop, clear leftover training processes, start), run the deploy with "
+            "--data restart_training=true",
+        )
+        return
+    yield stop_and_wait_command(settings)
+    yield clear_leftovers_command(settings)
+    yield f"systemctl start {shlex.quote(unit)}"
 
 
-__all__ = ["unit_installed", "unit_running", "note"]
+__all__ = ["unit_installed", "unit_running"]

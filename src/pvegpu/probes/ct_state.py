@@ -1,7 +1,7 @@
 # Probe: the python env and training unit state of a training container, as one JSON line.
 # Runs inside the container with its system python3 (stdlib only). ARGS is prepended:
 # {"uv_bin": ..., "venvs_dir": ..., "venv_path": ..., "unit_path": ..., "unit_name": ...,
-#  "cache_dir": ...}
+#  "cache_dir": ..., "started_path": ...}
 import hashlib
 import json
 import os
@@ -26,6 +26,21 @@ def digest(path):
         return None
 
 
+def mtime(path):
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
+def text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def venvs(root):
     found = {}
     if not os.path.isdir(root):
@@ -39,7 +54,7 @@ def venvs(root):
         except (OSError, ValueError):
             meta = None
         found[name] = {"path": path, "build": meta, "python_ok": os.access(
-            os.path.join(path, "bin", "python"), os.X_OK)}
+            os.path.join(path, "bin", "python"), os.X_OK), "built": mtime(marker)}
     return found
 
 
@@ -55,6 +70,8 @@ doc = {
     "unit_digest": digest(A["unit_path"]) if A.get("unit_path") else None,
     "unit_active": run(["systemctl", "is-active", unit])[1] if unit else None,
     "unit_enabled": run(["systemctl", "is-enabled", unit])[1] if unit else None,
+    # what the running training unit started with (its ExecStartPre writes it; see pvegpu.unit)
+    "unit_started": text(A["started_path"]) if A.get("started_path") else None,
     "cache_dir_exists": os.path.isdir(A["cache_dir"]) if A.get("cache_dir") else None,
 }
 print(json.dumps(doc, sort_keys=True))

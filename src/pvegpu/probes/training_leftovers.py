@@ -1,0 +1,122 @@
+# Action script (not a read-only probe): on the Proxmox NODE, find GPU compute processes of the
+# training command on the training GPUs and end them; leave every other process alone.
+# Runs with the node's system python3 (stdlib only). ARGS (a JSON string) is prepended:
+# {"vmid": 200, "gpus": [0, 1, ...], "argv_prefix": ["/root/venv/bin/python", "/data/dflash/train.py"],
+#  "term_wait_s": 30, "log": "/var/log/pvegpu/training-leftovers.log"}
+#
+# Only the node sees which process holds which GPU (nvidia-smi in an LXC container lists none), and
+# the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran.
+# A process is a leftover only when its argv starts with argv_prefix, it holds a training GPU and
+# its cgroup does not name another container; each pid is checked again right before each signal.
+# SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
+# appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
+PREFIX = A["argv_prefix"]
+
+
+def smi(query):
+    p = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[:1] or [f"exit {p.returncode}"])
+    return [[c.strip() for c in line.split(",")] for line in p.stdout.strip().splitlines() if line.strip()]
+
+
+def argv_of(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
+def other_container(pid):
+    """The vmid of another container whose cgroup holds pid (PVE: /lxc/<vmid>/...), else None."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)", text, re.M)
+    return m.group(1) if m and m.group(1) != str(A["vmid"]) else None
+
+
+def is_training(pid):
+    argv = argv_of(pid)
+    return bool(argv) and argv[:len(PREFIX)] == PREFIX and other_container(pid) is None
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def log(entry):
+    try:
+        os.makedirs(os.path.dirname(A["log"]), exist_ok=True)
+        with open(A["log"], "a") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
+def signal_all(pids, sig, found):
+    sent = []
+    for pid in pids:
+        if alive(pid) and is_training(pid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            sent.append(pid)
+            log({"time": round(time.time(), 3), "vmid": A["vmid"], "pid": pid,
+                 "signal": signal.Signals(sig).name, "gpus": found[pid]["gpus"],
+                 "argv": found[pid]["argv"]})
+    return sent
+
+
+def wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+doc = {"killed": [], "remaining": [], "foreign": [], "error": None}
+try:
+    uuid_to_index = {u: int(i) for i, u in smi("--query-gpu=index,uuid")}
+    apps = smi("--query-compute-apps=pid,gpu_uuid,used_memory")
+except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+    doc["error"] = f"nvidia-smi on the node failed: {e}"
+    apps, uuid_to_index = [], {}
+found, foreign = {}, {}
+for cells in apps:
+    if len(cells) < 2 or not cells[0].isdigit():
+        continue
+    pid, gpu = int(cells[0]), uuid_to_index.get(cells[1])
+    if gpu not in A["gpus"]:
+        continue
+    target = found if is_training(pid) else foreign
+    entry = target.setdefault(pid, {"pid": pid, "gpus": [], "argv": argv_of(pid) or []})
+    entry["gpus"].append(gpu)
+leftovers = sorted(found)
+if leftovers:
+    termed = signal_all(leftovers, signal.SIGTERM, found)
+    survivors = wait_gone(termed, A.get("term_wait_s", 30))
+    if survivors:
+        wait_gone(signal_all(survivors, signal.SIGKILL, found), 10)
+    doc["remaining"] = [found[p] for p in leftovers if alive(p) and is_training(p)]
+    doc["killed"] = [found[p] for p in leftovers if found[p] not in doc["remaining"]]
+doc["foreign"] = [foreign[p] for p in sorted(foreign)]
+print(json.dumps(doc, sort_keys=True))
