@@ -1,13 +1,16 @@
-# Stage 4, in each training container: facts, not hopes. Observes only: no change when it passes.
+# Stage 4, in each training container: facts, not hopes. torch build and CUDA, every GPU (model,
+# memory, UUID as the node reports, arch support, free memory, role), driver parity node vs
+# container, no stale compute process, the venv equal to its lock, and with
+# --data verify_level=compile the concurrent torch.compile check. Prints one table and a verdict
+# per container; observes only: no change when it passes, one line per problem when it fails.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import checks
 
-s = settings(host)
+s = checks.verification_settings(host)
 
-checks.torch_runtime(
-    name=f"Verify torch {s.torch_pin.split('==')[1]} sees {s.expected_gpu_count} GPUs",
-    python=f"{s.venv_path}/bin/python",
+checks.verified(
+    name=f"Verify torch {s.torch_version}+{s.torch_variant} on {s.expected_gpu_count} GPUs"
+    + (" (with concurrent compile)" if s.verify_level == "compile" else ""),
     settings=s,
 )

@@ -3,12 +3,20 @@ the host with one clear line per problem when they do not."""
 
 from __future__ import annotations
 
-from pyinfra import host
+import os
+from pathlib import Path
+
+import click
+from pyinfra import host, logger
 from pyinfra.api import operation
 
-from ..checks import torch_problems
+from ..checks import Verdict, parse_lock, torch_problems, verify
+from ..facts.proxmox import NodeState
 from ..facts.torch import TorchRuntime
-from ..settings import Settings
+from ..facts.verification import ContainerVerification
+from ..report import report_document, table, verdict_line, write_report
+from ..settings import Settings, load_all
+from .python_env import uv_bin
 from .util import fail
 
 
@@ -28,3 +36,82 @@ def torch_runtime(python: str, settings: Settings):
     )
     if problems:
         yield fail(*problems)
+
+
+def verification_settings(h) -> Settings:
+    """Settings of ``h`` for verification: the deploy's (its preflight already ran) or, in
+    verify.py, every host's settings validated (a bad value stops the run before any command)
+    without the node preflight, so verify.py reports the node's facts in its table instead."""
+    state = h.state
+    cached = getattr(state, "pvegpu_settings", None) or getattr(state, "pvegpu_verify_settings", None)
+    if cached is None:
+        cached = load_all(list(h.inventory))
+        state.pvegpu_verify_settings = cached
+    return cached[h.name]
+
+
+def node_host_of(h):
+    """The node host (group pve_hosts) a ``@pct/<node>/<vmid>`` host runs on, or None."""
+    name = h.data.get("pct_node")
+    return h.inventory.get_host(name, None) if name else None
+
+
+def lock_for(settings: Settings, state) -> tuple[dict[str, str] | None, str | None]:
+    """The variant's lock (``locks/<variant>.lock`` beside the deploy) as pins, and its name."""
+    base = Path(getattr(state, "cwd", None) or os.getcwd())
+    path = base / "locks" / f"{settings.torch_variant}.lock"
+    try:
+        return parse_lock(path.read_text()), f"locks/{path.name}"
+    except OSError:
+        return None, None
+
+
+def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
+    """Add one host's verdict to the run's JSON report and (re)write it on the controller."""
+    verdicts = getattr(state, "pvegpu_verdicts", None)
+    if verdicts is None:
+        verdicts = state.pvegpu_verdicts = {}
+    verdicts[name] = verdict
+    if settings.verify_report:
+        wanted = {k: getattr(settings, k) for k in (
+            "torch_version", "torch_variant", "expected_gpu_count", "target_gpus", "drafter_gpus",
+            "min_free_gpu_mib", "venv_path", "verify_level")}
+        write_report(settings.verify_report, report_document(verdicts, wanted))
+
+
+@operation()
+def verified(settings: Settings):
+    """Verify a training container against its settings and its node; print one table and a
+    verdict line; fail with one line per problem (expectation, fact, fix). Observes only.
+
+    .. code:: python
+
+        checks.verified(name="Verify CT 200: torch 2.11.0+cu130 on 8 GPUs", settings=s)
+
+    Two remote commands: the node's :class:`NodeState` (over SSH, no container calls) and the
+    container's :class:`ContainerVerification` (one ``pct exec``).
+    """
+    node_host = node_host_of(host)
+    node = node_host.get_fact(NodeState) if node_host is not None else {}
+    ct = host.get_fact(
+        ContainerVerification, venv=settings.venv_path, uv_bin=uv_bin(settings),
+        compile_check=settings.verify_level == "compile",
+    )
+    vmid = int(host.data.get("pct_vmid") or 0)
+    node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
+    lock, source = lock_for(settings, host.state)
+    verdict = verify(
+        settings, node or {}, ct or {}, where=f"CT {vmid} on {node_name}", vmid=vmid,
+        node_name=node_name, lock=lock, lock_source=source,
+        unit=f"{settings.training_unit_name}.service",
+    )
+    if host.state.is_executing:  # a preview (no -y) evaluates this body once more: print once
+        for line in table(verdict):
+            logger.info(line)
+        for line in verdict.warnings:
+            logger.warning(f"    warning: {line}")
+        logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red",
+                                bold=True))
+        _record(host.state, host.name, verdict, settings)
+    if not verdict.ok:
+        yield fail(*verdict.lines())

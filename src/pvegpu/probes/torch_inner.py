@@ -1,0 +1,76 @@
+# Runs INSIDE the venv's python (started as a subprocess by the torch_runtime and verification
+# probes): what torch really sees, printed as one JSON line. Any failure is data, never a crash:
+# an import error ends early with "import_error"; a CUDA init error is "init_error".
+import json
+import sys
+import warnings
+
+doc = {"import_error": None, "python_version": sys.version.split()[0]}
+try:
+    import torch
+except Exception as e:  # noqa: BLE001 (a broken install is a fact to report)
+    doc["import_error"] = f"{type(e).__name__}: {e}".strip().splitlines()[0]
+    print(json.dumps(doc))
+    raise SystemExit(0)
+
+
+def first_line(e):
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+doc["version"] = torch.__version__
+doc["variant"] = torch.__version__.partition("+")[2] or None
+doc["cuda"] = torch.version.cuda
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        available = bool(torch.cuda.is_available())
+    except Exception as e:  # noqa: BLE001
+        available = False
+        doc["init_error"] = first_line(e)
+doc["available"] = available
+# torch reports a CUDA init failure as a UserWarning "CUDA initialization: <reason> (Triggered
+# internally at ...)" and is_available() -> False: keep the reason.
+doc["warnings"] = [str(w.message).strip().splitlines()[0] for w in caught]
+doc.setdefault("init_error", None)
+doc["devices"] = []
+doc["device_count"] = 0
+doc["arch_list"] = []
+if available:
+    try:
+        torch.cuda.init()
+        doc["device_count"] = torch.cuda.device_count()
+        doc["arch_list"] = list(torch.cuda.get_arch_list())
+    except Exception as e:  # noqa: BLE001
+        doc["init_error"] = first_line(e)
+    for i in range(doc["device_count"]):
+        dev = {"index": i}
+        try:
+            p = torch.cuda.get_device_properties(i)
+            dev.update({
+                "name": p.name,
+                "uuid": str(getattr(p, "uuid", "") or "") or None,
+                "total_mib": int(p.total_memory) // (1024 * 1024),
+                "capability": f"{p.major}.{p.minor}",
+                "sm_count": getattr(p, "multi_processor_count", None),
+            })
+            free, total = torch.cuda.mem_get_info(i)
+            dev["free_mib"] = int(free) // (1024 * 1024)
+        except Exception as e:  # noqa: BLE001 (e.g. out of memory creating a context)
+            dev["error"] = first_line(e)
+        doc["devices"].append(dev)
+else:
+    for message in doc["warnings"]:
+        if "CUDA initialization" in message or "driver" in message.lower():
+            reason = message.split("CUDA initialization: ", 1)[-1]
+            doc["init_error"] = doc["init_error"] or reason.split(" (Triggered internally")[0]
+try:
+    doc["cudnn"] = torch.backends.cudnn.version()
+except Exception:  # noqa: BLE001
+    doc["cudnn"] = None
+try:
+    doc["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+except Exception:  # noqa: BLE001
+    doc["nccl"] = None
+print(json.dumps(doc))

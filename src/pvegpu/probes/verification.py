@@ -1,0 +1,126 @@
+# Probe: everything verification needs from inside a training container, as ONE JSON line (one
+# `pct exec` on a real node, where each pays Perl start-up). Runs with the container's system
+# python3 (stdlib only). Raw tool output is returned as data and parsed on the controller
+# (pvegpu.facts.gpus), so the parsers are unit-tested against real output shapes.
+# ARGS is prepended:
+# {"venv": "/root/venv", "torch_inner": "<torch_inner.py>", "compile_inner": "<compile_check.py>"
+#  or null, "compile_args": {...}, "uv_bin": "/opt/pvegpu/uv-X/bin/uv", "smi_query": "index,...",
+#  "timeout": 600}
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+def run(argv, timeout=120, env=None):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        return {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+    except (FileNotFoundError, PermissionError):
+        return {"rc": 127, "stdout": "", "stderr": f"{argv[0]}: not found"}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "stdout": "", "stderr": f"{argv[0]}: timed out after {timeout} s"}
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def run_inner(python, source, args=None, timeout=600, extra_env=None):
+    """Run `source` under the venv's python; its last JSON line, or an error document.
+    Observes only: no bytecode written into the venv, every GPU visible."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra_env or {})
+    argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
+    r = run(argv, timeout=timeout, env=env)
+    for line in reversed(r["stdout"].splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    tail = (r["stderr"].strip().splitlines() or ["no output"])[-1]
+    return {"import_error": f"exit {r['rc']}: {tail}", "error": f"exit {r['rc']}: {tail}"}
+
+
+def packages(venv):
+    """name -> {"version", "requires"} of every distribution in the venv, from the headers of its
+    .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the controller)."""
+    found = {}
+    for meta in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info",
+                                       "METADATA")):
+        name, version, requires = None, None, []
+        for line in (read(meta) or "").splitlines():
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            if key == "Name":
+                name = value.strip()
+            elif key == "Version":
+                version = value.strip()
+            elif key == "Requires-Dist":
+                requires.append(value.strip())
+        if name:
+            found[name] = {"version": version, "requires": requires}
+    return found
+
+
+def resolved(path):
+    return os.path.basename(os.path.realpath(path)) if os.path.exists(path) else None
+
+
+venv = A["venv"]
+python = os.path.join(venv, "bin", "python")
+real = os.path.realpath(venv)
+doc = {
+    "venv": venv,
+    "venv_real": real if os.path.isdir(real) else None,
+    "python": python,
+    "present": os.path.exists(python),
+    "module_text": (read("/proc/driver/nvidia/version") or "").strip().splitlines()[:1],
+    "libs": {name: resolved(os.path.join(LIBDIR, name))
+             for name in ("libcuda.so.1", "libnvidia-ml.so.1")},
+    "smi": run(["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]),
+    "torch": None,
+    "compile": None,
+    "packages": None,
+    "pip_check": None,
+    "marker": None,
+}
+if doc["present"]:
+    doc["torch"] = run_inner(python, A["torch_inner"], timeout=A.get("timeout", 600))
+    doc["packages"] = packages(real)
+    marker = read(os.path.join(real, ".pvegpu-build.json"))
+    try:
+        doc["marker"] = json.loads(marker) if marker else None
+    except ValueError:
+        doc["marker"] = {"unreadable": True}
+    uv = A.get("uv_bin")
+    if uv and os.path.exists(uv):
+        r = run([uv, "pip", "check", "--python", python],
+                env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"})
+        doc["pip_check"] = {"rc": r["rc"], "output": (r["stdout"] + r["stderr"]).strip()}
+    if A.get("compile_inner") and doc["torch"].get("available"):
+        # A fresh, private compile cache: the check really compiles (a warm cache would hide the
+        # race), never touches the training's per-build cache, and leaves nothing behind.
+        scratch = tempfile.mkdtemp(prefix="pvegpu-compile-check-")
+        try:
+            doc["compile"] = run_inner(
+                python, A["compile_inner"], A.get("compile_args") or {},
+                timeout=A.get("timeout", 600) + 300,
+                extra_env={"TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
+                           "TRITON_CACHE_DIR": os.path.join(scratch, "triton")},
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+print(json.dumps(doc, sort_keys=True))
