@@ -56,14 +56,27 @@ def node_host_of(h):
     return h.inventory.get_host(name, None) if name else None
 
 
-def lock_for(settings: Settings, state) -> tuple[dict[str, str] | None, str | None]:
-    """The variant's lock (``locks/<variant>.lock`` beside the deploy) as pins, and its name."""
-    base = Path(getattr(state, "cwd", None) or os.getcwd())
-    path = base / "locks" / f"{settings.torch_variant}.lock"
+def lock_for(settings: Settings, state=None) -> tuple[dict[str, str] | None, str | None]:
+    """The pins the venv must equal, and where they come from; (None, None) when there is no
+    usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
+
+    The python env stage decides lock or pins (``pvegpu.locks.lock_plan``: a lock applies only
+    when its ``.in`` pins what the settings ask for); verification follows the same decision.
+    """
     try:
-        return parse_lock(path.read_text()), f"locks/{path.name}"
-    except OSError:
-        return None, None
+        from ..locks import lock_plan
+    except ImportError:  # the python env stage without locks: read <locks_dir>/<variant>.lock
+        base = Path(getattr(state, "cwd", None) or os.getcwd())
+        path = Path(settings.locks_dir)
+        path = (path if path.is_absolute() else base / path) / f"{settings.torch_variant}.lock"
+        try:
+            return parse_lock(path.read_text()), str(path.name)
+        except OSError:
+            return None, None
+    plan = lock_plan(settings)
+    if plan.kind == "lock":
+        return parse_lock(plan.text), plan.source
+    return None, None
 
 
 def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:

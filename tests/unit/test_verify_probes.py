@@ -1,0 +1,185 @@
+"""The verification probes run for real on this machine: the exact remote command strings, with a
+stub ``torch`` (import error, CUDA init error, two GPUs, the FX-tracing race) and a stub
+``nvidia-smi``. The code paths are the ones that run on a real GPU node."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pvegpu.facts.probe import parse_probe_output, probe_command, probe_source
+from pvegpu.facts.verification import shape
+
+STUB = textwrap.dedent('''
+    """A stub of the torch API the probes use. STUB_MODE: ok | noinit | race | fallback."""
+    import os, sys, threading, time, types, warnings
+    MODE = os.environ.get("STUB_MODE", "ok")
+    __version__ = "2.11.0+cu130"
+    version = types.SimpleNamespace(cuda="13.0")
+    bfloat16 = "bfloat16"
+
+    class device:
+        def __init__(self, kind, index=None):
+            self.type, self.index = kind, index
+
+    def randn(*shape, device=None, dtype=None):
+        return ("tensor", shape, device)
+
+    class _Props:
+        def __init__(self, i):
+            self.name, self.major, self.minor = "NVIDIA H200", 9, 0
+            self.uuid = f"5a1e{i}{i}{i}{i}-5157"
+            self.total_memory = 143771 * 1024 * 1024
+            self.multi_processor_count = 132
+
+    def _is_available():
+        if MODE == "noinit":
+            warnings.warn("CUDA initialization: Found no NVIDIA driver on your system. "
+                          "(Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)")
+            return False
+        return True
+
+    cuda = types.ModuleType("torch.cuda")
+    cuda.is_available = _is_available
+    cuda.init = lambda: None
+    cuda.device_count = lambda: 2 if MODE != "noinit" else 0
+    cuda.get_arch_list = lambda: ["sm_80", "sm_90"]
+    cuda.get_device_properties = _Props
+    cuda.mem_get_info = lambda i: ((143771 - 100) * 1024 * 1024, 143771 * 1024 * 1024)
+    cuda.set_device = lambda i: None
+    cuda.synchronize = lambda i=None: None
+    cuda.nccl = types.SimpleNamespace(version=lambda: (2, 27, 7))
+    backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: 91300))
+
+    _flag = {"on": False}
+    _lock = threading.Lock()
+
+    def compile(fn, **kw):
+        state = {"done": False}
+        def wrapped(*a, **k):
+            if MODE == "race":
+                with _lock:
+                    if _flag["on"]:
+                        raise RuntimeError("Detected that you are using FX to symbolically trace a "
+                                           "dynamo-optimized function. This is not supported at the moment.")
+                    mine = not state["done"]
+                    _flag["on"] = mine or _flag["on"]
+                if mine:
+                    time.sleep(0.3)
+                    state["done"] = True
+                    _flag["on"] = False
+            return fn(*a, compiled=MODE != "fallback", **k)
+        return wrapped
+
+    def _flex_attention(q, k, v, compiled=False):
+        if not compiled:
+            warnings.warn("flex_attention called without torch.compile() - this will use an "
+                          "unfused implementation that materializes the full scores matrix")
+        return q
+
+    fa = types.ModuleType("torch.nn.attention.flex_attention")
+    fa.flex_attention = _flex_attention
+    nn = types.ModuleType("torch.nn"); attention = types.ModuleType("torch.nn.attention")
+    nn.attention, attention.flex_attention = attention, fa
+    sys.modules.update({"torch.cuda": cuda, "torch.nn": nn, "torch.nn.attention": attention,
+                        "torch.nn.attention.flex_attention": fa})
+''')
+
+
+@pytest.fixture
+def stub(tmp_path):
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(STUB)
+    return site
+
+
+def run_inner(name, site, mode, args=None, pythonpath=True):
+    env = {**os.environ, "STUB_MODE": mode}
+    if pythonpath:
+        env["PYTHONPATH"] = str(site)
+    argv = [sys.executable, "-c", probe_source(name)] + ([json.dumps(args)] if args else [])
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_torch_inner_import_error(stub):
+    doc = run_inner("torch_inner", stub, "ok", pythonpath=False)
+    assert doc["import_error"].startswith("ModuleNotFoundError")
+
+
+def test_torch_inner_cuda_init_error_is_data(stub):
+    doc = run_inner("torch_inner", stub, "noinit")
+    assert doc["available"] is False and doc["device_count"] == 0
+    assert doc["init_error"] == "Found no NVIDIA driver on your system."
+
+
+def test_torch_inner_two_gpus(stub):
+    doc = run_inner("torch_inner", stub, "ok")
+    assert (doc["version"], doc["variant"], doc["cuda"]) == ("2.11.0+cu130", "cu130", "13.0")
+    assert doc["available"] and doc["device_count"] == 2 and doc["arch_list"] == ["sm_80", "sm_90"]
+    assert doc["devices"][1] == {"index": 1, "name": "NVIDIA H200", "uuid": "5a1e1111-5157",
+                                 "total_mib": 143771, "free_mib": 143671, "capability": "9.0",
+                                 "sm_count": 132}
+    assert (doc["cudnn"], doc["nccl"]) == (91300, "2.27.7")
+
+
+def test_compile_check_without_race(stub):
+    doc = run_inner("compile_check", stub, "ok", {"gpus": None, "timeout": 30})
+    assert doc["ok"] and not doc["race"] and doc["gpus"] == [0, 1]
+    assert [t["ok"] for t in doc["threads"]] == [True, True] and doc["serial"] is None
+
+
+def test_compile_check_detects_the_fx_race_and_tries_the_lock(stub):
+    doc = run_inner("compile_check", stub, "race", {"gpus": None, "timeout": 30})
+    assert doc["race"] and not doc["ok"]
+    errors = [t["error"] for t in doc["threads"] if not t["ok"]]
+    assert len(errors) == 1 and "FX to symbolically trace" in errors[0]
+    assert doc["serial"]["ok"] is True
+
+
+def test_compile_check_detects_a_fallback(stub):
+    doc = run_inner("compile_check", stub, "fallback", {"gpus": [0], "timeout": 30})
+    assert not doc["ok"] and doc["fallback"][0].startswith("flex_attention called without torch.compile()")
+
+
+def test_verification_probe_end_to_end(stub, tmp_path):
+    venv = tmp_path / "venvs" / "torch-2.11.0-cu130"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    meta = venv / "lib" / "python3.11" / "site-packages" / "torch-2.11.0+cu130.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n"
+                                   "Requires-Dist: filelock\n\nlong description: x\n")
+    (venv / ".pvegpu-build.json").write_text('{"torch": "2.11.0+cu130"}\n')
+    link = tmp_path / "venv"
+    os.symlink(venv, link)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    smi.chmod(0o755)
+    from pvegpu.facts.gpus import GPU_QUERY
+    args = {"venv": str(link), "uv_bin": str(tmp_path / "no-uv"),
+            "torch_inner": probe_source("torch_inner"), "compile_inner": probe_source("compile_check"),
+            "compile_args": {"gpus": None, "timeout": 30}, "smi_query": ",".join(GPU_QUERY),
+            "timeout": 60}
+    env = {**os.environ, "PYTHONPATH": str(stub), "STUB_MODE": "race",
+           "PATH": f"{bindir}:{os.environ['PATH']}"}
+    p = subprocess.run(["sh", "-c", probe_command("verification", args)], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = shape(parse_probe_output("verification", p.stdout.splitlines()))
+    assert doc["present"] and doc["venv_real"] == str(venv)
+    assert doc["torch"]["version"] == "2.11.0+cu130" and doc["torch"]["device_count"] == 2
+    assert doc["packages"] == {"torch": {"version": "2.11.0+cu130", "requires": ["filelock"]}}
+    assert doc["marker"] == {"torch": "2.11.0+cu130"} and doc["pip_check"] is None
+    assert doc["gpus"] == [] and doc["gpu_error"].startswith("no GPUs found")
+    assert doc["compile"]["race"] is True
+    # the compile check's private cache is gone, nothing was written into the venv
+    assert not list(venv.rglob("__pycache__"))
+    assert not [n for n in os.listdir("/tmp") if n.startswith("pvegpu-compile-check-")]
