@@ -8,6 +8,7 @@ from pyinfra import host, local
 from pvegpu.operations.checks import verification_settings
 
 verification_settings(host)
+host.state.pvegpu_verify_only = True  # print the verdict in the preview too (without -y)
 
 if "training_cts" in host.groups:
     local.include("tasks/verify.py")

@@ -118,13 +118,20 @@ def verified(settings: Settings):
         node_name=node_name, lock=lock, lock_source=source,
         unit=f"{settings.training_unit_name}.service",
     )
-    if host.state.is_executing:  # a preview (no -y) evaluates this body once more: print once
-        for line in table(verdict):
-            logger.info(line)
-        for line in verdict.warnings:
-            logger.warning(f"    warning: {line}")
-        logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red",
-                                bold=True))
-        _record(host.state, host.name, verdict, settings)
+    state = host.state
+    # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows
+    # before pyinfra asks to go on. Once per host unless the facts changed in between.
+    if state.is_executing or getattr(state, "pvegpu_verify_only", False):
+        text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
+        printed = getattr(state, "pvegpu_printed", None)
+        if printed is None:
+            printed = state.pvegpu_printed = {}
+        if printed.get(host.name) != text:
+            printed[host.name] = text
+            for line in text:
+                (logger.warning if line.startswith("    warning: ") else logger.info)(line)
+            logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red",
+                                    bold=True))
+        _record(state, host.name, verdict, settings)
     if not verdict.ok:
         yield fail(*verdict.lines())

@@ -88,7 +88,9 @@ def compute_apps():
                 cmdline = (read(f"/proc/{cells[0]}/cmdline") or "").replace("\0", " ").strip()
                 apps.append({"pid": int(cells[0]), "name": cells[1], "gpu_uuid": cells[3],
                              "used_mib": int(cells[2]) if cells[2].isdigit() else None,
-                             "cmdline": cmdline})
+                             "cmdline": cmdline,
+                             # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
+                             "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip()})
     return apps
 
 
