@@ -1,16 +1,22 @@
-# Stage 3, in each training container: pinned uv, a venv per torch build, verified, then live.
+# Stage 3, in each training container: pinned uv, a venv per torch build built beside the live one
+# from its lock, checked, then switched in atomically; compile caches per build; old builds pruned.
 from pyinfra import host
 
 from pvegpu.deploy_context import settings
-from pvegpu.operations import checks, python_env
+from pvegpu.locks import lock_plan
+from pvegpu.operations import python_env
+from pvegpu.settings import SettingsError
 
 s = settings(host)
 
+# require_lock=true and no usable lock: refuse here, before any operation of the run executes.
+plan = lock_plan(s)
+if plan.error:
+    raise SettingsError(f"{host.name}: {plan.error}")
+
 python_env.uv_installed(name=f"Install uv {s.uv_version}", settings=s)
-python_env.venv_built(name=f"Build venv {s.build_name}", settings=s)
-checks.torch_runtime(
-    name=f"Check torch in {s.build_name} before switching to it",
-    python=f"{s.build_venv}/bin/python",
-    settings=s,
-)
+python_env.venv_built(name=f"Build venv {s.build_name} when missing, stale or drifted", settings=s)
+python_env.compile_caches(name=f"Compile caches under {s.compile_cache_dir}", settings=s)
+python_env.venv_checked(name=f"Check torch in the new {s.build_name} build before switching", settings=s)
 python_env.venv_selected(name=f"Switch {s.venv_path} to {s.build_name}", settings=s)
+python_env.venvs_pruned(name=f"Keep {s.keep_venvs} venv builds", settings=s)

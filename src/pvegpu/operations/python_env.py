@@ -1,32 +1,91 @@
 """Container-side operations for the python env: uv, one venv per torch build, the live link.
 
 pyinfra's stock ``uv.venv`` does not fit here: it takes no package list per venv and checks
-existence at another path than it creates. These own their fact (``ContainerState``).
+existence at another path than it creates. These own their fact (``ContainerState``); the layout
+they manage is described in :mod:`pvegpu.venvs`, the locks in :mod:`pvegpu.locks`.
+
+The stage, in order (tasks/python_env.py): ``uv_installed`` -> ``venv_built`` (a fresh build
+beside the live one, as ``<build>.next``, only when needed) -> ``compile_caches`` ->
+``venv_checked`` (the torch runtime check on ``.next``) -> ``venv_selected`` (promote ``.next``,
+switch the links) -> ``venvs_pruned``. ``venv_matches_lock`` is the read-only drift check for
+verify.py.
+
+Every uv call: ``--no-config`` (no stray uv.toml can add an index or a torch backend), the
+index-changing ``UV_*`` variables unset, ``--index-url <package_index_url> --extra-index-url
+<torch index> --index-strategy first-index`` (torch and everything on the torch index come only
+from it: PyPI's unlabeled torch, a CUDA 13 build, can never replace the variant), the full
+``torch==<version>+<variant>`` pin as a constraint too, and never ``--torch-backend`` (``auto``
+falls back to CPU wheels where no driver is visible).
+
+One composite fact per run and host: operations share the ``ContainerState`` document; it is read
+again only after an operation of the run changed something (``container_state``), or patched by
+the operation that made a change it knows exactly (``remember``).
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import re
 import shlex
 
-from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from .. import unit as _unit
+from ..facts.probe import probe_command
 from ..facts.python_env import ContainerState
+from ..locks import LockPlan, constraints, lock_plan, uv_wheel_hashes
 from ..settings import Settings
-from ..unit import started_record
-from .util import write_file_command
+from ..venvs import (
+    CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, marker, next_number,
+    prune_plan, python_minor, real_name,
+)
+from .util import fail
 
-MARKER = ".pvegpu-build.json"
+#: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
+#: venvs_dir: rebuild=venv deletes that).
+LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
+#: Environment variables that would change what uv installs or from where; unset for every call.
+UV_UNSET = (
+    "UV_TORCH_BACKEND", "UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
+    "UV_INDEX_STRATEGY", "UV_FIND_LINKS", "UV_NO_INDEX", "UV_CONSTRAINT", "UV_OVERRIDE",
+    "UV_PRERELEASE", "UV_RESOLUTION", "UV_EXCLUDE_NEWER", "UV_CONFIG_FILE", "UV_OFFLINE",
+    "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_LINK_MODE", "VIRTUAL_ENV",
+)
+
+
+def uv_home(settings: Settings) -> str:
+    return f"/opt/pvegpu/uv-{settings.uv_version}"
 
 
 def uv_bin(settings: Settings) -> str:
-    """Where the pinned uv lives in the container (its own small venv, one per version)."""
-    return f"/opt/pvegpu/uv-{settings.uv_version}/bin/uv"
+    """Where the pinned uv lives in the container (its own directory, one per version)."""
+    return f"{uv_home(settings)}/bin/uv"
+
+
+# --- the shared fact --------------------------------------------------------------------------
+_CACHE_ATTR = "_pvegpu_container_state"
+
+
+def _run_point(h) -> tuple:
+    """Changes only when something may have changed a host: the stage, and how many operations
+    (on any host: a node operation can re-create a container) have run commands."""
+    st = h.state
+    executed = sum(
+        1 for ops in st.ops.values() for data in ops.values() if data.operation_meta.executed
+    )
+    return (int(st.current_stage), bool(st.is_executing), executed)
 
 
 def container_state(settings: Settings) -> dict:
-    return host.get_fact(
+    """The ``ContainerState`` document, read at most once between changes of this run."""
+    point = _run_point(host)
+    cached = getattr(host, _CACHE_ATTR, None)
+    if cached and cached[0] == point:
+        return cached[1]
+    doc = host.get_fact(
         ContainerState,
         uv_bin=uv_bin(settings),
         venvs_dir=settings.venvs_dir,
@@ -34,31 +93,203 @@ def container_state(settings: Settings) -> dict:
         unit_path=f"/etc/systemd/system/{settings.training_unit_name}.service",
         unit_name=f"{settings.training_unit_name}.service",
         cache_dir=settings.compile_cache_dir,
-        started_path=started_record(settings),
+        started_path=_unit.started_record(settings) if hasattr(_unit, "started_record") else None,
+        python=settings.python_interpreter,
+        uv_cache_dir=settings.uv_cache_dir,
+        locks_cache=LOCKS_CACHE,
     )
+    setattr(host, _CACHE_ATTR, (point, doc))
+    return doc
 
 
+def remember(update) -> None:
+    """After an operation's last command ran: apply ``update(doc)`` to the cached document and
+    keep it valid past this operation's own completion (it knows exactly what it changed)."""
+    cached = getattr(host, _CACHE_ATTR, None)
+    if not cached:
+        return
+    update(cached[1])
+    point = _run_point(host)
+    setattr(host, _CACHE_ATTR, ((point[0], point[1], point[2] + 1), cached[1]))
+
+
+# --- uv command lines (pure; tests run them against the loopback index) ----------------------
 def uv_env(settings: Settings) -> str:
-    """Environment for every uv call: cache beside the venvs, never download a Python."""
+    """Environment prefix of every uv call: cache beside the venvs, no Python downloads, and
+    nothing from the environment that could change the indexes or the torch backend."""
+    unset = " ".join(f"-u {k}" for k in UV_UNSET)
     return (
-        f"UV_CACHE_DIR={shlex.quote(settings.uv_cache_dir)} UV_PYTHON_DOWNLOADS=never "
-        "UV_NO_PROGRESS=1"
+        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.uv_cache_dir)} "
+        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
     )
 
 
-def build_record(settings: Settings) -> dict:
-    """What a finished build of the selected variant must record in its marker file."""
-    return {
-        "torch": f"{settings.torch_version}+{settings.torch_variant}",
-        "variant": settings.torch_variant,
-        "requirements": sorted(settings.training_requirements),
-        "python": settings.python_interpreter,
-    }
+def index_args(settings: Settings) -> list[str]:
+    """The torch index first (an *extra* index has priority), PyPI (or its mirror) second, and
+    ``first-index``: a package found on the torch index is taken only from there."""
+    return [
+        "--index-url", settings.package_index_url,
+        "--extra-index-url", settings.torch_index_url,
+        "--index-strategy", "first-index",
+    ]
 
 
+def compile_argv(settings: Settings, uv: str, python: str, requirements: str, constraint: str,
+                 output: str, offline: bool = False) -> list[str]:
+    """``uv pip compile`` of the pins into a hashed lock, for the venv's own interpreter."""
+    return [
+        uv, "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--python", python,
+        *index_args(settings), "--constraints", constraint, *(["--offline"] if offline else []),
+        requirements, "-o", output,
+    ]
+
+
+def sync_argv(settings: Settings, uv: str, python: str, lock: str, constraint: str,
+              offline: bool = False) -> list[str]:
+    """``uv pip sync`` of a hashed lock: exactly its packages, anything else removed."""
+    return [
+        uv, "pip", "sync", "--no-config", "--quiet", "--require-hashes", "--python", python,
+        *index_args(settings), "--constraints", constraint, *(["--offline"] if offline else []),
+        lock,
+    ]
+
+
+def _q(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _file(path: str, text: str) -> str:
+    payload = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
+    return f"printf %s {payload} | base64 -d | gzip -dc > {shlex.quote(path)}"
+
+
+REACH = (
+    "import sys, urllib.request as u\n"
+    "for arg in sys.argv[1:]:\n"
+    "    key, _, url = arg.partition('=')\n"
+    "    try:\n"
+    "        u.urlopen(u.Request(url.rstrip('/') + '/', method='HEAD'), timeout=20).close()\n"
+    "    except u.HTTPError:\n"
+    "        pass\n"
+    "    except Exception as e:\n"
+    "        r = getattr(e, 'reason', e)\n"
+    "        print(f'pvegpu: {key}={url} is not reachable from the container ({r}): '\n"
+    "              f'fix {key} or start the index/mirror', file=sys.stderr)\n"
+    "        sys.exit(1)\n"
+)
+
+
+def build_script(settings: Settings, plan: LockPlan, python_version: str | None,
+                 resolved_locks: list[str] = ()) -> str:
+    """The one shell command that builds the selected build from scratch into ``<build>.next``.
+
+    It starts from an empty ``.building`` dir, installs offline from uv's cache when the cache
+    has everything (no index contacted), else checks the indexes answer and installs online,
+    then records the marker and renames the finished venv to ``.next``. Nothing outside
+    ``.building``/``.next``, uv's cache and the resolved-lock cache is touched.
+    """
+    V = settings.venvs_dir.rstrip("/")
+    B = settings.build_venv
+    T, N = f"{B}.building", f"{B}.next"
+    uv = uv_bin(settings)
+    env = uv_env(settings)
+    py = f"{T}/bin/python"
+    inp, cons, lock = f"{T}/.pvegpu-input.txt", f"{T}/.pvegpu-constraints.txt", f"{T}/{LOCK_FILE}"
+    reach = (
+        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(REACH)} "
+        f"{shlex.quote('package_index_url=' + settings.package_index_url)} "
+        f"{shlex.quote('torch_index_base=' + settings.torch_index_url)}"
+    )
+    cached_lock = f"{LOCKS_CACHE}/{plan.sha256}.txt"
+    lines = [
+        "set -e",
+        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)} {LOCKS_CACHE}",
+        f"rm -rf {shlex.quote(T)} {shlex.quote(N)}",
+        f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
+        _file(inp, plan.text),
+        _file(cons, constraints(settings)),
+    ]
+    if plan.kind == "lock":
+        lines.append(f"cp {shlex.quote(inp)} {shlex.quote(lock)}")
+    elif f"{plan.sha256}.txt" in resolved_locks:
+        lines.append(f"cp {cached_lock} {shlex.quote(lock)}")
+    else:
+        lines += [
+            reach,
+            f"{env} {_q(compile_argv(settings, uv, py, inp, cons, lock))}",
+            f"cp {shlex.quote(lock)} {cached_lock}.tmp && mv -f {cached_lock}.tmp {cached_lock}",
+        ]
+    offline = f"{env} {_q(sync_argv(settings, uv, py, lock, cons, offline=True))}"
+    online = f"{env} {_q(sync_argv(settings, uv, py, lock, cons))}"
+    lines += [
+        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' >&2;"
+        f" else {reach}; {online}; fi",
+    ]
+    cache = settings.compile_cache_dir
+    pth = (
+        "import os; "
+        f"os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', {cache + '/inductor'!r}); "
+        f"os.environ.setdefault('TRITON_CACHE_DIR', {cache + '/triton'!r})\n"
+    )
+    pth_b64 = base64.b64encode(pth.encode()).decode()
+    lines += [
+        f"for d in {shlex.quote(T)}/lib/python*/site-packages; do "
+        f"printf %s {pth_b64} | base64 -d > \"$d/{CACHE_PTH}\"; done",
+        _file(f"{T}/{MARKER}", json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n"),
+        f"mv {shlex.quote(T)} {shlex.quote(N)}",
+    ]
+    return "\n".join(lines)
+
+
+# --- running a step with one clear line on failure -----------------------------------------------
+def uv_error(lines: list[str]) -> str | None:
+    """uv's own explanation, as one line, from its output.
+
+    >>> uv_error(["  × No solution found when resolving dependencies:",
+    ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    """
+    picked = []
+    for line in lines:
+        s = line.strip()
+        s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:)\s*", "", s)
+        if s != line.strip() and s:
+            picked.append(s)
+    return " ".join(picked) if picked else None
+
+
+def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -> FunctionCommand:
+    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix."""
+
+    def step(state, host):
+        for line in notes:
+            host.log_styled(line, fg="yellow", log_func=logger.warning)
+        status, output = host.run_shell_command(
+            StringCommand(script), print_output=state.print_output, print_input=state.print_input,
+        )
+        lines = [o.line for o in output.combined_lines]
+        ours = [line.split("pvegpu: ", 1)[1] for line in lines if "pvegpu: " in line]
+        if status:
+            for line in ours:
+                host.log_styled(line, fg="cyan", log_func=logger.info)
+            return True
+        for line in lines:
+            logger.debug(f"{host.name}: {line}")
+        reason = (ours[-1] if ours else None) or uv_error(lines) or next(
+            (line.strip() for line in reversed(lines) if line.strip()), "no output"
+        )
+        host.log_styled(f"{what} failed: {reason}; {fix}", fg="red", log_func=logger.error)
+        return False
+
+    return FunctionCommand(step, (), {})
+
+
+# --- operations ---------------------------------------------------------------------------------
 @operation()
 def uv_installed(settings: Settings):
-    """Install the pinned uv from ``package_index_url`` into its own venv (never `curl | sh`).
+    """Install the pinned uv from ``package_index_url`` into its own directory (never `curl | sh`,
+    no pip needed): the wheel whose sha256 the project's uv.lock pins. Upgraded only when the pin
+    changes.
 
     .. code:: python
 
@@ -67,64 +298,211 @@ def uv_installed(settings: Settings):
     state = container_state(settings)
     if state.get("uv_version") == settings.uv_version:
         return
-    home = uv_bin(settings).rsplit("/bin/", 1)[0]
-    yield StringCommand(
-        f"rm -rf {home} && {shlex.quote(settings.python_interpreter)} -m venv {home} && "
-        f"{home}/bin/pip install --quiet --disable-pip-version-check --no-input --no-deps "
-        f"--index-url {shlex.quote(settings.package_index_url)} uv=={settings.uv_version} && "
-        f"{home}/bin/uv --version && ln -sfn {home}/bin/uv /usr/local/bin/uv"
+    args = {
+        "version": settings.uv_version, "index": settings.package_index_url,
+        "home": uv_home(settings), "hashes": uv_wheel_hashes(settings.uv_version),
+        "link": "/usr/local/bin/uv",
+    }
+    yield remote_step(
+        f"installing uv {settings.uv_version}",
+        probe_command("install_uv", args, python=settings.python_interpreter),
+        "the live venv is untouched",
     )
+
+
+def _python_problem(state: dict, settings: Settings) -> str | None:
+    found = (state.get("python") or {}).get("version")
+    if not found:
+        return (f"python_interpreter={settings.python_interpreter} does not run in the container: "
+                "install it (apt install python3) or set python_interpreter")
+    want = settings.python_version
+    if found != want and python_minor(found) != want:
+        return (f"python_interpreter={settings.python_interpreter} is Python {found}, "
+                f"python_version={want}: point python_interpreter at a Python {want} or set "
+                f"python_version={python_minor(found)} (and make the locks for it)")
+    return None
 
 
 @operation()
 def venv_built(settings: Settings):
-    """Build the selected torch build's venv beside the live one, from scratch when needed.
+    """Build the selected build's venv from scratch, beside the live one, when it is missing,
+    stale (another lock, python or compile cache dir) or drifted from its lock (extra, missing,
+    wrong version, wrong variant: reported, then repaired by the fresh build).
 
     .. code:: python
 
         python_env.venv_built(name="Build venv torch-2.11.0-cu130", settings=s)
 
-    The build happens in ``<venv>.building`` and is renamed into place only when every install
-    step succeeded (``--relocatable`` keeps it valid after the rename). A failed or interrupted
-    build never touches the live venv; the next run starts it again from scratch.
+    The build goes into ``<build>.building`` and becomes ``<build>.next`` only when every step
+    succeeded; ``venv_selected`` switches to it after its check. A failed or interrupted build
+    never touches the live venv; the next run starts it again from scratch. Unchanged locks are
+    installed offline from uv's cache (on the venvs' filesystem, so files are hard-linked).
     """
     state = container_state(settings)
-    current = state.get("venvs", {}).get(settings.build_name, {})
-    wanted = build_record(settings)
-    if current.get("build") == wanted and current.get("python_ok"):
+    if not state:
+        yield fail(f"{settings.venvs_dir}: the container's state could not be read: run deploy.py")
         return
-    uv = uv_bin(settings)
-    final = settings.build_venv
-    tmp = f"{final}.building"
-    pins = " ".join(shlex.quote(p) for p in (settings.torch_pin, *settings.training_requirements))
-    # The torch index is an *extra* index so it takes priority; with first-index, torch and its
-    # CUDA deps come only from it, and PyPI's unlabeled torch (a CUDA 13 build) can never win.
-    yield StringCommand(
-        f"mkdir -p {shlex.quote(settings.venvs_dir)} && rm -rf {tmp} && "
-        f"{uv_env(settings)} {uv} venv --quiet --relocatable --python "
-        f"{shlex.quote(settings.python_interpreter)} {tmp} && "
-        f"{uv_env(settings)} {uv} pip install --quiet --python {tmp}/bin/python "
-        f"--index-url {shlex.quote(settings.package_index_url)} "
-        f"--extra-index-url {shlex.quote(settings.torch_index_url)} "
-        f"--index-strategy first-index {pins}"
+    problem = _python_problem(state, settings)
+    if problem:
+        yield fail(problem)
+        return
+    plan = lock_plan(settings)
+    if plan.error:
+        yield fail(plan.error)
+        return
+    reasons = build_reasons(state, settings, plan)
+    if not reasons:
+        return
+    live = state.get("venv_link") or "(none)"
+    notes = [f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name)
+             else r for r in reasons]
+    if plan.warning:
+        notes.append(plan.warning)
+    if state.get("uv_cache_same_fs") is False:
+        notes.append(f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
+                     f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking")
+    yield remote_step(
+        f"building {settings.build_venv}.next",
+        build_script(settings, plan, (state.get("python") or {}).get("version"),
+                     state.get("resolved_locks") or []),
+        f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
+        "(the build restarts from scratch)",
+        tuple(notes),
     )
-    yield write_file_command(f"{tmp}/{MARKER}", json.dumps(wanted, sort_keys=True) + "\n")
-    yield StringCommand(f"rm -rf {shlex.quote(final)} && mv {tmp} {shlex.quote(final)}")
+
+
+@operation()
+def compile_caches(settings: Settings):
+    """Create the selected build's torch.compile caches under the data mount
+    (``<data_dir_ct>/cache/torch-<version>-<variant>/{inductor,triton}``); never deletes any.
+
+    .. code:: python
+
+        python_env.compile_caches(name="Compile caches for torch-2.11.0-cu130", settings=s)
+    """
+    state = container_state(settings)
+    dirs = state.get("compile_cache_dirs") or {}
+    if dirs.get("inductor") and dirs.get("triton"):
+        return
+    cache = shlex.quote(settings.compile_cache_dir)
+    yield f"mkdir -p {cache}/inductor {cache}/triton"
+    remember(lambda doc: doc.update(cache_dir_exists=True,
+                                    compile_cache_dirs={"inductor": True, "triton": True}))
+
+
+@operation()
+def venv_checked(settings: Settings):
+    """Run the torch runtime check (``checks.torch_runtime``) on a new build (``<build>.next``)
+    before anything switches to it; nothing to do when no new build waits.
+
+    .. code:: python
+
+        python_env.venv_checked(name="Check torch in the new build", settings=s)
+    """
+    state = container_state(settings)
+    if f"{settings.build_name}.next" not in (state.get("venvs") or {}):
+        return
+    from . import checks  # here: operations.checks imports this module
+
+    yield from checks.torch_runtime._inner(
+        python=f"{settings.build_venv}.next/bin/python", settings=settings,
+    )
 
 
 @operation()
 def venv_selected(settings: Settings):
-    """Point ``venv_path`` at the selected build, atomically (rename of a temporary link).
+    """Make the selected build live: promote a checked new build (``.next`` -> ``.b<n>``, then
+    rename a temp link over the build's link), and point ``venv_path`` at the build the same way.
+    Each switch is one ``rename()``: the live venv is never missing or half-built.
 
     .. code:: python
 
         python_env.venv_selected(name="Switch /root/venv to torch-2.11.0-cu130", settings=s)
     """
     state = container_state(settings)
-    if state.get("venv_link") == settings.build_venv:
-        return
-    link = shlex.quote(settings.venv_path)
-    if state.get("venv_path_is_dir"):
+    venvs = state.get("venvs") or {}
+    build, B = settings.build_name, settings.build_venv
+    V = settings.venvs_dir.rstrip("/")
+    link = settings.venv_path
+    cmds, real = [], (venvs.get(build) or {}).get("real")
+    promoted = f"{build}.next" in venvs
+    if promoted:
+        real = real_name(build, next_number(venvs, build))
+        cmds.append(f"mv -T {shlex.quote(B + '.next')} {shlex.quote(V + '/' + real)}")
+        cmds.append(f"ln -sfn {shlex.quote(real)} {shlex.quote(B + '.pvegpu-tmp')}")
+        cmds.append(f"mv -T {shlex.quote(B + '.pvegpu-tmp')} {shlex.quote(B)}")
+    switch = state.get("venv_link") != B
+    if switch and state.get("venv_path_is_dir"):
         # A hand-made venv at the stable path: keep it aside rather than deleting anything.
-        yield f"mv {link} {link}.pre-pvegpu.$(date +%s)"
-    yield f"ln -sfn {shlex.quote(settings.build_venv)} {link}.pvegpu-tmp && mv -T {link}.pvegpu-tmp {link}"
+        cmds.append(f"mv -T {shlex.quote(link)} {shlex.quote(link)}.pre-pvegpu.$(date +%s)")
+    if switch or promoted:
+        cmds.append(f"touch {shlex.quote(B + '/' + SELECTED_FILE)}")
+    if switch:
+        cmds.append(f"ln -sfn {shlex.quote(B)} {shlex.quote(link + '.pvegpu-tmp')}")
+        cmds.append(f"mv -T {shlex.quote(link + '.pvegpu-tmp')} {shlex.quote(link)}")
+    if not cmds:
+        return
+    yield StringCommand(" && ".join(cmds))
+
+    def update(doc):
+        vs = doc.setdefault("venvs", {})
+        if promoted:
+            entry = dict(vs.pop(f"{build}.next"), path=f"{V}/{real}")
+            vs[real] = entry
+        vs[build] = dict(vs.get(real) or {}, link=real, real=real)
+        doc.update(venv_link=B, venv_real=f"{V}/{real}", venv_path_is_dir=False)
+
+    remember(update)
+
+
+@operation()
+def venvs_pruned(settings: Settings):
+    """Delete builds beyond ``keep_venvs`` (the selected one counts; the most recently selected
+    others are kept for instant rollback), superseded rebuilds and leftovers of failed builds.
+    Never the live venv, never one a running process uses, never anything pvegpu did not make.
+
+    .. code:: python
+
+        python_env.venvs_pruned(name="Keep 2 venv builds", settings=s)
+    """
+    state = container_state(settings)
+    remove, in_use = prune_plan(state, settings)
+    for name in in_use:
+        pids = ", ".join(str(p) for p in (state["venvs"][name].get("in_use") or []))
+        host.log_styled(f"keeping {settings.venvs_dir}/{name}: in use by pid {pids}", fg="yellow",
+                        log_func=logger.warning)
+    if not remove:
+        return
+    V = settings.venvs_dir.rstrip("/")
+    yield StringCommand("rm -rf -- " + " ".join(shlex.quote(f"{V}/{name}") for name in remove))
+    remember(lambda doc: [doc.get("venvs", {}).pop(name, None) for name in remove])
+
+
+def drift_report(state: dict, settings: Settings) -> list[str]:
+    """One line per difference between the live venv and the lock it was built from (empty when
+    it matches). Pure: give it a ``ContainerState`` document."""
+    real = (state.get("venv_real") or "").rstrip("/").rsplit("/", 1)[-1]
+    entry = (state.get("venvs") or {}).get(real) if real else None
+    if not entry:
+        return []  # no live venv: the torch runtime check says so
+    where = f"{settings.venv_path} ({real})"
+    if entry.get("locked") is None:
+        return [f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "
+                "run deploy.py to rebuild it from the lock"]
+    return [f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()]
+
+
+@operation()
+def venv_matches_lock(settings: Settings):
+    """Fail, changing nothing, when the live venv's packages differ from its lock (extra,
+    missing, wrong version, wrong variant). For verify.py; deploy.py repairs instead.
+
+    .. code:: python
+
+        python_env.venv_matches_lock(name="Check /root/venv has exactly its lock's packages",
+                                     settings=s)
+    """
+    lines = drift_report(container_state(settings), settings)
+    if lines:
+        yield fail(*lines, "fix: run deploy.py (it rebuilds the venv from its lock beside the "
+                           "live one and switches to it)")
