@@ -158,6 +158,10 @@ def install(state, root, cfg):
     put(os.path.join(D, "pveversion"), "/usr/bin/pveversion")
     put(os.path.join(D, "nvidia-modprobe"), "/usr/bin/nvidia-modprobe")
     put(os.path.join(D, "systemctl"), "/usr/bin/systemctl")
+    # The .run driver installs the persistence daemon (no unit file: see the double's docstring).
+    put(os.path.join(D, "nvidia-persistenced"), "/usr/bin/nvidia-persistenced")
+    # pve-manager's unit that starts onboot guests (pve-manager: services/pve-guests.service).
+    put(os.path.join(D, "pve-guests.service"), "/lib/systemd/system/pve-guests.service", 0o644)
     for name in ("systemctl", "nvidia-smi", "nvidia-installer.run"):
         put(os.path.join(D, name), "/usr/lib/pve-sim/doubles/" + name)
     put(os.path.join(HERE, "enter.py"), "/usr/lib/pve-sim/enter.py", 0o644)

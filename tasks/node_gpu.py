@@ -1,14 +1,14 @@
-# Stage 1, on each Proxmox node: the data directory that outlives every container rebuild.
-# (Driver presence, version and GPU count were checked by the preflight in deploy.py.)
+# Stage 1, on each Proxmox node: NVIDIA devices that come back by themselves after every boot.
+# (Driver presence, version, GPU count and tools were checked by the preflight in deploy.py; the
+# data directory is created with the container that mounts it, in tasks/container.py.)
 from pyinfra import host
-from pyinfra.operations import files
 
 from pvegpu.deploy_context import settings
+from pvegpu.operations import proxmox
 
 s = settings(host)
 
-files.directory(
-    name=f"Data directory {s.data_dir_node} for checkpoints, datasets and compile caches",
-    path=s.data_dir_node,
-    present=True,
+proxmox.boot_persistence(
+    name="Load NVIDIA modules, create GPU and uvm nodes before guests start, run nvidia-persistenced",
+    settings=s,
 )

@@ -16,26 +16,81 @@ Two modes, chosen by what the node supports:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 CORE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 DEV_KEY = re.compile(r"^dev(\d+)$")
 
 
-def wanted_devices(node_devices: dict, extras: tuple[str, ...] | list[str], gpu_count: int | None = None) -> list[str]:
+def wanted_devices(node_devices: dict, extras: tuple[str, ...] | list[str],
+                   gpu_minors: list[int] | tuple[int, ...] | None = None) -> list[str]:
     """Device paths to pass: every GPU node (by minor), the control/uvm nodes, chosen extras.
 
-    The uvm nodes are wanted even when missing on the node (they appear after nvidia-modprobe).
+    GPU nodes come from the GPUs' minor numbers (nvidia-smi) and from the /dev/nvidiaN nodes
+    present; the uvm nodes are wanted even when missing on the node (nvidia-modprobe creates them).
+
+    >>> wanted_devices({}, (), gpu_minors=[1, 0])
+    ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']
     """
-    gpus = sorted(
-        (p for p in node_devices if GPU_NODE.match(p)), key=lambda p: int(GPU_NODE.match(p).group(1))
-    )
-    paths = gpus + list(CORE_NODES)
+    minors = {int(GPU_NODE.match(p).group(1)) for p in node_devices if GPU_NODE.match(p)}
+    minors |= {int(m) for m in (gpu_minors or []) if m is not None}
+    paths = [f"/dev/nvidia{m}" for m in sorted(minors)] + list(CORE_NODES)
     if "nvidia-modeset" in extras:
         paths.append("/dev/nvidia-modeset")
     if "nvidia-caps" in extras:
         paths += sorted(p for p in node_devices if p.startswith("/dev/nvidia-caps/"))
     return paths
+
+
+def expected_numbers(path: str, node_devices: dict, majors: dict) -> tuple[int, int] | None:
+    """major:minor a device path has (or will have once nvidia-modprobe creates it) on the node.
+
+    >>> expected_numbers("/dev/nvidia-uvm-tools", {}, {"nvidia-uvm": 509})
+    (509, 1)
+    """
+    if path in node_devices:
+        return node_devices[path]["major"], node_devices[path]["minor"]
+    nv = majors.get("nvidia")
+    m = GPU_NODE.match(path)
+    if m:
+        return (nv, int(m.group(1))) if nv is not None else None
+    fixed = {"/dev/nvidiactl": ("nvidia", 255), "/dev/nvidia-modeset": ("nvidia", 254),
+             "/dev/nvidia-uvm": ("nvidia-uvm", 0), "/dev/nvidia-uvm-tools": ("nvidia-uvm", 1)}
+    if path in fixed:
+        name, minor = fixed[path]
+        return (majors[name], minor) if name in majors else None
+    return None
+
+
+def modprobe_args(paths: list[str], node_devices: dict) -> list[list[str]]:
+    """`nvidia-modprobe` invocations creating the wanted nodes missing on the node ([] if none).
+
+    A devN path that does not exist blocks `pct set` and `pct start`; raw bind entries are
+    ``optional`` and would silently leave the container without the device. As in NVIDIA's
+    nvidia-modprobe.c, ``-c N`` makes /dev/nvidiaN (255: nvidiactl), but with ``-u`` every ``-c N``
+    is a uvm base minor (``-u -c 0``: nvidia-uvm and nvidia-uvm-tools), so they are two calls.
+
+    >>> modprobe_args(["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"],
+    ...               {"/dev/nvidia0": {}})
+    [['-c', '1', '-c', '255'], ['-u', '-c', '0']]
+    """
+    missing = [p for p in paths if p not in node_devices]
+    calls: list[list[str]] = []
+    nodes: list[str] = []
+    for path in missing:
+        m = GPU_NODE.match(path)
+        if m:
+            nodes += ["-c", m.group(1)]
+    if "/dev/nvidiactl" in missing:
+        nodes += ["-c", "255"]
+    if "/dev/nvidia-modeset" in missing:
+        nodes.append("-m")
+    if nodes:
+        calls.append(nodes)
+    if any(p.startswith("/dev/nvidia-uvm") for p in missing):
+        calls.append(["-u", "-c", "0"])
+    return calls
 
 
 def current_dev_entries(config: dict) -> dict[int, str]:
@@ -143,10 +198,164 @@ def rewrite_config(text: str, new_raw: list[tuple[str, str]], majors: dict, drop
     while kept and not kept[-1].strip():
         kept.pop()
     kept += [f"{k}: {v}" for k, v in new_raw]
+    if drop_dev:
+        rest = _drop_pending_dev(rest)
     out = kept + ([""] + rest if rest else [])
     return "\n".join(out) + "\n"
+
+
+def _drop_pending_dev(rest: list[str]) -> list[str]:
+    """Drop pending NVIDIA devN values (switching to lxc mode); an emptied [pve:pending] goes."""
+    out: list[str] = []
+    section = None
+    start = 0
+    for line in rest:
+        if line.startswith("["):
+            if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+                del out[start:]
+            section = line.strip()
+            start = len(out)
+        elif section == "[pve:pending]":
+            key, _, value = line.partition(":")
+            if DEV_KEY.match(key.strip()) and value.strip().startswith("/dev/nvidia"):
+                continue
+        out.append(line)
+    if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+        del out[start:]
+    while out and not out[-1].strip():
+        out.pop()
+    while out and not out[0].strip():
+        out.pop(0)
+    return out
 
 
 def raw_lines_match(raw: list, new_raw: list[tuple[str, str]], majors: dict) -> bool:
     ours = [(k, v) for k, v in raw if is_our_raw_line(k, v, majors)]
     return ours == list(new_raw)
+
+
+# --- the whole plan ------------------------------------------------------------------------------
+
+OUR_DEV = re.compile(r"^/dev/nvidia")
+
+
+def effective_config(ct: dict) -> dict:
+    """The keys the next start uses: the main section with [pve:pending] applied."""
+    config = dict(ct.get("config", {}))
+    config.update(ct.get("pending", {}))
+    for key in ct.get("pending_delete", []):
+        config.pop(key, None)
+    return config
+
+
+def pending_ours(ct: dict) -> list[str]:
+    """Pending devN changes of NVIDIA devices (they apply only at the next start)."""
+    keys = []
+    for key, value in ct.get("pending", {}).items():
+        if DEV_KEY.match(key) and OUR_DEV.match(value):
+            keys.append(key)
+    for key in ct.get("pending_delete", []):
+        if DEV_KEY.match(key) and OUR_DEV.match(ct.get("config", {}).get(key, "")):
+            keys.append(key)
+    return sorted(keys)
+
+
+def stale_live_devices(paths: list[str], node_devices: dict, majors: dict, live: dict | None) -> list[str]:
+    """How the running container's NVIDIA nodes differ from the node's (devices are fixed at
+    `pct start`, so a uvm module reloaded with a new major leaves the container with dead nodes).
+
+    >>> stale_live_devices(["/dev/nvidia-uvm"], {}, {"nvidia-uvm": 509},
+    ...                    {"devices": {"/dev/nvidia-uvm": {"major": 508, "minor": 0}}})
+    ['/dev/nvidia-uvm is 508:0 in the container, 509:0 on the node']
+    """
+    if not live:
+        return []
+    have = {p: d for p, d in live.get("devices", {}).items() if OUR_DEV.match(p)}
+    problems = []
+    for path in paths:
+        want = expected_numbers(path, node_devices, majors)
+        got = have.get(path)
+        if got is None:
+            problems.append(f"{path} is missing in the container")
+        elif want is not None and (got["major"], got["minor"]) != tuple(want):
+            problems.append(
+                f"{path} is {got['major']}:{got['minor']} in the container, {want[0]}:{want[1]} on the node"
+            )
+    for path in sorted(set(have) - set(paths)):
+        problems.append(f"{path} is in the container but no longer passed through")
+    return problems
+
+
+@dataclass
+class Plan:
+    """What `gpu_passthrough` does to one container, computed from the node's facts alone (so the
+    preflight and the operation agree)."""
+
+    mode: str
+    paths: list[str]
+    modprobe: list[list[str]] = field(default_factory=list)  # nvidia-modprobe calls, [] = none missing
+    set_args: list[str] = field(default_factory=list)  # `pct set` args (dev mode)
+    new_text: str | None = None  # rewritten config file (raw lines / switching modes)
+    pending: list[str] = field(default_factory=list)  # our devN changes waiting for a start
+    stale: list[str] = field(default_factory=list)  # live device differences in a running CT
+    running: bool = False
+
+    @property
+    def changes_config(self) -> bool:
+        return bool(self.set_args) or self.new_text is not None
+
+    @property
+    def restart_reasons(self) -> list[str]:
+        """Why a running container must be restarted (stop + start) to get its GPUs right."""
+        if not self.running:
+            return []
+        reasons = []
+        if self.changes_config:
+            reasons.append("its GPU passthrough config changes")
+        if self.pending:
+            reasons.append(f"pending {', '.join(self.pending)} apply only at start")
+        return reasons + self.stale
+
+
+def select_mode(setting: str, pve_version: str | None) -> str:
+    """``dev`` on PVE >= 8.2 (pve-container 5.0.7 brought devN), ``lxc`` before, unless forced.
+
+    >>> select_mode("auto", "8.1.4"), select_mode("auto", "8.4.1"), select_mode("lxc", "8.4.1")
+    ('lxc', 'dev', 'lxc')
+    """
+    if setting != "auto":
+        return setting
+    parts = re.findall(r"\d+", pve_version or "")
+    version = tuple(int(x) for x in parts[:2]) if len(parts) >= 2 else (0, 0)
+    return "dev" if version >= (8, 2) else "lxc"
+
+
+def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
+    """The passthrough changes a container needs against the node's facts.
+
+    ``state`` is the NodeState document, ``ct`` its entry for the container (with ``live`` when
+    the container runs and was asked in full).
+    """
+    devices = state.get("devices", {})
+    majors = state.get("majors", {})
+    minors = [g.get("minor") for g in state.get("gpus") or [] if g.get("minor") is not None]
+    paths = wanted_devices(devices, extras, gpu_minors=minors)
+    mode = select_mode(setting, state.get("pve_version"))
+    plan = Plan(mode=mode, paths=paths, modprobe=modprobe_args(paths, devices),
+                running=ct.get("status") == "running")
+    config = effective_config(ct)
+    raw = ct.get("raw_lxc", [])
+    text = ct.get("text", "")
+    if mode == "dev":
+        plan.set_args = dev_set_args(config, paths)
+        if any(is_our_raw_line(k, v, majors) for k, v in raw):
+            plan.new_text = rewrite_config(text, [], majors, False)
+        plan.pending = pending_ours(ct)
+    else:
+        lines = raw_lxc_lines(paths, devices, majors)
+        dev_left = any(DEV_KEY.match(k) and OUR_DEV.match(v) for k, v in config.items())
+        if not raw_lines_match(raw, lines, majors) or dev_left:
+            plan.new_text = rewrite_config(text, lines, majors, True)
+    if plan.running:
+        plan.stale = stale_live_devices(paths, devices, majors, ct.get("live"))
+    return plan

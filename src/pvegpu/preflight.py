@@ -7,10 +7,13 @@ operation executes.
 
 from __future__ import annotations
 
+from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
+from . import boot
 from .facts.proxmox import NodeState
+from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import training_path_problems
 from .variants import driver_fit
@@ -20,8 +23,11 @@ class PreflightError(PyinfraError):
     """The node cannot run the selected build; nothing was changed."""
 
 
-def node_problems(settings: Settings, state: dict, node: str) -> tuple[list[str], list[str]]:
+def node_problems(settings: Settings, state: dict, node: str,
+                  vmids=()) -> tuple[list[str], list[str]]:
     """(problems, warnings) of one node's facts against the settings.
+
+    Each problem is one line: the fact, the value found, the fix.
 
     >>> from pvegpu.settings import defaults
     >>> problems, _ = node_problems(Settings.from_data(defaults()),
@@ -37,6 +43,8 @@ def node_problems(settings: Settings, state: dict, node: str) -> tuple[list[str]
             f"NVIDIA driver >= {settings.variant.min_driver} on the node and reboot"
         )
     else:
+        # NVIDIA CUDA release notes, table 3: CUDA 12.8 >= 570.26 (12.x minor-version
+        # compatibility from 525.60.13, reduced features); CUDA 13.0 >= 580.65.06.
         fit = driver_fit(settings.variant, driver)
         if fit == "too_old":
             problems.append(
@@ -57,12 +65,116 @@ def node_problems(settings: Settings, state: dict, node: str) -> tuple[list[str]
             f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
             f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set expected_gpu_count"
         )
+    smi = state.get("driver_version_smi")
+    if driver and smi and smi != driver:
+        problems.append(
+            f"{node}: the node's NVIDIA userspace is {smi} but its kernel module is {driver}: "
+            f"reboot the node after the driver upgrade (or reinstall the matching driver)"
+        )
+    if driver and "nvidia-uvm" not in state.get("majors", {}):
+        problems.append(
+            f"{node}: the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): "
+            f"run `modprobe nvidia-uvm` on the node (CUDA cannot start without it)"
+        )
+    if driver and not (state.get("tools") or {}).get("nvidia-modprobe"):
+        problems.append(
+            f"{node}: nvidia-modprobe is not installed: install the driver's nvidia-modprobe "
+            f"(the .run driver puts it in /usr/bin; Debian: package nvidia-modprobe)"
+        )
+    if driver and not (state.get("tools") or {}).get("nvidia-persistenced") and \
+            not (state.get("units") or {}).get("nvidia-persistenced.service", {}).get("path"):
+        warnings.append(
+            f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
+            f"holds them (slow CUDA start); install it with the driver"
+        )
+    mode = select_mode(settings.passthrough_mode, state.get("pve_version"))
+    if mode == "dev" and select_mode("auto", state.get("pve_version")) != "dev":
+        problems.append(
+            f"{node}: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
+            f"{state.get('pve_version') or 'an unknown version'}: set passthrough_mode=auto or lxc"
+        )
+    for vmid in vmids:
+        p, w = container_problems(settings, state, node, vmid)
+        problems += p
+        warnings += w
     return problems, warnings
+
+
+def container_problems(settings: Settings, state: dict, node: str, vmid) -> tuple[list[str], list[str]]:
+    """What would stop the container stage half-way, found before anything changes."""
+    problems, warnings = [], []
+    ct = state.get("containers", {}).get(str(vmid), {})
+    driver = state.get("driver_version")
+    if not ct.get("exists"):
+        template = settings.ct_template.split("/")[-1]
+        if template not in state.get("templates", []):
+            problems.append(
+                f"{node}: CT {vmid} is missing and its template {settings.ct_template} is not on the "
+                f"node: download it with `pveam download local {template}` or set ct_template"
+            )
+        if driver and not state.get("installer"):
+            problems.append(_installer_line(settings, node, vmid, driver, "none (new container)"))
+        return problems, warnings
+    config = ct.get("config", {})
+    unpriv = config.get("unprivileged", "0") == "1"
+    if unpriv != settings.ct_unprivileged:
+        warnings.append(
+            f"{node}: CT {vmid} is {'un' if unpriv else ''}privileged but ct_unprivileged is "
+            f"{settings.ct_unprivileged}: only rebuild=container changes it"
+        )
+    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    reasons = plan.restart_reasons
+    live = ct.get("live")
+    if reasons and not settings.restart_training:
+        unit = f"{settings.training_unit_name}.service"
+        if live is None:
+            problems.append(
+                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs in "
+                f"it could not be read: check the container, or pass --data restart_training=true"
+            )
+        elif live.get("unit_active") in ("active", "activating", "reloading", "deactivating"):
+            problems.append(
+                f"{node}: CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+                f"{unit} is running in it: stop the training first, or pass --data "
+                f"restart_training=true to restart it anyway"
+            )
+    if live and driver:
+        libcuda = (live.get("libs") or {}).get("libcuda.so.1")
+        target = live.get("driver_version") or driver
+        if libcuda != target and not state.get("installer"):
+            problems.append(_installer_line(settings, node, vmid, target, libcuda or "none"))
+    return problems, warnings
+
+
+def _installer_line(settings: Settings, node: str, vmid, driver: str, found: str) -> str:
+    return (
+        f"{node}: CT {vmid} needs NVIDIA userspace {driver} (has {found}), but "
+        f"NVIDIA-Linux-x86_64-{driver}.run is not in {settings.nvidia_installer_dir} on the node: "
+        f"copy the installer of the node's driver there (or set nvidia_installer_dir)"
+    )
 
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
     """Validate settings of every host and the GPUs of every node, once per run (cached on the
-    run's State)."""
+    run's State).
+
+    pyinfra loads deploy.py for every host side by side (gevent greenlets): the first host runs
+    the checks while the others wait on a lock for its result (or its error), so the node's facts
+    are read once, not once per host.
+    """
+    lock = state.__dict__.setdefault("pvegpu_preflight_lock", Semaphore())
+    with lock:
+        failed = getattr(state, "pvegpu_preflight_error", None)
+        if failed is not None:
+            raise failed
+        try:
+            return _check_fleet(state, inventory)
+        except PyinfraError as e:
+            state.pvegpu_preflight_error = e
+            raise
+
+
+def _check_fleet(state, inventory) -> dict[str, Settings]:
     cached = getattr(state, "pvegpu_settings", None)
     if cached is not None:
         return cached
@@ -70,14 +182,16 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
     problems = []
     for node_host in inventory.get_group("pve_hosts", []):
         s = settings[node_host.name]
+        vmids = node_host.data.get("pve_ct_ids") or []
         facts = node_host.get_fact(
-            NodeState, vmids=node_host.data.get("pve_ct_ids") or [],
-            installer_dir=s.nvidia_installer_dir, data_dir=s.data_dir_node,
+            NodeState, vmids=vmids, installer_dir=s.nvidia_installer_dir, data_dir=s.data_dir_node,
+            boot_files=boot.boot_files(), units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
+            ct_detail="full", unit_name=f"{s.training_unit_name}.service",
         )
         if not facts:
             problems.append(f"{node_host.name}: node facts could not be read: check SSH to the node")
             continue
-        found, warnings = node_problems(s, facts, node_host.name)
+        found, warnings = node_problems(s, facts, node_host.name, vmids)
         problems += found
         for line in warnings:
             logger.warning(f"--> warning: {line}")

@@ -275,13 +275,28 @@ def probe() -> CudaState:
         return CudaState(MSG_NO_DRIVER, [])
     if module != libcuda:
         return CudaState(MSG_MISMATCH, [])
-    if not os.path.exists(path("dev", "nvidia-uvm")):
+    if not os.path.exists(path("dev", "nvidia-uvm")) or _uvm_major_stale():
         return CudaState(MSG_UNKNOWN, [])
     devices = _apply_visible_devices(physical_gpus())
     if not devices:
         # cudaErrorNoDevice: torch reports zero devices without a warning.
         return CudaState(MSG_NO_GPUS, [], silent=True)
     return CudaState(None, devices)
+
+
+def _uvm_major_stale() -> bool:
+    """A /dev/nvidia-uvm whose major is not the loaded nvidia-uvm module's (the module was reloaded
+    with another dynamic major after the node was made): open() fails, CUDA reports error 999."""
+    try:
+        st = os.stat(path("dev", "nvidia-uvm"))
+        with open(path("proc", "devices")) as f:
+            text = f.read()
+    except OSError:
+        return False
+    if not stat.S_ISCHR(st.st_mode):
+        return False
+    m = re.search(r"^\s*(\d+) nvidia-uvm$", text, re.M)
+    return bool(m) and int(m.group(1)) != os.major(st.st_rdev)
 
 
 def warning_text(state: CudaState) -> str:

@@ -1,4 +1,4 @@
-"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, container configs."""
+"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, boot units, container configs."""
 
 from __future__ import annotations
 
@@ -11,19 +11,32 @@ class NodeState(ProbeFact):
     .. code:: python
 
         state = host.get_fact(NodeState, vmids=[200], installer_dir="/root",
-                              data_dir="/tank/dflash", boot_files=[])
+                              data_dir="/tank/dflash", boot_files=[], units=[],
+                              ct_detail="full", unit_name="dflash-train.service")
         state["driver_version"], state["majors"]["nvidia-uvm"], state["containers"]["200"]["status"]
 
-    Majors come from /proc/devices (uvm and caps are dynamic, never hard-coded); device nodes
-    from stat() of /dev/nvidia*; GPUs from `nvidia-smi --query-gpu ... --format=csv`.
+    - ``pve_version`` (pve-manager, from `pveversion -v`), ``pve_container``;
+    - ``driver_version`` (the kernel module, /proc/driver/nvidia/version) and
+      ``driver_version_smi`` (the userspace nvidia-smi reports);
+    - ``gpus``: index, name, uuid, memory_total_mib, pci_bus_id, minor (`nvidia-smi --query-gpu
+      ... --format=csv`); ``gpu_error`` when nvidia-smi fails;
+    - ``devices``: every /dev/nvidia* and /dev/nvidia-caps/* node with its major:minor (stat());
+    - ``majors``: every character major by driver name, from /proc/devices (the uvm and caps
+      majors are dynamic: never hard-coded);
+    - ``boot_files`` (sha256 per path), ``units`` (path(s), enabled, active), ``tools``;
+    - ``containers[<vmid>]``: exists, config (main section), raw_lxc, pending, pending_delete, text,
+      and by ``ct_detail``: status ("status"), plus ``live`` ("full": the container's own view —
+      driver_version from its /proc/driver/nvidia/version, libs, nvidia_smi, devices, unit_active).
     """
 
     probe = "node_state"
 
-    def command(self, vmids=(), installer_dir="/root", data_dir="/", boot_files=()):
+    def command(self, vmids=(), installer_dir="/root", data_dir="/", boot_files=(), units=(),
+                ct_detail="full", unit_name=None):
         return self.command_for(
             vmids=list(vmids), installer_dir=installer_dir, data_dir=data_dir,
-            boot_files=list(boot_files),
+            boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
+            unit_name=unit_name,
         )
 
     @staticmethod

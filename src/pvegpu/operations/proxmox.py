@@ -1,7 +1,9 @@
-"""Node-side operations on Proxmox containers: lifecycle, GPU passthrough, driver parity.
+"""Node-side operations: boot persistence, container lifecycle, GPU passthrough, driver parity.
 
-Each reads the node's composite ``NodeState`` fact when it runs and yields commands only when
-the container differs from the desired state.
+Each reads the node's composite ``NodeState`` fact once, when it runs (pyinfra 3 runs operation
+bodies at execution time), asking only for what it compares (container status and the
+container's own view cost a `pct` call each on a real node), and yields commands only when the
+node or container differs from the desired state.
 """
 
 from __future__ import annotations
@@ -11,24 +13,28 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from .. import boot
 from ..facts.proxmox import NodeState
-from ..passthrough import (
-    dev_set_args,
-    raw_lines_match,
-    raw_lxc_lines,
-    rewrite_config,
-    wanted_devices,
-)
+from ..passthrough import plan_passthrough
 from ..settings import Settings
-from ..variants import driver_tuple
-from .util import fail, write_file_command
+from .util import fail, note, write_file_command
+
+ACTIVE = ("active", "activating", "reloading", "deactivating")
 
 
-def node_state(settings: Settings, vmid: int) -> tuple[dict, dict]:
-    state = host.get_fact(
-        NodeState, vmids=[vmid], installer_dir=settings.nvidia_installer_dir,
-        data_dir=settings.data_dir_node,
-    )
+def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
+    """The node's state, once per operation (the same arguments as the preflight's, so every
+    stage reads the same document shape)."""
+    return host.get_fact(
+        NodeState, vmids=list(vmids), installer_dir=settings.nvidia_installer_dir,
+        data_dir=settings.data_dir_node, boot_files=boot.boot_files(),
+        units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT], ct_detail=ct_detail,
+        unit_name=f"{settings.training_unit_name}.service",
+    ) or {}
+
+
+def node_state(settings: Settings, vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
+    state = read_state(settings, [vmid], ct_detail)
     return state, state.get("containers", {}).get(str(vmid), {})
 
 
@@ -39,6 +45,12 @@ def wait_exec(vmid: int) -> StringCommand:
         f"[ $i -ge 60 ] && echo 'CT {vmid} started but pct exec does not answer after 60 s' >&2 "
         f"&& exit 1; sleep 1; done"
     )
+
+
+def mount_spec(settings: Settings) -> str:
+    """The data mount point: a node directory bind-mounted into the container. ``backup=0``:
+    vzdump leaves it out (checkpoints and datasets are backed up on their own schedule)."""
+    return f"{settings.data_dir_node},mp={settings.data_dir_ct},backup=0"
 
 
 def create_args(settings: Settings, vmid: int) -> list[str]:
@@ -53,23 +65,136 @@ def create_args(settings: Settings, vmid: int) -> list[str]:
         "--net0", settings.ct_net0,
         "--unprivileged", "1" if settings.ct_unprivileged else "0",
         "--features", settings.ct_features,
-        "--mp0", f"{settings.data_dir_node},mp={settings.data_dir_ct},backup=0",
+        "--mp0", mount_spec(settings),
         "--onboot", "1" if settings.ct_onboot else "0",
         "--protection", "1" if settings.ct_protection else "0",
         "--ostype", "debian",
     ]
 
 
+def data_mount_key(config: dict, settings: Settings) -> str | None:
+    """The mpN entry bind-mounting the data dir, if any."""
+    for key, value in config.items():
+        if key.startswith("mp") and key[2:].isdigit():
+            parts = value.split(",")
+            opts = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+            if parts[0].rstrip("/") == settings.data_dir_node.rstrip("/") and \
+                    opts.get("mp", "").rstrip("/") == settings.data_dir_ct.rstrip("/"):
+                return key
+    return None
+
+
+def settings_args(config: dict, settings: Settings) -> list[str]:
+    """`pct set` args converging an existing container's hotpluggable settings: cores, memory,
+    swap, onboot, the data mount, and protection (only ever raised here: only rebuild=container
+    lifts it). Hostname, network, features and the root disk are left as created.
+
+    >>> from pvegpu.settings import defaults
+    >>> s = Settings.from_data(defaults())
+    >>> settings_args({"cores": "32", "memory": "262144", "swap": "0", "onboot": "1",
+    ...                "protection": "1", "mp0": "/tank/dflash,mp=/data,backup=0"}, s)
+    []
+    >>> settings_args({"cores": "8", "memory": "262144", "swap": "0", "onboot": "1",
+    ...                "mp0": "local-lvm:vm-200-disk-1,mp=/scratch"}, s)
+    ['--cores', '32', '--protection', '1', '--mp1', '/tank/dflash,mp=/data,backup=0']
+    """
+    args: list[str] = []
+    want = {"cores": str(settings.ct_cores), "memory": str(settings.ct_memory_mib),
+            "swap": str(settings.ct_swap_mib), "onboot": "1" if settings.ct_onboot else "0"}
+    defaults = {"onboot": "0", "swap": "512", "memory": "512"}
+    for key, value in want.items():
+        if config.get(key, defaults.get(key)) != value:
+            args += [f"--{key}", value]
+    if settings.ct_protection and config.get("protection") != "1":
+        args += ["--protection", "1"]
+    if data_mount_key(config, settings) is None:
+        free = next(n for n in range(256) if f"mp{n}" not in config)
+        args += [f"--mp{free}", mount_spec(settings)]
+    return args
+
+
+# --- node ---------------------------------------------------------------------------------------
+
+
 @operation()
-def container_present(vmid: int, settings: Settings):
-    """Create the container from the configured template when it does not exist.
+def boot_persistence(settings: Settings):
+    """NVIDIA modules at boot, device nodes before guests start, nvidia-persistenced running.
 
     .. code:: python
 
-        proxmox.container_present(name="Create CT 200 when missing", vmid=200, settings=s)
+        proxmox.boot_persistence(name="NVIDIA devices ready at every boot", settings=s)
+
+    - /etc/modules-load.d/nvidia.conf: nvidia, nvidia_uvm (systemd-modules-load);
+    - nvidia-uvm-init.service: oneshot `nvidia-modprobe` creating every GPU node, nvidiactl and
+      the uvm nodes, ordered Before=pve-guests.service (a missing devN path blocks the start of an
+      onboot container after a cold boot), enabled and started;
+    - nvidia-persistenced.service: enabled and started; written from NVIDIA's sample only when no
+      unit file exists (the .run driver ships none; Debian's package does).
     """
-    state, ct = node_state(settings, vmid)
+    state = read_state(settings)
+    if not state:
+        return
+    digests = state.get("boot_files", {})
+    tools = state.get("tools", {})
+    units = state.get("units", {})
+    minors = [g["minor"] for g in state.get("gpus") or [] if g.get("minor") is not None]
+    minors = minors or [int(p[len("/dev/nvidia"):]) for p in state.get("devices", {})
+                        if p[len("/dev/nvidia"):].isdigit()]
+    wanted = {
+        boot.MODULES_LOAD: boot.render_modules(settings.passthrough_extra_devices),
+        f"{boot.UNIT_DIR}/{boot.UVM_UNIT}": boot.render_uvm_unit(
+            minors, tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
+            settings.passthrough_extra_devices),
+    }
+    persistenced = tools.get("nvidia-persistenced")
+    pers_unit = units.get(boot.PERSISTENCED_UNIT, {})
+    if persistenced and boot.manages_persistenced(pers_unit):
+        wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(persistenced)
+    wrote_unit = False
+    for path, text in wanted.items():
+        if digests.get(path) != _sha256(text):
+            yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
+            yield write_file_command(path, text, mode="0644")
+            wrote_unit = wrote_unit or path.endswith(".service")
+    if wrote_unit:
+        yield "systemctl daemon-reload"
+    enable = [boot.UVM_UNIT]
+    if persistenced or pers_unit.get("path"):
+        enable.append(boot.PERSISTENCED_UNIT)
+    todo = [u for u in enable if wrote_unit or not units.get(u, {}).get("enabled")
+            or units.get(u, {}).get("active") != "active"]
+    if todo:
+        yield StringCommand("systemctl", "enable", "--now", *todo)
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- container ----------------------------------------------------------------------------------
+
+
+@operation()
+def container_present(vmid: int, settings: Settings):
+    """Create the container from the configured template when it does not exist; on an existing
+    one, converge cores, memory, swap, onboot, the data mount and protection with `pct set`.
+    The data directory on the node (``data_dir_node``) is created first.
+
+    .. code:: python
+
+        proxmox.container_present(name="CT 200 exists", vmid=200, settings=s)
+    """
+    state, ct = node_state(settings, vmid, "none")
+    if state and not state.get("data_dir_exists"):
+        # Before the container can mount it (`pct start` fails on a missing bind-mount source).
+        # pvegpu never removes it: `pct destroy` leaves bind-mount sources alone.
+        yield StringCommand("mkdir", "-p", shlex.quote(settings.data_dir_node))
     if ct.get("exists"):
+        args = settings_args(ct.get("config", {}), settings)
+        if args:
+            yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
     template_file = settings.ct_template.split("/")[-1]
     if state and template_file not in state.get("templates", []):
@@ -81,89 +206,105 @@ def container_present(vmid: int, settings: Settings):
     yield StringCommand(*(shlex.quote(a) for a in create_args(settings, vmid)))
 
 
+def restart_blocker(vmid: int, settings: Settings, ct: dict, reasons: list[str]) -> str | None:
+    """Why a running container may NOT be restarted now (None: it may)."""
+    if settings.restart_training:
+        return None
+    live = ct.get("live")
+    unit = f"{settings.training_unit_name}.service"
+    if live is None:
+        return (f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
+                f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
+                f"or pass --data restart_training=true")
+    if live.get("unit_active") in ACTIVE:
+        return (f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+                f"{unit} is running in it: stop the training first, or pass --data "
+                f"restart_training=true to restart it anyway")
+    return None
+
+
 @operation()
 def gpu_passthrough(vmid: int, settings: Settings):
-    """Pass every NVIDIA device node the container needs, with majors read from the node.
+    """Pass every NVIDIA device node the container needs, with majors read from the node, and
+    run the container with them (start it when stopped).
 
     .. code:: python
 
-        proxmox.gpu_passthrough(name="Pass GPUs through to CT 200", vmid=200, settings=s)
+        proxmox.gpu_passthrough(name="Pass GPUs through to CT 200 and run it", vmid=200, settings=s)
 
-    Missing uvm nodes are created first (`nvidia-modprobe -u -c 0`): a devN path that does not
-    exist blocks the container's start.
+    Missing device nodes are created first (`nvidia-modprobe`): a devN path that does not exist
+    blocks the container's start. ``devN:`` entries are set with `pct set` (PVE >= 8.2); raw
+    ``lxc.*`` lines (older nodes) are edited in the config file, everything else kept. Devices of
+    a running container are fixed at its start: when the passthrough changed, or the container's
+    nodes no longer match the node's (a reloaded uvm module gets a new major), it is restarted —
+    never while the training unit runs, unless ``restart_training`` is true.
     """
-    state, ct = node_state(settings, vmid)
+    state, ct = node_state(settings, vmid, "full")
     if not ct.get("exists"):
         return  # preview of a container that is created earlier in this run
-    devices = state.get("devices", {})
-    paths = wanted_devices(devices, settings.passthrough_extra_devices)
-    if any(p.startswith("/dev/nvidia-uvm") and p not in devices for p in paths):
-        yield "nvidia-modprobe -u -c 0"
-    mode = passthrough_mode(settings, state)
-    if mode == "dev":
-        args = dev_set_args(ct.get("config", {}), paths)
-        has_raw = any(k.startswith("lxc.") and v.startswith(("/dev/nvidia", "c ")) for k, v in ct.get("raw_lxc", []))
-        if has_raw:  # switching from lxc mode: drop our raw lines first
-            yield write_file_command(
-                f"/etc/pve/lxc/{vmid}.conf", rewrite_config(ct["text"], [], state.get("majors", {}), False)
-            )
-        if args:
-            yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
-    else:
-        majors = state.get("majors", {})
-        lines = raw_lxc_lines(paths, devices, majors)
-        dev_left = any(k.startswith("dev") and v.startswith("/dev/nvidia") for k, v in ct.get("config", {}).items())
-        if not raw_lines_match(ct.get("raw_lxc", []), lines, majors) or dev_left:
-            yield write_file_command(
-                f"/etc/pve/lxc/{vmid}.conf", rewrite_config(ct["text"], lines, majors, True)
-            )
-
-
-def passthrough_mode(settings: Settings, state: dict) -> str:
-    """``dev`` on PVE >= 8.2 (devN entries), ``lxc`` before, unless set explicitly."""
-    if settings.passthrough_mode != "auto":
-        return settings.passthrough_mode
-    version = state.get("pve_version") or "0.0"
-    return "dev" if driver_tuple(version)[:2] >= (8, 2) else "lxc"
-
-
-@operation()
-def container_running(vmid: int, settings: Settings):
-    """Start the container when it is stopped, then wait until `pct exec` answers.
-
-    `pct start` fails on a running container, so the status is checked first.
-    """
-    _, ct = node_state(settings, vmid)
-    if ct.get("status") == "running":
-        return
-    yield f"pct start {vmid}"
-    yield wait_exec(vmid)
+    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    reasons = plan.restart_reasons
+    if reasons:
+        blocker = restart_blocker(vmid, settings, ct, reasons)
+        if blocker:
+            yield fail(blocker)
+            return
+    for args in plan.modprobe:
+        call = f"nvidia-modprobe {' '.join(args)}"
+        message = (f"{call} failed on {host.name}: the NVIDIA device nodes cannot be created "
+                   f"(is the driver's module loaded? check dmesg)")
+        yield StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
+    if plan.new_text is not None:
+        yield write_file_command(f"/etc/pve/lxc/{vmid}.conf", plan.new_text)
+    if plan.set_args:
+        yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in plan.set_args))
+    if reasons:
+        yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
+        yield StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1")
+    if reasons or not plan.running:
+        # `pct start` fails on a running container: the status was read first (ct_detail=full).
+        yield f"pct start {vmid}"
+        yield wait_exec(vmid)
 
 
 @operation()
 def driver_userspace(vmid: int, settings: Settings):
-    """Install exactly the node's driver version as userspace in the container.
+    """Install exactly the kernel module's version as NVIDIA userspace in the container.
 
-    Uses the same NVIDIA .run installer as the node, with ``--no-kernel-modules`` (the kernel
-    module is the node's): libcuda, libnvidia-ml and nvidia-smi then match the module to the patch
-    level, which CUDA requires ("Driver/library version mismatch" / CUDA error 999 otherwise).
+    The target is the version the container itself sees in /proc/driver/nvidia/version (the
+    node's module). libcuda, libnvidia-ml and nvidia-smi must match it to the patch level, or CUDA
+    fails ("Driver/library version mismatch" / CUDA error 999). A mismatch is reported as a fact,
+    then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``.
     """
-    state, ct = node_state(settings, vmid)
-    node_driver = state.get("driver_version")
-    if not ct.get("exists") or ct.get("libcuda") == node_driver or not node_driver:
+    state, ct = node_state(settings, vmid, "full")
+    live = ct.get("live")
+    if not ct.get("exists") or not live:
+        return  # not created yet (preview) or not running: nothing to compare
+    target = live.get("driver_version") or state.get("driver_version")
+    if not target:
         return
-    installer = state.get("installer")
+    libs = live.get("libs", {})
+    found = {"libcuda": libs.get("libcuda.so.1"), "libnvidia-ml": libs.get("libnvidia-ml.so.1")}
+    wrong = [f"{name} {ver or 'missing'}" for name, ver in found.items() if ver != target]
+    if not live.get("nvidia_smi"):
+        wrong.append("nvidia-smi missing")
+    if not wrong:
+        return
+    installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:
         yield fail(
-            f"container {vmid} needs NVIDIA userspace {node_driver} (has {ct.get('libcuda') or 'none'}), "
-            f"but NVIDIA-Linux-x86_64-{node_driver}.run is not in {settings.nvidia_installer_dir} on "
-            f"node {host.name}: copy the installer of the node's driver there"
+            f"CT {vmid} needs NVIDIA userspace {target} ({', '.join(wrong)}), but "
+            f"NVIDIA-Linux-x86_64-{target}.run is not in {settings.nvidia_installer_dir} on node "
+            f"{host.name}: copy the installer of the node's driver there"
         )
         return
+    yield note(f"CT {vmid}: kernel module {target}, userspace {', '.join(wrong)}: reinstalling")
     name = installer.rsplit("/", 1)[-1]
-    target = f"/root/{name}"
-    # pct push exits 0 even when the copy fails inside the container: check the result.
+    target_path = f"/root/{name}"
+    script = (f"test -s {target_path} && sh {target_path} --silent --no-kernel-modules; rc=$?; "
+              f"rm -f {target_path}; exit $rc")
+    # pct push exits 0 even when the copy fails inside the container: the script checks it.
     yield StringCommand(
-        f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target)} && "
-        f"pct exec {vmid} -- sh -c {shlex.quote(f'test -s {target} && sh {target} --silent --no-kernel-modules; rc=$?; rm -f {target}; exit $rc')}"
+        f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target_path)} && "
+        f"pct exec {vmid} -- sh -c {shlex.quote(script)}"
     )

@@ -1,15 +1,27 @@
 # Probe: the whole GPU-relevant state of a Proxmox node, as one JSON line.
 # Runs on the node with its system python3 (stdlib only). ARGS (a JSON string) is prepended:
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
-#  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...]}
+#  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
+#  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service"}
+#
+# ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
+# node): "none" reads only its config file; "status" adds `pct status`; "full" runs ONE `pct exec`
+# that reports the container's own view (driver version, userspace libraries, device nodes as the
+# container sees them, the training unit's state). A stopped container answers that exec with
+# "container '<vmid>' not running!", which is its status; only an unexpected answer costs a second
+# call (`pct status`).
 import glob
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
 
 
 def run(argv, timeout=120):
@@ -42,13 +54,19 @@ def pve_versions():
     return {"pve_version": m.group(1) if m else None, "pve_container": versions.get("pve-container")}
 
 
-def driver():
-    text = read("/proc/driver/nvidia/version") or ""
-    m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+(?:\.\d+)+)", text)
+def module_version(text):
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..." (also the
+    # "Open Kernel Module for x86_64" wording of the open modules)
+    m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+(?:\.\d+)+)", text or "")
     return m.group(1) if m else None
 
 
-GPU_FIELDS = ["index", "name", "uuid", "memory.total", "pci.bus_id", "driver_version"]
+def driver():
+    return module_version(read("/proc/driver/nvidia/version"))
+
+
+GPU_FIELDS = ["index", "name", "uuid", "memory.total", "pci.bus_id", "driver_version",
+              "minor_number"]
 
 
 def gpus():
@@ -56,13 +74,14 @@ def gpus():
         ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
     )
     if code != 0:
-        return None, (err or out).strip().splitlines()[:1]
-    rows = []
+        return None, (err or out).strip().splitlines()[:1], None
+    rows, smi_driver = [], None
     for line in out.strip().splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(GPU_FIELDS):
             continue
         row = dict(zip(GPU_FIELDS, cells))
+        smi_driver = smi_driver or row["driver_version"]
         rows.append(
             {
                 "index": int(row["index"]),
@@ -70,9 +89,10 @@ def gpus():
                 "uuid": row["uuid"],
                 "memory_total_mib": int(row["memory.total"]) if row["memory.total"].isdigit() else None,
                 "pci_bus_id": row["pci.bus_id"],
+                "minor": int(row["minor_number"]) if row["minor_number"].isdigit() else None,
             }
         )
-    return rows, []
+    return rows, [], smi_driver
 
 
 def compute_apps():
@@ -122,37 +142,85 @@ def char_majors():
 
 
 def parse_config(text):
-    """Main section of a /etc/pve/lxc/<vmid>.conf: keys, plus raw lxc.* lines in order."""
-    keys, raw = {}, []
+    """A /etc/pve/lxc/<vmid>.conf: main-section keys, raw lxc.* lines in order, and the
+    [pve:pending] section (values the next start applies, and keys it deletes)."""
+    keys, raw, pending, pending_delete = {}, [], {}, []
+    section = "main"
     for line in text.splitlines():
         if line.startswith("["):
-            break
-        if not line.strip() or line.startswith("#"):
+            section = "pending" if line.strip() == "[pve:pending]" else "snapshot"
+            continue
+        if not line.strip() or line.startswith("#") or section == "snapshot":
             continue
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
-        if key.startswith("lxc."):
+        if section == "pending":
+            if key == "delete":
+                pending_delete = [x for x in re.split(r"[,;\s]+", value) if x]
+            else:
+                pending[key] = value
+        elif key.startswith("lxc."):
             raw.append([key, value])
         else:
             keys[key] = value
-    return keys, raw
+    return keys, raw, pending, pending_delete
 
 
-def container(vmid):
-    path = f"/etc/pve/lxc/{vmid}.conf"
-    text = read(path)
+# One sh script inside the container: its kernel-module view, userspace driver, device nodes and
+# the training unit. Prefixed lines, parsed below.
+CT_SCRIPT = r"""
+v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
+for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
+echo "smi $(command -v nvidia-smi)"
+for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
+echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
+echo "end"
+"""
+
+
+def container_view(vmid, unit):
+    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service"}
+    code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
+    if "not running" in err and code != 0:
+        return "stopped", None
+    if code != 0 or "\nend" not in "\n" + out:
+        return None, None
+    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None}
+    for line in out.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "module":
+            view["driver_version"] = module_version(rest)
+        elif tag == "lib":
+            name, _, target = rest.partition(" ")
+            m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", target.strip())
+            view["libs"][name] = m.group(1) if m else None
+        elif tag == "smi":
+            view["nvidia_smi"] = bool(rest.strip())
+        elif tag == "dev":
+            parts = rest.split()
+            if len(parts) == 3:
+                view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
+        elif tag == "unit":
+            view["unit_active"] = rest.strip() or None
+    return "running", view
+
+
+def container(vmid, detail, unit):
+    text = read(f"/etc/pve/lxc/{vmid}.conf")
     if text is None:
         return {"exists": False}
-    keys, raw = parse_config(text)
-    code, out, _ = run(["pct", "status", str(vmid)])
-    status = out.strip().split(":")[-1].strip() if code == 0 else "unknown"
-    info = {"exists": True, "status": status, "config": keys, "raw_lxc": raw, "text": text,
-            "pending": "[pve:pending]" in text, "libcuda": None}
-    if status == "running":
-        code, out, _ = run(["pct", "exec", str(vmid), "--", "readlink",
-                            "/usr/lib/x86_64-linux-gnu/libcuda.so.1"])
-        m = re.search(r"libcuda\.so\.(\d+(?:\.\d+)+)", out) if code == 0 else None
-        info["libcuda"] = m.group(1) if m else None
+    keys, raw, pending, pending_delete = parse_config(text)
+    info = {"exists": True, "status": None, "config": keys, "raw_lxc": raw, "text": text,
+            "pending": pending, "pending_delete": pending_delete, "live": None, "libcuda": None}
+    status = None
+    if detail == "full":
+        status, info["live"] = container_view(vmid, unit)
+        if info["live"]:
+            info["libcuda"] = info["live"]["libs"].get("libcuda.so.1")
+    if status is None and detail in ("status", "full"):
+        code, out, _ = run(["pct", "status", str(vmid)])
+        status = out.strip().split(":")[-1].strip() if code == 0 else "unknown"
+    info["status"] = status
     return info
 
 
@@ -161,20 +229,52 @@ def file_digest(path):
     return None if data is None else hashlib.sha256(data.encode()).hexdigest()
 
 
+def unit_state(name):
+    """Unit file location and enablement read from the filesystem, like systemd resolves them;
+    activity from one `systemctl is-active` for all units (below)."""
+    paths = [os.path.join(d, name) for d in UNIT_DIRS if os.path.exists(os.path.join(d, name))]
+    path = paths[0] if paths else None
+    wanted_by = []
+    if path:
+        for line in (read(path) or "").splitlines():
+            k, _, v = line.partition("=")
+            if k.strip() in ("WantedBy", "RequiredBy"):
+                wanted_by += v.split()
+    enabled = bool(wanted_by) and all(
+        os.path.lexists(f"/etc/systemd/system/{t}.wants/{name}")
+        or os.path.lexists(f"/etc/systemd/system/{t}.requires/{name}") for t in wanted_by
+    )
+    return {"path": path, "paths": paths, "enabled": enabled, "active": None}
+
+
+def units(names):
+    found = {n: unit_state(n) for n in names}
+    present = [n for n in names if found[n]["path"]]
+    if present:
+        code, out, _ = run(["systemctl", "is-active", *present])
+        for name, state in zip(present, out.split()):
+            found[name]["active"] = state
+    return found
+
+
+detail = A.get("ct_detail", "full")
 drv = driver()
-gpu_rows, gpu_error = gpus()
+gpu_rows, gpu_error, smi_driver = gpus()
 doc = {
     **pve_versions(),
     "driver_version": drv,
+    "driver_version_smi": smi_driver,
     "gpus": gpu_rows,
     "gpu_error": gpu_error,
     "compute_apps": compute_apps() if gpu_rows is not None else [],
     "devices": devices(),
     "majors": char_majors(),  # every character major by driver name
-    "containers": {str(v): container(v) for v in A.get("vmids", [])},
+    "containers": {str(v): container(v, detail, A.get("unit_name")) for v in A.get("vmids", [])},
     "installer": None,
     "data_dir_exists": os.path.isdir(A.get("data_dir", "/nonexistent")),
     "boot_files": {p: file_digest(p) for p in A.get("boot_files", [])},
+    "units": units(A.get("units", [])),
+    "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},
     "templates": sorted(os.listdir("/var/lib/vz/template/cache"))
     if os.path.isdir("/var/lib/vz/template/cache") else [],
 }

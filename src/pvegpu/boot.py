@@ -1,0 +1,85 @@
+"""Boot persistence on the node: NVIDIA modules loaded at boot, device nodes created before
+Proxmox starts its guests, and nvidia-persistenced.
+
+Rendered from templates/ (``modules-load-nvidia.conf.j2``, ``nvidia-uvm-init.service.j2``,
+``nvidia-persistenced.service.j2``) with values read from the node's facts.
+
+>>> print(render_modules(("nvidia-modeset",)), end="")
+# Rendered by pvegpu from templates/modules-load-nvidia.conf.j2: NVIDIA modules loaded at boot
+# (systemd-modules-load), so the device majors exist before GPU containers start.
+nvidia
+nvidia_uvm
+nvidia_modeset
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
+UVM_UNIT = "nvidia-uvm-init.service"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+UNIT_DIR = "/etc/systemd/system"
+
+
+def _env(templates: Path = TEMPLATES) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_modules(extras=()) -> str:
+    """/etc/modules-load.d/nvidia.conf: nvidia and nvidia_uvm (+ nvidia_modeset if passed)."""
+    modules = ["nvidia", "nvidia_uvm"] + (["nvidia_modeset"] if "nvidia-modeset" in extras else [])
+    return _env().get_template("modules-load-nvidia.conf.j2").render(modules=modules)
+
+
+def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
+    """Arguments of the boot-time `nvidia-modprobe` calls: every GPU node and nvidiactl (255),
+    then the uvm nodes (with ``-u`` a ``-c N`` is a uvm base minor, so it is a second call).
+
+    >>> uvm_init_commands([0, 1, 2])
+    ['-c 0 -c 1 -c 2 -c 255', '-u -c 0']
+    """
+    nodes = [f"-c {m}" for m in sorted(set(gpu_minors))] + ["-c 255"]
+    if "nvidia-modeset" in extras:
+        nodes.append("-m")
+    return [" ".join(nodes), "-u -c 0"]
+
+
+def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=()) -> str:
+    minors = sorted(set(gpu_minors))
+    nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
+    return _env().get_template("nvidia-uvm-init.service.j2").render(
+        nvidia_modprobe=nvidia_modprobe, commands=uvm_init_commands(minors, extras), gpu_nodes=nodes
+    )
+
+
+def render_persistenced_unit(nvidia_persistenced="/usr/bin/nvidia-persistenced") -> str:
+    return _env().get_template("nvidia-persistenced.service.j2").render(
+        nvidia_persistenced=nvidia_persistenced
+    )
+
+
+def boot_files() -> list[str]:
+    """Paths whose digests the node fact reports for the boot-persistence operation."""
+    return [MODULES_LOAD, f"{UNIT_DIR}/{UVM_UNIT}", f"{UNIT_DIR}/{PERSISTENCED_UNIT}"]
+
+
+def manages_persistenced(unit: dict) -> bool:
+    """Whether pvegpu writes nvidia-persistenced.service: only when no other unit file exists
+    (Debian's nvidia-persistenced package ships one in /lib/systemd/system; then it is only
+    enabled).
+
+    >>> manages_persistenced({"paths": []}), manages_persistenced({"paths": ["/lib/systemd/system/x"]})
+    (True, False)
+    """
+    ours = f"{UNIT_DIR}/{PERSISTENCED_UNIT}"
+    return all(p == ours for p in unit.get("paths", []))
