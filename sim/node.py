@@ -443,12 +443,16 @@ LogLevel ERROR
         return out
 
     # ------------------------------------------------------------------ GPU processes
-    def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None) -> int:
+    def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None,
+                          cgroup: str | None = None) -> int:
         """Start a sleeping process on the node whose /proc/<pid>/cmdline is cmdline and register it as
-        a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it."""
+        a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it.
+        cgroup: what the node's /proc/<pid>/cgroup reads, e.g. the process of a container's unit:
+        "0::/lxc/200/ns/system.slice/dflash-train.service" (PVE's LXC layout)."""
         name = name or cmdline[0]
+        opt = [f"--cgroup={cgroup}"] if cgroup is not None else []
         p = subprocess.Popen(self._nsenter() + [PYTHON, "/usr/lib/pve-sim/simctl.py", "spawn", str(gpu_index),
-                                                str(used_mib), name, "--", *cmdline],
+                                                str(used_mib), name, *opt, "--", *cmdline],
                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=NODE_ENV, text=True)
         line = p.stdout.readline().strip()
         p.stdout.close()

@@ -3,8 +3,10 @@
 
     simctl.py apply [--boot]      make /dev, /proc views and the node's driver userspace match node.json
     simctl.py prune               drop processes.json entries whose process is gone
-    simctl.py spawn GPU MIB NAME -- CMDLINE...
+    simctl.py spawn GPU MIB NAME [--cgroup=LINE] -- CMDLINE...
                                   a sleeping "GPU compute process" whose /proc/<pid>/cmdline is CMDLINE
+                                  (and whose /proc/<pid>/cgroup reads LINE, e.g. a container unit's
+                                  "0::/lxc/200/ns/system.slice/x.service", as PVE's LXC layout has it)
 
 Only the sim uses this; product code never calls it.
 """
@@ -225,8 +227,12 @@ def _alive(p):
 
 def spawn(argv):
     gpu, mib, name = int(argv[0]), int(argv[1]), argv[2]
-    assert argv[3] == "--"
-    cmdline = argv[4:]
+    rest = argv[3:]
+    cgroup = None
+    if rest and rest[0].startswith("--cgroup="):
+        cgroup = rest.pop(0).split("=", 1)[1]
+    assert rest[0] == "--"
+    cmdline = rest[1:]
     pid = os.getpid()
     # Make /proc/<pid>/cmdline exactly CMDLINE: PR_SET_MM_MAP with arg_start/arg_end pointing at our
     # own buffer (PR_SET_MM_ARG_START would need CAP_SYS_RESOURCE, which sandboxes often drop).
@@ -252,6 +258,14 @@ def spawn(argv):
     # liveness, checkable from any namespace: we hold an flock on procs/<pid>.lock while alive
     os.makedirs(GPU_DIR + "/procs", exist_ok=True)
     lockrel = f"procs/{pid}.lock"
+    if cgroup is not None:
+        # The node's view of the process's cgroup (no cgroup tree is made): a file bind-mounted
+        # over /proc/<pid>/cgroup in the node's (private) mount namespace.
+        cgfile = os.path.join(GPU_DIR, f"procs/{pid}.cgroup")
+        with open(cgfile, "w") as f:
+            f.write(cgroup.rstrip("\n") + "\n")
+        if os.system(f"mount --bind {cgfile} /proc/{pid}/cgroup") != 0:
+            sys.exit("mount --bind over /proc/<pid>/cgroup failed")
     alive = open(os.path.join(GPU_DIR, lockrel), "w")
     fcntl.flock(alive, fcntl.LOCK_EX)
     with open(PROCS_JSON + ".lock", "w") as lk:

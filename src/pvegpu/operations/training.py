@@ -91,6 +91,7 @@ def clear_leftovers_command(settings: Settings) -> FunctionCommand:
             return False
         args = {
             "vmid": int(host.data.get("pct_vmid")),
+            "unit": unit_file(settings),
             "gpus": sorted(settings.training_gpus),
             "argv_prefix": training_argv_prefix(settings),
             "term_wait_s": 30,

@@ -1,13 +1,17 @@
-# Action script (not a read-only probe): on the Proxmox NODE, find GPU compute processes of the
-# training command on the training GPUs and end them; leave every other process alone.
+# Action script (not a read-only probe): on the Proxmox NODE, find leftover GPU compute processes of
+# the training on the training GPUs and end them; leave every other process alone.
 # Runs with the node's system python3 (stdlib only). ARGS (a JSON string) is prepended:
-# {"vmid": 200, "gpus": [0, 1, ...], "argv_prefix": ["/root/venv/bin/python", "/data/dflash/train.py"],
-#  "term_wait_s": 30, "log": "/var/log/pvegpu/training-leftovers.log"}
+# {"vmid": 200, "unit": "dflash-train.service", "gpus": [0, 1, ...],
+#  "argv_prefix": ["/root/venv/bin/python", "/data/dflash/train.py"], "term_wait_s": 30,
+#  "log": "/var/log/pvegpu/training-leftovers.log"}
 #
 # Only the node sees which process holds which GPU (nvidia-smi in an LXC container lists none), and
-# the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran.
-# A process is a leftover only when its argv starts with argv_prefix, it holds a training GPU and
-# its cgroup does not name another container; each pid is checked again right before each signal.
+# the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran,
+# /proc/<pid>/cgroup names the container and unit (PVE: 0::/lxc/<vmid>/ns/system.slice/<unit>).
+# A process is a leftover only when it holds a training GPU, its cgroup names no other container,
+# and it is the training command (argv starts with argv_prefix: also a stalled run started by hand)
+# or a process of this container's training unit (its cgroup). It is called only while the unit is
+# stopped, so either is a leftover. Each pid is checked again right before each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
 # appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
 import json
@@ -49,9 +53,21 @@ def other_container(pid):
     return m.group(1) if m and m.group(1) != str(A["vmid"]) else None
 
 
+def in_unit(pid):
+    """In this container's training unit's cgroup."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return any(f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines)
+
+
 def is_training(pid):
+    if other_container(pid) is not None:
+        return False
     argv = argv_of(pid)
-    return bool(argv) and argv[:len(PREFIX)] == PREFIX and other_container(pid) is None
+    return bool(argv) and argv[:len(PREFIX)] == PREFIX or in_unit(pid)
 
 
 def alive(pid):

@@ -1,0 +1,140 @@
+"""Stage 5 end to end: the training unit is started once, never restarted by accident, and restarted
+cleanly only when asked (stop, leftover cleanup on the node, start, in that order).
+
+The sim's containers keep no processes between `pct exec` calls, so "the training runs" is modelled
+as the node sees it: GPU compute processes whose /proc/<pid>/cmdline is the unit's ExecStart and whose
+cgroup is the unit's in CT 200, spawned on the node (sim.node.spawn_gpu_process). Nothing ends them
+when the double stops the unit: they are the processes that survive a stop, which the restart must
+clear before it starts the unit again. The systemctl double records every call with its time.
+"""
+
+import json
+from pathlib import Path
+
+from pvegpu.facts.probe import probe_command
+from pvegpu.unit import digest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "golden"
+UNIT = "dflash-train.service"
+UNIT_FILE = f"/etc/systemd/system/{UNIT}"
+RECORD = "/run/pvegpu-dflash-train/started"
+UNIT_CGROUP = f"0::/lxc/200/ns/system.slice/{UNIT}"
+# argv of the training process, as ExecStart runs it (tests/unit/golden)
+TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
+            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
+            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+
+
+def verbs(calls):
+    """start/stop/restart calls of the training unit, in order."""
+    return [c["argv"][0] for c in calls
+            if c["argv"][0] in ("start", "stop", "restart", "try-restart", "reload-or-restart")
+            and UNIT in c["argv"]]
+
+
+def main_pid(site):
+    return site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+
+
+def alive(site, pid):
+    return site.node.run(["sh", "-c", f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"]
+                         ).returncode == 0
+
+
+def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanly_when_asked(site):
+    node = site.node
+
+    # Bad input: a missing training script stops the run before anything changes.
+    before = node.tree_digest()
+    bad = site.deploy("training_script=/data/dflash/missing.py")
+    assert bad.rc != 0
+    assert ("training_script=/data/dflash/missing.py is missing (node path "
+            "/tank/dflash/dflash/missing.py)") in bad.output
+    assert node.tree_digest() == before
+
+    # First deploy: the unit, as golden-checked, is enabled and started once.
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.cu130.service").read_text()
+    assert site.ct("systemctl", "is-enabled", UNIT).stdout == "enabled\n"
+    calls = node.systemctl_calls(200)
+    assert verbs(calls) == ["start"]
+    record = site.ct("cat", RECORD).stdout.splitlines()
+    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.cu130.service").read_text())
+    assert record[1] == "venv /root/venvs/torch-2.11.0-cu130"
+    pid_before = main_pid(site)
+
+    # The training now runs: its processes hold GPUs 0 and 5.
+    training = [node.spawn_gpu_process(g, TRAINING, used_mib=40000, cgroup=UNIT_CGROUP) for g in (0, 5)]
+
+    # A converged re-run: zero changes, no restart, no notice.
+    second = site.deploy()
+    assert second.rc == 0, second.output[-4000:]
+    assert second.changed == 0, second.json
+    assert verbs(node.systemctl_calls(200)[len(calls):]) == []
+    assert "restart pending" not in second.output
+
+    # Swap the variant while it runs: new venv and unit, but the run is left alone.
+    calls = node.systemctl_calls(200)
+    swap = site.deploy("torch_variant=cu128")
+    assert swap.rc == 0, swap.output[-4000:]
+    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.cu128.service").read_text()
+    assert verbs(node.systemctl_calls(200)[len(calls):]) == []
+    assert main_pid(site) == pid_before
+    assert "dflash-train.service keeps running; restart pending (unit file changed; venv build " \
+           "/root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128)" in swap.output
+    assert "restart_training=true" in swap.output
+    assert all(alive(site, pid) for pid in training)
+
+    # Still pending on the next run: the notice again, and still zero changes.
+    again = site.deploy("torch_variant=cu128")
+    assert again.rc == 0 and again.changed == 0, again.output[-4000:]
+    assert "restart pending" in again.output
+
+    # Asked to restart: stop (and wait), end the leftover training processes on the node, start.
+    calls = node.systemctl_calls(200)
+    node.clear_pct_log()
+    restart = site.deploy("torch_variant=cu128", "restart_training=true")
+    assert restart.rc == 0, restart.output[-4000:]
+    new = node.systemctl_calls(200)[len(calls):]
+    assert verbs(new) == ["stop", "start"]
+    stop_t = next(c["time"] for c in new if c["argv"][0] == "stop")
+    start_t = next(c["time"] for c in new if c["argv"][0] == "start")
+    killed = [json.loads(line) for line in
+              node.read("/var/log/pvegpu/training-leftovers.log").splitlines()]
+    assert sorted(k["pid"] for k in killed) == sorted(training)
+    assert all(stop_t < k["time"] < start_t and k["argv"] == TRAINING for k in killed)
+    assert not any(alive(site, pid) for pid in training)
+    assert "ended leftover training process" in restart.output
+    assert main_pid(site) != pid_before
+    record = site.ct("cat", RECORD).stdout.splitlines()
+    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.cu128.service").read_text())
+    assert record[1] == "venv /root/venvs/torch-2.11.0-cu128"
+    # The pct log shows the same order: the stop's exec ends before the first signal, the last
+    # signal is sent before the start's exec begins.
+    execs = [c for c in node.pct_calls() if c["argv"][:1] == ["exec"]]
+    stop_exec = next(c for c in execs if f"systemctl stop {UNIT}" in " ".join(c["argv"]))
+    start_exec = next(c for c in execs if f"systemctl start {UNIT}" in " ".join(c["argv"]))
+    assert stop_exec["time"] + stop_exec["duration"] <= min(k["time"] for k in killed)
+    assert max(k["time"] for k in killed) <= start_exec["time"]
+
+    # What counts as a leftover (run on the node as the restart runs it, with the unit stopped):
+    # the training command started by hand, and anything in the unit's cgroup -- never a process of
+    # another command, nor one of another container, nor one on a GPU that is not a training GPU.
+    site.ct("systemctl", "stop", UNIT)
+    by_hand = node.spawn_gpu_process(1, TRAINING, used_mib=1000)
+    worker = node.spawn_gpu_process(4, ["/root/venv/bin/python", "-c", "from multiprocessing.spawn "
+                                        "import spawn_main; spawn_main()"], used_mib=1000, cgroup=UNIT_CGROUP)
+    notebook = node.spawn_gpu_process(3, ["/usr/bin/python3", "/root/notebook.py"], used_mib=1000)
+    other_ct = node.spawn_gpu_process(2, TRAINING, used_mib=1000,
+                                      cgroup=f"0::/lxc/201/ns/system.slice/{UNIT}")
+    not_ours = node.spawn_gpu_process(7, TRAINING, used_mib=1000)
+    args = {"vmid": 200, "unit": UNIT, "gpus": [0, 1, 2, 3, 4, 5, 6], "argv_prefix": TRAINING[:2],
+            "term_wait_s": 30, "log": "/var/log/pvegpu/training-leftovers.log"}
+    run = node.run(["sh", "-c", probe_command("training_leftovers", args)])
+    doc = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(p["pid"] for p in doc["killed"]) == sorted([by_hand, worker]), doc
+    assert sorted(p["pid"] for p in doc["foreign"]) == sorted([notebook, other_ct]), doc
+    assert doc["remaining"] == [] and doc["error"] is None
+    assert not alive(site, by_hand) and not alive(site, worker)
+    assert all(alive(site, pid) for pid in (notebook, other_ct, not_ours))
