@@ -30,7 +30,9 @@ MEMORY_TOLERANCE = 0.02
 SEED_PACKAGES = {"pip", "setuptools", "wheel"}
 
 
-def torch_problems(rt: dict, version: str, variant: str, cuda: str, expected_count: int) -> list[str]:
+def torch_problems(
+    rt: dict, version: str, variant: str, cuda: str, expected_count: int
+) -> list[str]:
     """What is wrong with a torch runtime fact, given the configured build (the python env stage
     checks a new venv with this before switching to it)."""
     want = f"{version}+{variant}"
@@ -39,7 +41,9 @@ def torch_problems(rt: dict, version: str, variant: str, cuda: str, expected_cou
     if not rt.get("present"):
         return [f"no venv python at {rt.get('python')}: run deploy.py to build the venv"]
     if rt.get("import_error"):
-        return [f"torch does not import in {rt.get('python')} ({rt['import_error']}): run deploy.py --data rebuild=venv"]
+        return [
+            f"torch does not import in {rt.get('python')} ({rt['import_error']}): run deploy.py --data rebuild=venv"
+        ]
     problems = []
     if rt.get("version") != want:
         problems.append(
@@ -248,49 +252,88 @@ def package_drift(installed: dict[str, dict], settings: Settings, lock: dict[str
         expected = {n: v for n, (v, _) in seeds.items()}
         allowed = required_closure(have, {n: e for n, (_, e) in seeds.items()}) | SEED_PACKAGES
     missing = sorted(f"{n}=={v}" for n, v in expected.items() if n not in have)
-    wrong = sorted((n, v, have[n].get("version")) for n, v in expected.items()
-                   if n in have and have[n].get("version") != v)
+    wrong = sorted(
+        (n, v, have[n].get("version"))
+        for n, v in expected.items()
+        if n in have and have[n].get("version") != v
+    )
     extra = sorted(f"{n}=={have[n].get('version')}" for n in have if n not in allowed)
     return missing, extra, wrong
 
 
-def is_own_process(app: dict, vmid: int, unit: str | None) -> bool:
-    """A compute process of this container's training unit (its cgroup on the node is
-    ``/lxc/<vmid>/.../<unit>``; PVE's LXC layout, e.g. ``0::/lxc/200/ns/system.slice/x.service``).
+def process_owner(app: dict, vmid: int, unit: str | None) -> str:
+    """Whose a node compute process is, from its cgroup on the node (PVE's LXC layout, e.g.
+    ``0::/lxc/200/ns/system.slice/dflash-train.service``; on cgroup v1 any line may say it):
+    ``unit`` (this container's training unit), ``container`` (this container, outside the unit),
+    ``ct <id>`` (another container) or ``node``.
 
-    >>> is_own_process({"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200,
-    ...                "dflash-train.service")
-    True
+    >>> process_owner({"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200,
+    ...               "dflash-train.service")
+    'unit'
+    >>> process_owner({"cgroup": "0::/lxc/201/ns/user.slice"}, 200, "dflash-train.service")
+    'ct 201'
+    >>> process_owner({"cmdline": "python train.py"}, 200, "dflash-train.service")
+    'node'
+    """
+    owner = "node"
+    for line in (app.get("cgroup") or "").splitlines():
+        path = line.strip().split(":", 2)[-1]
+        m = re.search(r"/lxc/(\d+)(/|$)", path)
+        if not m:
+            continue
+        if int(m.group(1)) != vmid:
+            return f"ct {m.group(1)}"
+        if unit and (path.endswith("/" + unit) or f"/{unit}/" in path):
+            return "unit"
+        owner = "container"
+    return owner
+
+
+def is_own_process(app: dict, vmid: int, unit: str | None) -> bool:
+    """A compute process of this container's training unit (see :func:`process_owner`).
+
     >>> is_own_process({"cmdline": "python train.py"}, 200, "dflash-train.service")
     False
     """
-    cgroup = app.get("cgroup") or ""
-    if not unit or not cgroup:
-        return False
-    return f"/lxc/{vmid}/" in cgroup and cgroup.rstrip().endswith("/" + unit)
+    return process_owner(app, vmid, unit) == "unit"
 
 
 def _cuda_fix(error: str, settings: Settings, vmid: int) -> str:
     low = error.lower()
     if "too old" in low:
-        return (f"upgrade the node's NVIDIA driver to >= {settings.variant.min_driver}, then run "
-                "deploy.py (matches the container's userspace), or set torch_variant to a build "
-                "the driver supports")
+        return (
+            f"upgrade the node's NVIDIA driver to >= {settings.variant.min_driver}, then run "
+            "deploy.py (matches the container's userspace), or set torch_variant to a build "
+            "the driver supports"
+        )
     if "mismatch" in low or "803" in low or "unsupported display driver" in low:
         return "run deploy.py: it installs the node driver's exact userspace into the container"
     if "found no nvidia driver" in low or "no nvidia driver" in low:
-        return (f"run deploy.py: CT {vmid} needs libcuda.so.1 from the node driver's .run "
-                "installer and /dev/nvidiactl passed through")
+        return (
+            f"run deploy.py: CT {vmid} needs libcuda.so.1 from the node driver's .run "
+            "installer and /dev/nvidiactl passed through"
+        )
     if "unknown error" in low or "999" in low:
-        return (f"pass /dev/nvidia-uvm through to CT {vmid} (on the node: nvidia-modprobe -u -c 0), "
-                "then run deploy.py")
+        return (
+            f"pass /dev/nvidia-uvm through to CT {vmid} (on the node: nvidia-modprobe -u -c 0), "
+            "then run deploy.py"
+        )
     return f"check the driver parity and the GPU passthrough of CT {vmid}: run deploy.py"
 
 
 # --------------------------------------------------------------------------------------------
-def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
-           node_name: str = "the node", lock: dict[str, str] | None = None,
-           lock_source: str | None = None, unit: str | None = None) -> Verdict:
+def verify(
+    settings: Settings,
+    node: dict,
+    ct: dict,
+    *,
+    where: str,
+    vmid: int,
+    node_name: str = "the node",
+    lock: dict[str, str] | None = None,
+    lock_source: str | None = None,
+    unit: str | None = None,
+) -> Verdict:
     """Compare one container's facts and its node's with the settings."""
     v = Verdict(where)
     P = v.problems.append
@@ -307,50 +350,89 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
     node_driver = node.get("driver_version")
     node_gpus = node.get("gpus")
     if not node:
-        P(Problem("node facts", f"readable facts of node {node_name}", "none (not reachable)",
-                  f"check SSH to {node_name}"))
+        P(
+            Problem(
+                "node facts",
+                f"readable facts of node {node_name}",
+                "none (not reachable)",
+                f"check SSH to {node_name}",
+            )
+        )
     elif not node_driver:
-        P(Problem("node driver", f"an NVIDIA driver >= {variant.min_driver} loaded on {node_name}",
-                  "none (/proc/driver/nvidia/version missing)",
-                  f"install the NVIDIA driver >= {variant.min_driver} on the node and reboot"))
+        P(
+            Problem(
+                "node driver",
+                f"an NVIDIA driver >= {variant.min_driver} loaded on {node_name}",
+                "none (/proc/driver/nvidia/version missing)",
+                f"install the NVIDIA driver >= {variant.min_driver} on the node and reboot",
+            )
+        )
     else:
         fit = driver_fit(variant, node_driver)
         if fit == "too_old":
-            P(Problem(f"driver for {settings.torch_variant}",
-                      f">= {variant.min_driver} (CUDA {variant.cuda})",
-                      f"{node_driver} on node {node_name}",
-                      f"upgrade the node's NVIDIA driver to >= {variant.min_driver} (then deploy.py "
-                      "matches the container), or set torch_variant to a build the driver supports"))
+            P(
+                Problem(
+                    f"driver for {settings.torch_variant}",
+                    f">= {variant.min_driver} (CUDA {variant.cuda})",
+                    f"{node_driver} on node {node_name}",
+                    f"upgrade the node's NVIDIA driver to >= {variant.min_driver} (then deploy.py "
+                    "matches the container), or set torch_variant to a build the driver supports",
+                )
+            )
         elif fit == "reduced":
             v.warnings.append(
                 f"driver {node_driver} runs {settings.torch_variant} only in CUDA minor-version "
-                f"compatibility mode (reduced features); >= {variant.min_driver} recommended")
+                f"compatibility mode (reduced features); >= {variant.min_driver} recommended"
+            )
     if node and node_driver and node_gpus is None:
-        P(Problem("node GPUs", f"nvidia-smi on {node_name} lists the GPUs",
-                  " ".join(node.get("gpu_error") or []) or "nvidia-smi failed",
-                  "fix the node's driver install (nvidia-smi must work on the node)"))
+        P(
+            Problem(
+                "node GPUs",
+                f"nvidia-smi on {node_name} lists the GPUs",
+                " ".join(node.get("gpu_error") or []) or "nvidia-smi failed",
+                "fix the node's driver install (nvidia-smi must work on the node)",
+            )
+        )
     elif node_gpus is not None and len(node_gpus) != settings.expected_gpu_count:
-        P(Problem("node GPU count", f"{settings.expected_gpu_count} (expected_gpu_count)",
-                  f"{len(node_gpus)} listed by nvidia-smi on {node_name}",
-                  "check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count"))
+        P(
+            Problem(
+                "node GPU count",
+                f"{settings.expected_gpu_count} (expected_gpu_count)",
+                f"{len(node_gpus)} listed by nvidia-smi on {node_name}",
+                "check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count",
+            )
+        )
     by_uuid = {normalize_uuid(g.get("uuid")): g for g in node_gpus or [] if g.get("uuid")}
 
     # ---- container: driver userspace parity ---------------------------------------------------
     drv = ct.get("driver") or {}
     if ct and node_driver:
-        found = {"libcuda": drv.get("libcuda"), "libnvidia-ml": drv.get("libnvidia_ml"),
-                 "nvidia-smi": drv.get("smi")}
+        found = {
+            "libcuda": drv.get("libcuda"),
+            "libnvidia-ml": drv.get("libnvidia_ml"),
+            "nvidia-smi": drv.get("smi"),
+        }
         if not found["libcuda"]:
-            P(Problem("driver parity", f"libcuda.so.{node_driver} in CT {vmid} (= node)",
-                      f"no libcuda.so.1 in CT {vmid}",
-                      f"run deploy.py (installs NVIDIA-Linux-x86_64-{node_driver}.run "
-                      "--no-kernel-modules in the container)"))
+            P(
+                Problem(
+                    "driver parity",
+                    f"libcuda.so.{node_driver} in CT {vmid} (= node)",
+                    f"no libcuda.so.1 in CT {vmid}",
+                    f"run deploy.py (installs NVIDIA-Linux-x86_64-{node_driver}.run "
+                    "--no-kernel-modules in the container)",
+                )
+            )
         else:
             differ = {k: x for k, x in found.items() if x and x != node_driver}
             if differ:
-                P(Problem("driver parity", f"container userspace {node_driver} (= node's module)",
-                          ", ".join(f"{k} {x}" for k, x in differ.items()) + f" in CT {vmid}",
-                          "run deploy.py: it installs the node driver's exact userspace"))
+                P(
+                    Problem(
+                        "driver parity",
+                        f"container userspace {node_driver} (= node's module)",
+                        ", ".join(f"{k} {x}" for k, x in differ.items()) + f" in CT {vmid}",
+                        "run deploy.py: it installs the node driver's exact userspace",
+                    )
+                )
     if ct and ct.get("gpu_error") and "not installed" not in ct["gpu_error"]:
         if "mismatch" in ct["gpu_error"] or not ct.get("gpus"):
             v.warnings.append(f"nvidia-smi in CT {vmid}: {ct['gpu_error']}")
@@ -360,42 +442,93 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
     devices: list[dict] = []
     available = False
     if not ct:
-        P(Problem("container facts", f"CT {vmid} answers", "no answer",
-                  f"start CT {vmid} (pct start {vmid}) or run deploy.py"))
+        P(
+            Problem(
+                "container facts",
+                f"CT {vmid} answers",
+                "no answer",
+                f"start CT {vmid} (pct start {vmid}) or run deploy.py",
+            )
+        )
     elif not ct.get("present"):
-        P(Problem("venv", f"{ct.get('venv')} with torch {want}", f"no {ct.get('python')}",
-                  "run deploy.py (it builds the venv and links it)"))
+        P(
+            Problem(
+                "venv",
+                f"{ct.get('venv')} with torch {want}",
+                f"no {ct.get('python')}",
+                "run deploy.py (it builds the venv and links it)",
+            )
+        )
     elif rt.get("import_error"):
-        P(Problem("torch import", f"import torch works in {ct.get('venv')}", rt["import_error"],
-                  "run deploy.py --data rebuild=venv"))
+        P(
+            Problem(
+                "torch import",
+                f"import torch works in {ct.get('venv')}",
+                rt["import_error"],
+                "run deploy.py --data rebuild=venv",
+            )
+        )
     else:
         if rt.get("version") != want:
-            P(Problem("torch build", want, f"{rt.get('version')} in {ct.get('venv')}",
-                      f"run deploy.py (switches {ct.get('venv')} to {want}; the other build is "
-                      "kept for rollback)"))
+            P(
+                Problem(
+                    "torch build",
+                    want,
+                    f"{rt.get('version')} in {ct.get('venv')}",
+                    f"run deploy.py (switches {ct.get('venv')} to {want}; the other build is "
+                    "kept for rollback)",
+                )
+            )
         elif rt.get("cuda") != variant.cuda:
-            P(Problem("torch CUDA", f"torch.version.cuda {variant.cuda} ({settings.torch_variant})",
-                      str(rt.get("cuda")), "run deploy.py --data rebuild=venv"))
+            P(
+                Problem(
+                    "torch CUDA",
+                    f"torch.version.cuda {variant.cuda} ({settings.torch_variant})",
+                    str(rt.get("cuda")),
+                    "run deploy.py --data rebuild=venv",
+                )
+            )
         available = bool(rt.get("available"))
         if not available:
             reason = rt.get("init_error") or "is_available() is False, no CUDA device visible"
-            P(Problem("CUDA init", "torch.cuda.is_available() is True",
-                      f"CUDA error: {reason}", _cuda_fix(reason, settings, vmid)))
+            P(
+                Problem(
+                    "CUDA init",
+                    "torch.cuda.is_available() is True",
+                    f"CUDA error: {reason}",
+                    _cuda_fix(reason, settings, vmid),
+                )
+            )
         else:
             devices = list(rt.get("devices") or [])
             count = rt.get("device_count", len(devices))
             if count != settings.expected_gpu_count:
                 seen = {normalize_uuid(d.get("uuid")) for d in devices}
                 missing = sorted(g["index"] for u, g in by_uuid.items() if u not in seen)
-                detail = f" (node GPU {', '.join(map(str, missing))} not passed through)" if missing else ""
-                P(Problem("GPU count", f"{settings.expected_gpu_count} GPUs visible to torch "
-                          "(expected_gpu_count)", f"{count}{detail}",
-                          f"pass every /dev/nvidiaN through to CT {vmid}: run deploy.py"))
+                detail = (
+                    f" (node GPU {', '.join(map(str, missing))} not passed through)"
+                    if missing
+                    else ""
+                )
+                P(
+                    Problem(
+                        "GPU count",
+                        f"{settings.expected_gpu_count} GPUs visible to torch (expected_gpu_count)",
+                        f"{count}{detail}",
+                        f"pass every /dev/nvidiaN through to CT {vmid}: run deploy.py",
+                    )
+                )
             for i in sorted(role_of):
                 if i >= count:
-                    P(Problem(f"GPU {i} ({role_of[i]})", f"CUDA device {i} present in CT {vmid}",
-                              f"only {count} devices (0..{count - 1})",
-                              f"pass the node's GPUs through to CT {vmid}: run deploy.py", gpu=i))
+                    P(
+                        Problem(
+                            f"GPU {i} ({role_of[i]})",
+                            f"CUDA device {i} present in CT {vmid}",
+                            f"only {count} devices (0..{count - 1})",
+                            f"pass the node's GPUs through to CT {vmid}: run deploy.py",
+                            gpu=i,
+                        )
+                    )
     # ---- per device: identity, capability, memory ---------------------------------------------
     arch_list = list((rt or {}).get("arch_list") or [])
     rows = []
@@ -405,58 +538,121 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
         g = by_uuid.get(normalize_uuid(d.get("uuid")))
         role = role_of.get(i, "-")
         if d.get("error"):
-            P(Problem(f"GPU {i}", "its properties readable by torch", d["error"],
-                      "check the GPU on the node (nvidia-smi -q) and its passthrough", gpu=i))
+            P(
+                Problem(
+                    f"GPU {i}",
+                    "its properties readable by torch",
+                    d["error"],
+                    "check the GPU on the node (nvidia-smi -q) and its passthrough",
+                    gpu=i,
+                )
+            )
             note(i, "unreadable")
         if node_gpus is not None and g is None:
-            P(Problem(f"GPU {i} identity", "a UUID the node's nvidia-smi lists",
-                      f"{d.get('uuid') or 'no UUID'}",
-                      "check the passthrough maps the node's GPUs (pct config; run deploy.py)", gpu=i))
+            P(
+                Problem(
+                    f"GPU {i} identity",
+                    "a UUID the node's nvidia-smi lists",
+                    f"{d.get('uuid') or 'no UUID'}",
+                    "check the passthrough maps the node's GPUs (pct config; run deploy.py)",
+                    gpu=i,
+                )
+            )
             note(i, "unknown to node")
         elif g is not None:
             matched_nodes.add(g.get("index"))
             if g.get("name") and d.get("name") and g["name"] != d["name"]:
-                P(Problem(f"GPU {i} model", f"{g['name']} (node GPU {g['index']})", d["name"],
-                          "check which GPU is passed through (pct config)", gpu=i))
+                P(
+                    Problem(
+                        f"GPU {i} model",
+                        f"{g['name']} (node GPU {g['index']})",
+                        d["name"],
+                        "check which GPU is passed through (pct config)",
+                        gpu=i,
+                    )
+                )
                 note(i, "model differs")
             tot, node_tot = d.get("total_mib"), g.get("memory_total_mib")
             if tot and node_tot and abs(tot - node_tot) > MEMORY_TOLERANCE * node_tot:
-                P(Problem(f"GPU {i} memory", f"{node_tot} MiB total (node GPU {g['index']})",
-                          f"{tot} MiB in torch", "check the GPU (MIG mode? nvidia-smi -q on the node)",
-                          gpu=i))
+                P(
+                    Problem(
+                        f"GPU {i} memory",
+                        f"{node_tot} MiB total (node GPU {g['index']})",
+                        f"{tot} MiB in torch",
+                        "check the GPU (MIG mode? nvidia-smi -q on the node)",
+                        gpu=i,
+                    )
+                )
                 note(i, "memory differs")
         cap = d.get("capability")
         if cap and arch_list and arch_covers(cap, arch_list) is None:
-            P(Problem(f"GPU {i} arch", f"sm_{cap.replace('.', '')} in the build's arch list",
-                      f"{' '.join(arch_list)} for compute capability {cap}",
-                      "choose a torch_variant built for this GPU", gpu=i))
+            P(
+                Problem(
+                    f"GPU {i} arch",
+                    f"sm_{cap.replace('.', '')} in the build's arch list",
+                    f"{' '.join(arch_list)} for compute capability {cap}",
+                    "choose a torch_variant built for this GPU",
+                    gpu=i,
+                )
+            )
             note(i, f"sm_{cap.replace('.', '')} unsupported")
-        rows.append({"gpu": i, "node_gpu": g.get("index") if g else None, "name": d.get("name"),
-                     "uuid": d.get("uuid"), "total_mib": d.get("total_mib"),
-                     "free_mib": d.get("free_mib"), "capability": cap, "role": role})
+        rows.append(
+            {
+                "gpu": i,
+                "node_gpu": g.get("index") if g else None,
+                "name": d.get("name"),
+                "uuid": d.get("uuid"),
+                "total_mib": d.get("total_mib"),
+                "free_mib": d.get("free_mib"),
+                "capability": cap,
+                "role": role,
+            }
+        )
 
     # ---- compute processes on the node ---------------------------------------------------------
     own_used: dict[str, int] = {}
     cuda_of_uuid = {normalize_uuid(d.get("uuid")): d.get("index") for d in devices}
     for app in node.get("compute_apps") or []:
         u = normalize_uuid(app.get("gpu_uuid"))
-        if is_own_process(app, vmid, unit):
+        owner = process_owner(app, vmid, unit)
+        if owner == "unit":
             own_used[u] = own_used.get(u, 0) + (app.get("used_mib") or 0)
             continue
         i = cuda_of_uuid.get(u)
         node_index = (by_uuid.get(u) or {}).get("index")
-        what = (f"pid {app.get('pid')} ({app.get('cmdline') or app.get('name') or '?'}) holding "
-                f"{app.get('used_mib') if app.get('used_mib') is not None else '?'} MiB")
+        pid = app.get("pid")
+        where_ = {"node": "", "container": f" in CT {vmid} (outside {unit})"}.get(
+            owner, f" in CT {owner[3:]}"
+        )
+        what = (
+            f"pid {pid}{where_} ({app.get('cmdline') or app.get('name') or '?'}) holding "
+            f"{app.get('used_mib') if app.get('used_mib') is not None else '?'} MiB"
+        )
         if i is not None and i in role_of:
-            P(Problem(f"GPU {i} ({role_of[i]}) free", "no compute process but the training unit's",
-                      f"{what} on node GPU {node_index}",
-                      f"if it is left from a killed run, stop it on node {node_name}: "
-                      f"kill {app.get('pid')} (then check nvidia-smi)", gpu=i))
-            note(i, f"held by pid {app.get('pid')}")
+            if owner.startswith("ct "):
+                fix = (
+                    f"node GPU {node_index} is also in use by CT {owner[3:]}: stop that workload "
+                    f"or pass CT {vmid} other GPUs (pvegpu never stops another container's work)"
+                )
+            else:
+                fix = (
+                    f"if it is left from a killed run, stop it on node {node_name}: kill {pid} "
+                    "(then check nvidia-smi)"
+                )
+            P(
+                Problem(
+                    f"GPU {i} ({role_of[i]}) free",
+                    "no compute process but the training unit's",
+                    f"{what} on node GPU {node_index}",
+                    fix,
+                    gpu=i,
+                )
+            )
+            note(i, f"held by pid {pid}")
         else:
             v.warnings.append(f"{what} on node GPU {node_index}, not a training GPU of CT {vmid}")
             if node_index is not None:
-                node_notes.setdefault(node_index, []).append(f"pid {app.get('pid')}")
+                node_notes.setdefault(node_index, []).append(f"pid {pid}")
 
     # ---- free memory on training GPUs -----------------------------------------------------------
     for row in rows:
@@ -465,9 +661,15 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
             continue
         usable = row["free_mib"] + own_used.get(normalize_uuid(row["uuid"]), 0)
         if usable < settings.min_free_gpu_mib:
-            P(Problem(f"GPU {i} ({role_of[i]}) memory", f">= {settings.min_free_gpu_mib} MiB free "
-                      "(min_free_gpu_mib)", f"{row['free_mib']} MiB free",
-                      "free the GPU (see its compute processes: nvidia-smi on the node)", gpu=i))
+            P(
+                Problem(
+                    f"GPU {i} ({role_of[i]}) memory",
+                    f">= {settings.min_free_gpu_mib} MiB free (min_free_gpu_mib)",
+                    f"{row['free_mib']} MiB free",
+                    "free the GPU (see its compute processes: nvidia-smi on the node)",
+                    gpu=i,
+                )
+            )
             note(i, "low free memory")
 
     # ---- venv vs its lock -----------------------------------------------------------------------
@@ -488,15 +690,29 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
         if extra:
             found.append("extra " + ", ".join(extra))
         if found:
-            P(Problem("venv packages", f"exactly {basis}", "; ".join(found),
-                      "run deploy.py (re-syncs the venv), or deploy.py --data rebuild=venv"))
+            P(
+                Problem(
+                    "venv packages",
+                    f"exactly {basis}",
+                    "; ".join(found),
+                    "run deploy.py (re-syncs the venv), or deploy.py --data rebuild=venv",
+                )
+            )
         pip_check = ct.get("pip_check")
         if pip_check and pip_check.get("rc") not in (0, None):
-            lines = [x for x in (pip_check.get("output") or "").splitlines()
-                     if x.strip() and not x.startswith("Checked ")]
-            P(Problem("venv dependencies", "uv pip check clean",
-                      "; ".join(lines[:3]) or f"exit {pip_check['rc']}",
-                      "run deploy.py --data rebuild=venv"))
+            lines = [
+                x
+                for x in (pip_check.get("output") or "").splitlines()
+                if x.strip() and not x.startswith("Checked ")
+            ]
+            P(
+                Problem(
+                    "venv dependencies",
+                    "uv pip check clean",
+                    "; ".join(lines[:3]) or f"exit {pip_check['rc']}",
+                    "run deploy.py --data rebuild=venv",
+                )
+            )
         elif pip_check is None:
             v.warnings.append("uv pip check not run (uv not installed in the container)")
 
@@ -512,39 +728,78 @@ def verify(settings: Settings, node: dict, ct: dict, *, where: str, vmid: int,
     problems_by_gpu = {p.gpu for p in v.problems if p.gpu is not None}
     for row in rows:
         row["status"] = "; ".join(notes.get(row["gpu"], [])) or (
-            "problem" if row["gpu"] in problems_by_gpu else "ok")
+            "problem" if row["gpu"] in problems_by_gpu else "ok"
+        )
     for i in sorted(role_of):
         if i not in {r["gpu"] for r in rows} and available:
-            rows.append({"gpu": i, "node_gpu": None, "name": None, "uuid": None, "total_mib": None,
-                         "free_mib": None, "capability": None, "role": role_of[i],
-                         "status": "missing"})
+            rows.append(
+                {
+                    "gpu": i,
+                    "node_gpu": None,
+                    "name": None,
+                    "uuid": None,
+                    "total_mib": None,
+                    "free_mib": None,
+                    "capability": None,
+                    "role": role_of[i],
+                    "status": "missing",
+                }
+            )
     for g in node_gpus or []:
         if available and g.get("index") not in matched_nodes:
-            rows.append({"gpu": None, "node_gpu": g.get("index"), "name": g.get("name"),
-                         "uuid": g.get("uuid"), "total_mib": g.get("memory_total_mib"),
-                         "free_mib": None, "capability": None, "role": "-",
-                         "status": "; ".join(["not passed through"]
-                                             + node_notes.get(g.get("index"), []))})
+            rows.append(
+                {
+                    "gpu": None,
+                    "node_gpu": g.get("index"),
+                    "name": g.get("name"),
+                    "uuid": g.get("uuid"),
+                    "total_mib": g.get("memory_total_mib"),
+                    "free_mib": None,
+                    "capability": None,
+                    "role": "-",
+                    "status": "; ".join(
+                        ["not passed through"] + node_notes.get(g.get("index"), [])
+                    ),
+                }
+            )
     if not available:
         for g in node_gpus or []:
-            rows.append({"gpu": None, "node_gpu": g.get("index"), "name": g.get("name"),
-                         "uuid": g.get("uuid"), "total_mib": g.get("memory_total_mib"),
-                         "free_mib": None, "capability": None, "role": "-",
-                         "status": "not visible (CUDA unavailable)"})
+            rows.append(
+                {
+                    "gpu": None,
+                    "node_gpu": g.get("index"),
+                    "name": g.get("name"),
+                    "uuid": g.get("uuid"),
+                    "total_mib": g.get("memory_total_mib"),
+                    "free_mib": None,
+                    "capability": None,
+                    "role": "-",
+                    "status": "not visible (CUDA unavailable)",
+                }
+            )
     v.rows = rows
     v.summary = {
-        "torch": (rt or {}).get("version"), "torch_expected": want,
-        "cuda": (rt or {}).get("cuda"), "cudnn": (rt or {}).get("cudnn"),
-        "nccl": (rt or {}).get("nccl"), "arch_list": arch_list,
-        "available": available, "init_error": (rt or {}).get("init_error"),
+        "torch": (rt or {}).get("version"),
+        "torch_expected": want,
+        "cuda": (rt or {}).get("cuda"),
+        "cudnn": (rt or {}).get("cudnn"),
+        "nccl": (rt or {}).get("nccl"),
+        "arch_list": arch_list,
+        "available": available,
+        "init_error": (rt or {}).get("init_error"),
         "device_count": (rt or {}).get("device_count"),
         "expected_gpu_count": settings.expected_gpu_count,
-        "target_gpus": list(settings.target_gpus), "drafter_gpus": list(settings.drafter_gpus),
-        "driver_node": node_driver, "driver_container": drv,
+        "target_gpus": list(settings.target_gpus),
+        "drafter_gpus": list(settings.drafter_gpus),
+        "driver_node": node_driver,
+        "driver_container": drv,
         "node_gpu_count": len(node_gpus) if node_gpus is not None else None,
         "compute_apps": node.get("compute_apps") or [],
-        "venv": (ct or {}).get("venv"), "venv_real": (ct or {}).get("venv_real"),
-        "packages": drift, "compile": comp, "verify_level": settings.verify_level,
+        "venv": (ct or {}).get("venv"),
+        "venv_real": (ct or {}).get("venv_real"),
+        "packages": drift,
+        "compile": comp,
+        "verify_level": settings.verify_level,
     }
     return v
 
@@ -555,36 +810,54 @@ def _compile_problems(v: Verdict, comp: dict, rt: dict, settings: Settings) -> N
     n = len(threads)
     failed = [t for t in threads if not t.get("ok")]
     if comp.get("error"):
-        v.problems.append(Problem("concurrent torch.compile", "flex_attention compiles in the venv",
-                                  comp["error"], "run deploy.py --data rebuild=venv"))
+        v.problems.append(
+            Problem(
+                "concurrent torch.compile",
+                "flex_attention compiles in the venv",
+                comp["error"],
+                "run deploy.py --data rebuild=venv",
+            )
+        )
         return
     serial = comp.get("serial") or {}
     serial_text = (
         f"compiling under a lock, one device at a time, worked here in {serial.get('seconds')} s"
-        if serial.get("ok") else
-        f"compiling under a lock also failed: {serial.get('error')}" if serial else "")
+        if serial.get("ok")
+        else f"compiling under a lock also failed: {serial.get('error')}"
+        if serial
+        else ""
+    )
     if comp.get("race"):
         racing = [t["gpu"] for t in failed if FX_RACE in (t.get("error") or "")]
-        v.problems.append(Problem(
-            "concurrent torch.compile",
-            f"flex_attention compiles from {n} threads at once (one per GPU, as the trainer does)",
-            f"FX-tracing race on GPU {', '.join(map(str, racing))} with torch {build}: "
-            f"RuntimeError: Detected that you are using {FX_RACE}",
-            "torch's FX-tracing flag is process-wide: run one training process per GPU, or compile "
-            "under a lock and warm each device in turn before training"
-            + (f"; {serial_text}" if serial_text else ""),
-        ))
+        v.problems.append(
+            Problem(
+                "concurrent torch.compile",
+                f"flex_attention compiles from {n} threads at once (one per GPU, as the trainer does)",
+                f"FX-tracing race on GPU {', '.join(map(str, racing))} with torch {build}: "
+                f"RuntimeError: Detected that you are using {FX_RACE}",
+                "torch's FX-tracing flag is process-wide: run one training process per GPU, or compile "
+                "under a lock and warm each device in turn before training"
+                + (f"; {serial_text}" if serial_text else ""),
+            )
+        )
     elif failed:
         t = failed[0]
-        v.problems.append(Problem(
-            "concurrent torch.compile", f"flex_attention compiles on all {n} GPUs",
-            f"GPU {t.get('gpu')}: {t.get('error')}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""),
-            "check the GPU and the torch build (run the check again with -v for the facts)"
-            + (f"; {serial_text}" if serial_text else ""),
-        ))
+        v.problems.append(
+            Problem(
+                "concurrent torch.compile",
+                f"flex_attention compiles on all {n} GPUs",
+                f"GPU {t.get('gpu')}: {t.get('error')}"
+                + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""),
+                "check the GPU and the torch build (run the check again with -v for the facts)"
+                + (f"; {serial_text}" if serial_text else ""),
+            )
+        )
     if comp.get("fallback"):
-        v.problems.append(Problem(
-            "concurrent torch.compile", "compiled kernels (no eager fallback)",
-            f"fell back: {comp['fallback'][0]}",
-            "fix the compile (TORCH_LOGS=graph_breaks,recompiles in the trainer) before a long run",
-        ))
+        v.problems.append(
+            Problem(
+                "concurrent torch.compile",
+                "compiled kernels (no eager fallback)",
+                f"fell back: {comp['fallback'][0]}",
+                "fix the compile (TORCH_LOGS=graph_breaks,recompiles in the trainer) before a long run",
+            )
+        )

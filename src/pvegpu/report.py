@@ -23,9 +23,15 @@ from pathlib import Path
 
 from .checks import Verdict
 
-COLUMNS = [("GPU", "gpu", ">"), ("node", "node_gpu", ">"), ("name", "name", "<"),
-           ("total MiB", "total_mib", ">"), ("free MiB", "free_mib", ">"), ("role", "role", "<"),
-           ("status", "status", "<")]
+COLUMNS = [
+    ("GPU", "gpu", ">"),
+    ("node", "node_gpu", ">"),
+    ("name", "name", "<"),
+    ("total MiB", "total_mib", ">"),
+    ("free MiB", "free_mib", ">"),
+    ("role", "role", "<"),
+    ("status", "status", "<"),
+]
 
 
 def _cell(value) -> str:
@@ -54,20 +60,26 @@ def header(v: Verdict) -> str:
         parts.append(f"venv {s['venv']}" + (f" -> {real}" if real and real != s["venv"] else ""))
     comp = s.get("compile")
     if comp and comp.get("seconds") is not None:
-        parts.append(f"compile check {comp['seconds']} s on {len(comp.get('threads') or [])} threads")
+        parts.append(
+            f"compile check {comp['seconds']} s on {len(comp.get('threads') or [])} threads"
+        )
     return f"{v.where}: " + ", ".join(parts)
 
 
 def table(v: Verdict) -> list[str]:
     """The header line and one line per GPU (container CUDA index and node index)."""
     rows = [[_cell(r.get(key)) for _, key, _ in COLUMNS] for r in v.rows]
-    widths = [max([len(title)] + [len(r[n]) for r in rows]) for n, (title, _, _) in enumerate(COLUMNS)]
+    widths = [
+        max([len(title)] + [len(r[n]) for r in rows]) for n, (title, _, _) in enumerate(COLUMNS)
+    ]
 
     def fmt(cells):
         out = []
         for n, (cell, (_, _, align)) in enumerate(zip(cells, COLUMNS)):
             last = n == len(COLUMNS) - 1
-            out.append(cell if last else (cell.rjust(widths[n]) if align == ">" else cell.ljust(widths[n])))
+            out.append(
+                cell if last else (cell.rjust(widths[n]) if align == ">" else cell.ljust(widths[n]))
+            )
         return " " + "  ".join(out).rstrip()
 
     return [header(v), fmt([t for t, _, _ in COLUMNS]), *(fmt(r) for r in rows)]
@@ -76,8 +88,10 @@ def table(v: Verdict) -> list[str]:
 def verdict_line(v: Verdict) -> str:
     s = v.summary
     if v.ok:
-        line = (f"VERIFIED {v.where}: torch {s.get('torch')} sees {s.get('device_count')}/"
-                f"{s.get('expected_gpu_count')} GPUs")
+        line = (
+            f"VERIFIED {v.where}: torch {s.get('torch')} sees {s.get('device_count')}/"
+            f"{s.get('expected_gpu_count')} GPUs"
+        )
         if s.get("target_gpus") is not None:
             line += f" ({len(s['target_gpus'])} target, {len(s.get('drafter_gpus') or [])} drafter)"
         if s.get("driver_node"):

@@ -23,8 +23,11 @@ def verify_unchanged(site, *data):
 
 
 def problem_lines(run):
-    return [line.split("] ", 1)[1] for line in run.stderr.splitlines()
-            if "] " in line and ": expected " in line and "; fix: " in line]
+    return [
+        line.split("] ", 1)[1]
+        for line in run.stderr.splitlines()
+        if "] " in line and ": expected " in line and "; fix: " in line
+    ]
 
 
 def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
@@ -62,13 +65,21 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     bad = verify_unchanged(site, f"verify_report={report}")
     assert bad.rc != 0 and "Traceback" not in bad.output
     lines = problem_lines(bad)
-    assert any(line.startswith("GPU count: expected 8 GPUs visible to torch (expected_gpu_count); "
-                               "found 7 (node GPU 3 not passed through)") for line in lines), lines
+    assert any(
+        line.startswith(
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); "
+            "found 7 (node GPU 3 not passed through)"
+        )
+        for line in lines
+    ), lines
     assert any(line.startswith("GPU 7 (drafter): expected CUDA device 7 present") for line in lines)
     # node GPU 6 is CUDA device 5 inside the container now: named by both
-    assert any(line.startswith("GPU 5 (drafter) free: expected no compute process")
-               and f"pid {pid} (python3 train_old.py --run 36) holding 20000 MiB on node GPU 6" in line
-               and f"kill {pid}" in line for line in lines), lines
+    assert any(
+        line.startswith("GPU 5 (drafter) free: expected no compute process")
+        and f"pid {pid} (python3 train_old.py --run 36) holding 20000 MiB on node GPU 6" in line
+        and f"kill {pid}" in line
+        for line in lines
+    ), lines
     assert "NOT VERIFIED CT 200 on 127.0.0.1: 3 problems" in bad.stderr
     assert json.loads(report.read_text())["verdict"] == "fail"
 
@@ -78,14 +89,24 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     broken = verify_unchanged(site)
     assert broken.rc != 0
     lines = problem_lines(broken)
-    assert any(line.startswith("CUDA init: expected torch.cuda.is_available() is True; found CUDA "
-                               "error: Found no NVIDIA driver") for line in lines), lines
-    assert any(line.startswith("driver parity: expected libcuda.so.580.95.05 in CT 200") for line in lines)
+    assert any(
+        line.startswith(
+            "CUDA init: expected torch.cuda.is_available() is True; found CUDA "
+            "error: Found no NVIDIA driver"
+        )
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith("driver parity: expected libcuda.so.580.95.05 in CT 200") for line in lines
+    )
 
     # --- overlapping target/drafter lists: a settings error before any command
     overlap = verify_unchanged(site, "target_gpus=[0,1,2,3,4,5]")
     assert overlap.rc != 0 and "Traceback" not in overlap.output
-    assert "target_gpus and drafter_gpus overlap on [5]: a GPU is either a target or a drafter" in overlap.output
+    assert (
+        "target_gpus and drafter_gpus overlap on [5]: a GPU is either a target or a drafter"
+        in overlap.output
+    )
     assert container_calls(site.node) == []
 
 
@@ -99,10 +120,14 @@ def test_verify_wrong_build_old_driver_and_the_compile_race(site, node_options):
     wrong = verify_unchanged(site)
     assert wrong.rc != 0
     lines = problem_lines(wrong)
-    assert any(line.startswith("torch build: expected 2.11.0+cu130; found 2.11.0+cu128 in /root/venv")
-               for line in lines), lines
-    assert any(line.startswith("driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 575.57.08")
-               for line in lines), lines
+    assert any(
+        line.startswith("torch build: expected 2.11.0+cu130; found 2.11.0+cu128 in /root/venv")
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith("driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 575.57.08")
+        for line in lines
+    ), lines
     assert len(container_calls(site.node)) <= 3
 
     # cu128 as deployed, with the deep check: the FX-tracing race, and what to do about it.
@@ -110,8 +135,9 @@ def test_verify_wrong_build_old_driver_and_the_compile_race(site, node_options):
     assert race.rc != 0
     lines = problem_lines(race)
     assert len(lines) == 1, lines
-    assert lines[0].startswith("concurrent torch.compile: expected flex_attention compiles from 8 "
-                               "threads at once")
+    assert lines[0].startswith(
+        "concurrent torch.compile: expected flex_attention compiles from 8 threads at once"
+    )
     assert RACE in lines[0] and "with torch 2.11.0+cu128" in lines[0]
     assert "one training process per GPU" in lines[0]
     assert "compile under a lock and warm each device in turn" in lines[0]

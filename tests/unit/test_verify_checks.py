@@ -16,10 +16,18 @@ from pvegpu.checks import (
 from pvegpu.settings import SettingsError
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
+
 def run(s=None, node=None, ct=None, **kw):
-    return verify(s or settings(), node if node is not None else node_facts(),
-                  ct if ct is not None else ct_facts(), where="CT 200 on n1", vmid=200,
-                  node_name="n1", unit="dflash-train.service", **kw)
+    return verify(
+        s or settings(),
+        node if node is not None else node_facts(),
+        ct if ct is not None else ct_facts(),
+        where="CT 200 on n1",
+        vmid=200,
+        node_name="n1",
+        unit="dflash-train.service",
+        **kw,
+    )
 
 
 def checks_of(v):
@@ -38,7 +46,9 @@ def test_seven_gpus_passed_through():
     v = run(ct=ct_facts(gpus=[0, 1, 2, 4, 5, 6, 7]))
     assert checks_of(v) == ["GPU count", "GPU 7 (drafter)"]
     assert "found 7 (node GPU 3 not passed through)" in v.lines()[0]
-    assert {"gpu": None, "node_gpu": 3}.items() <= next(r for r in v.rows if r["status"] == "not passed through").items()
+    assert {"gpu": None, "node_gpu": 3}.items() <= next(
+        r for r in v.rows if r["status"] == "not passed through"
+    ).items()
     assert next(r for r in v.rows if r["gpu"] == 3)["node_gpu"] == 4
     assert next(r for r in v.rows if r["gpu"] == 7)["status"] == "missing"
 
@@ -52,8 +62,11 @@ def test_driver_too_old_for_the_variant():
 
 
 def test_reduced_driver_is_a_warning_only():
-    v = run(s=settings(torch_variant="cu128"), node=node_facts(driver="550.54.15"),
-            ct=ct_facts(version="2.11.0+cu128", cuda="12.8", libcuda="550.54.15"))
+    v = run(
+        s=settings(torch_variant="cu128"),
+        node=node_facts(driver="550.54.15"),
+        ct=ct_facts(version="2.11.0+cu128", cuda="12.8", libcuda="550.54.15"),
+    )
     assert v.ok, v.lines()
     assert "compatibility mode" in v.warnings[0]
 
@@ -70,8 +83,13 @@ def test_torch_cuda_mismatch_with_the_right_label():
 
 
 def test_stale_process_on_gpu6():
-    app = {"pid": 4242, "name": "python3", "gpu_uuid": "GPU-" + UUID.format(6), "used_mib": 20000,
-           "cmdline": "python3 train_old.py"}
+    app = {
+        "pid": 4242,
+        "name": "python3",
+        "gpu_uuid": "GPU-" + UUID.format(6),
+        "used_mib": 20000,
+        "cmdline": "python3 train_old.py",
+    }
     v = run(node=node_facts(apps=[app]))
     assert checks_of(v) == ["GPU 6 (drafter) free"]
     assert "pid 4242 (python3 train_old.py) holding 20000 MiB" in v.lines()[0]
@@ -80,34 +98,53 @@ def test_stale_process_on_gpu6():
 
 
 def test_own_training_process_is_not_stale_and_its_memory_counts_as_free():
-    app = {"pid": 9, "name": "python", "gpu_uuid": "GPU-" + UUID.format(0), "used_mib": 143000,
-           "cmdline": "/root/venv/bin/python /data/dflash/train.py",
-           "cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}
+    app = {
+        "pid": 9,
+        "name": "python",
+        "gpu_uuid": "GPU-" + UUID.format(0),
+        "used_mib": 143000,
+        "cmdline": "/root/venv/bin/python /data/dflash/train.py",
+        "cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service",
+    }
     ct = ct_facts()
     ct["torch"]["devices"][0]["free_mib"] = 771
     assert run(node=node_facts(apps=[app]), ct=ct).ok
     app2 = dict(app, cgroup="0::/lxc/201/ns/system.slice/dflash-train.service")
     assert checks_of(run(node=node_facts(apps=[app2]), ct=ct)) == [
-        "GPU 0 (target) free", "GPU 0 (target) memory"]
+        "GPU 0 (target) free",
+        "GPU 0 (target) memory",
+    ]
 
 
 def test_process_on_a_gpu_that_is_not_for_training_is_a_warning():
     s = settings(target_gpus=[0, 1, 2, 3], drafter_gpus=[5, 6, 7])
-    app = {"pid": 5, "name": "x", "gpu_uuid": "GPU-" + UUID.format(4), "used_mib": 10, "cmdline": "x"}
+    app = {
+        "pid": 5,
+        "name": "x",
+        "gpu_uuid": "GPU-" + UUID.format(4),
+        "used_mib": 10,
+        "cmdline": "x",
+    }
     v = run(s=s, node=node_facts(apps=[app]))
     assert v.ok and "not a training GPU" in v.warnings[0]
 
 
 def test_low_free_memory():
     v = run(ct=ct_facts(free=512))
-    assert checks_of(v) == [f"GPU {i} ({'target' if i < 5 else 'drafter'}) memory" for i in range(8)]
+    assert checks_of(v) == [
+        f"GPU {i} ({'target' if i < 5 else 'drafter'}) memory" for i in range(8)
+    ]
     assert ">= 1024 MiB free (min_free_gpu_mib); found 512 MiB free" in v.lines()[0]
 
 
 def test_cuda_init_error_is_reported_with_its_reason_and_fix():
     ct = ct_facts()
-    ct["torch"].update(available=False, device_count=0, devices=[],
-                       init_error="Found no NVIDIA driver on your system.")
+    ct["torch"].update(
+        available=False,
+        device_count=0,
+        devices=[],
+        init_error="Found no NVIDIA driver on your system.",
+    )
     ct["driver"] = {"libcuda": None, "libnvidia_ml": None, "smi": None, "module": "580.95.05"}
     v = run(ct=ct)
     assert checks_of(v) == ["driver parity", "CUDA init"]
@@ -116,11 +153,20 @@ def test_cuda_init_error_is_reported_with_its_reason_and_fix():
     assert all(r["status"].startswith("not visible") for r in v.rows)
 
 
-@pytest.mark.parametrize("error, fix", [
-    ("Error 803: system has unsupported display driver / cuda driver combination", "exact userspace"),
-    ("The NVIDIA driver on your system is too old (found version 12080).", "upgrade the node's"),
-    ("CUDA unknown error - this may be due to an incorrectly set up environment", "nvidia-uvm"),
-])
+@pytest.mark.parametrize(
+    "error, fix",
+    [
+        (
+            "Error 803: system has unsupported display driver / cuda driver combination",
+            "exact userspace",
+        ),
+        (
+            "The NVIDIA driver on your system is too old (found version 12080).",
+            "upgrade the node's",
+        ),
+        ("CUDA unknown error - this may be due to an incorrectly set up environment", "nvidia-uvm"),
+    ],
+)
 def test_cuda_init_fixes(error, fix):
     ct = ct_facts()
     ct["torch"].update(available=False, device_count=0, devices=[], init_error=error)
@@ -174,24 +220,37 @@ def test_overlapping_roles_fail_in_the_settings():
 
 # --- venv vs its lock ---------------------------------------------------------------------------
 def test_package_drift_against_a_lock():
-    lock = parse_lock("torch==2.11.0+cu130 \\\n    --hash=sha256:00\nfilelock==3.20.0\n    # via torch\n")
-    installed = {"torch": {"version": "2.11.0+cu130"}, "Filelock": {"version": "3.19.0"},
-                 "sglang_junk": {"version": "0.1"}}
+    lock = parse_lock(
+        "torch==2.11.0+cu130 \\\n    --hash=sha256:00\nfilelock==3.20.0\n    # via torch\n"
+    )
+    installed = {
+        "torch": {"version": "2.11.0+cu130"},
+        "Filelock": {"version": "3.19.0"},
+        "sglang_junk": {"version": "0.1"},
+    }
     missing, extra, wrong = package_drift(installed, settings(), lock)
     assert (missing, extra, wrong) == ([], ["sglang-junk==0.1"], [("filelock", "3.20.0", "3.19.0")])
     v = run(ct=ct_facts(packages=installed), lock=lock, lock_source="locks/cu130.lock")
     assert checks_of(v) == ["venv packages"]
-    assert v.lines()[0].startswith("venv packages: expected exactly locks/cu130.lock; found wrong "
-                                   "filelock 3.19.0 (want 3.20.0); extra sglang-junk==0.1")
+    assert v.lines()[0].startswith(
+        "venv packages: expected exactly locks/cu130.lock; found wrong "
+        "filelock 3.19.0 (want 3.20.0); extra sglang-junk==0.1"
+    )
 
 
 def test_package_drift_without_lock_uses_the_dependency_closure():
     s = settings(training_requirements=["transformers==5.6.0"])
     installed = {
-        "torch": {"version": "2.11.0+cu130", "requires": ["filelock", "nvidia-nccl-cu13; platform_system == 'Linux'"]},
+        "torch": {
+            "version": "2.11.0+cu130",
+            "requires": ["filelock", "nvidia-nccl-cu13; platform_system == 'Linux'"],
+        },
         "filelock": {"version": "3.20.0", "requires": []},
         "nvidia-nccl-cu13": {"version": "2.27.7", "requires": []},
-        "transformers": {"version": "5.6.0", "requires": ["tokenizers>=0.22", "pytest; extra == 'testing'"]},
+        "transformers": {
+            "version": "5.6.0",
+            "requires": ["tokenizers>=0.22", "pytest; extra == 'testing'"],
+        },
         "tokenizers": {"version": "0.22.1", "requires": []},
         "pytest": {"version": "8.0.0", "requires": []},
         "pip": {"version": "25.0", "requires": []},
@@ -203,15 +262,22 @@ def test_package_drift_without_lock_uses_the_dependency_closure():
 
 
 def test_required_closure_follows_requested_extras():
-    inst = {"a": {"requires": ["b[x]"]}, "b": {"requires": ["c; extra == 'x'", "d; extra == 'y'"]},
-            "c": {"requires": []}, "d": {"requires": []}}
+    inst = {
+        "a": {"requires": ["b[x]"]},
+        "b": {"requires": ["c; extra == 'x'", "d; extra == 'y'"]},
+        "c": {"requires": []},
+        "d": {"requires": []},
+    }
     assert required_closure(inst, {"a": set()}) == {"a", "b", "c"}
 
 
 def test_pip_check_failure_and_missing_uv():
     ct = ct_facts()
-    ct["pip_check"] = {"rc": 1, "output": "Checked 2 packages in 1ms\nThe package `transformers` "
-                       "requires `tokenizers>=0.22`, but it's not installed"}
+    ct["pip_check"] = {
+        "rc": 1,
+        "output": "Checked 2 packages in 1ms\nThe package `transformers` "
+        "requires `tokenizers>=0.22`, but it's not installed",
+    }
     v = run(ct=ct)
     assert checks_of(v) == ["venv dependencies"]
     assert "requires `tokenizers>=0.22`" in v.lines()[0]
@@ -222,12 +288,28 @@ def test_pip_check_failure_and_missing_uv():
 
 # --- concurrent compile ---------------------------------------------------------------------------
 def compile_doc(race=False, fallback=(), error=None, serial_ok=True):
-    threads = [{"gpu": i, "ok": not (race and i > 0), "seconds": 0.2,
-                "error": f"RuntimeError: Detected that you are using {FX_RACE}. This is not "
-                         "supported at the moment." if race and i > 0 else None} for i in range(8)]
-    return {"ok": not race and not fallback, "error": error, "race": race, "fallback": list(fallback),
-            "threads": threads, "gpus": list(range(8)), "seconds": 0.25,
-            "serial": ({"ok": serial_ok, "seconds": 0.2} if race else None)}
+    threads = [
+        {
+            "gpu": i,
+            "ok": not (race and i > 0),
+            "seconds": 0.2,
+            "error": f"RuntimeError: Detected that you are using {FX_RACE}. This is not "
+            "supported at the moment."
+            if race and i > 0
+            else None,
+        }
+        for i in range(8)
+    ]
+    return {
+        "ok": not race and not fallback,
+        "error": error,
+        "race": race,
+        "fallback": list(fallback),
+        "threads": threads,
+        "gpus": list(range(8)),
+        "seconds": 0.25,
+        "serial": ({"ok": serial_ok, "seconds": 0.2} if race else None),
+    }
 
 
 def test_compile_race_names_the_race_and_the_workarounds():
@@ -238,7 +320,10 @@ def test_compile_race_names_the_race_and_the_workarounds():
     assert checks_of(v) == ["concurrent torch.compile"]
     line = v.lines()[0]
     assert "FX-tracing race on GPU 1, 2, 3, 4, 5, 6, 7 with torch 2.11.0+cu130" in line
-    assert "one training process per GPU" in line and "compile under a lock and warm each device" in line
+    assert (
+        "one training process per GPU" in line
+        and "compile under a lock and warm each device" in line
+    )
     assert "worked here in 0.2 s" in line
 
 
@@ -247,10 +332,16 @@ def test_compile_clean_fallback_error_and_not_run():
     ct = ct_facts()
     ct["compile"] = compile_doc()
     assert run(s=s, ct=ct).ok
-    ct["compile"] = compile_doc(fallback=["flex_attention called without torch.compile() - this "
-                                          "will use an unfused implementation"])
+    ct["compile"] = compile_doc(
+        fallback=[
+            "flex_attention called without torch.compile() - this "
+            "will use an unfused implementation"
+        ]
+    )
     assert "fell back: flex_attention called without torch.compile()" in run(s=s, ct=ct).lines()[0]
-    ct["compile"] = compile_doc(error="cannot import torch.compile / flex_attention: ImportError: x")
+    ct["compile"] = compile_doc(
+        error="cannot import torch.compile / flex_attention: ImportError: x"
+    )
     assert "cannot import" in run(s=s, ct=ct).lines()[0]
     ct["compile"] = None
     v = run(s=s, ct=ct)
@@ -261,22 +352,51 @@ def test_compile_clean_fallback_error_and_not_run():
 
 
 # --- helpers ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cap, archs, expected", [
-    ("9.0", ["sm_80", "sm_90"], "sm_90"),
-    ("8.9", ["sm_80", "sm_86"], "sm_80"),
-    ("9.0", ["sm_80", "compute_80"], "compute_80"),
-    ("10.0", ["sm_90a"], None),
-    ("9.0", ["sm_90a"], "sm_90a"),
-    ("12.0", ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100"], None),
-    ("[N/A]", ["sm_90"], None),
-])
+@pytest.mark.parametrize(
+    "cap, archs, expected",
+    [
+        ("9.0", ["sm_80", "sm_90"], "sm_90"),
+        ("8.9", ["sm_80", "sm_86"], "sm_80"),
+        ("9.0", ["sm_80", "compute_80"], "compute_80"),
+        ("10.0", ["sm_90a"], None),
+        ("9.0", ["sm_90a"], "sm_90a"),
+        ("12.0", ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100"], None),
+        ("[N/A]", ["sm_90"], None),
+    ],
+)
 def test_arch_covers(cap, archs, expected):
     assert arch_covers(cap, archs) == expected
+
+
+def test_process_in_another_container_or_outside_the_unit():
+    base = {
+        "pid": 7,
+        "name": "python",
+        "gpu_uuid": "GPU-" + UUID.format(2),
+        "used_mib": 5000,
+        "cmdline": "python bench.py",
+    }
+    other = run(
+        node=node_facts(apps=[dict(base, cgroup="0::/lxc/201/ns/user.slice/session.scope")])
+    )
+    assert "pid 7 in CT 201 (python bench.py)" in other.lines()[0]
+    assert "also in use by CT 201" in other.lines()[0] and "kill" not in other.lines()[0]
+    manual = run(
+        node=node_facts(apps=[dict(base, cgroup="0::/lxc/200/ns/user.slice/session-3.scope")])
+    )
+    assert "pid 7 in CT 200 (outside dflash-train.service)" in manual.lines()[0]
+    assert "kill 7" in manual.lines()[0]
+    v1 = "12:pids:/lxc/200/ns/system.slice/dflash-train.service\n0::/lxc/200/ns/system.slice/dflash-train.service"
+    assert run(node=node_facts(apps=[dict(base, cgroup=v1)])).ok
 
 
 def test_is_own_process_needs_container_and_unit():
     unit = "dflash-train.service"
     assert is_own_process({"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200, unit)
     assert not is_own_process({"cgroup": "0::/lxc/200/ns/user.slice/session-1.scope"}, 200, unit)
-    assert not is_own_process({"cgroup": "0::/lxc/2000/ns/system.slice/dflash-train.service"}, 200, unit)
-    assert not is_own_process({"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200, None)
+    assert not is_own_process(
+        {"cgroup": "0::/lxc/2000/ns/system.slice/dflash-train.service"}, 200, unit
+    )
+    assert not is_own_process(
+        {"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200, None
+    )

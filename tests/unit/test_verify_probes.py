@@ -122,9 +122,15 @@ def test_torch_inner_two_gpus(stub):
     doc = run_inner("torch_inner", stub, "ok")
     assert (doc["version"], doc["variant"], doc["cuda"]) == ("2.11.0+cu130", "cu130", "13.0")
     assert doc["available"] and doc["device_count"] == 2 and doc["arch_list"] == ["sm_80", "sm_90"]
-    assert doc["devices"][1] == {"index": 1, "name": "NVIDIA H200", "uuid": "5a1e1111-5157",
-                                 "total_mib": 143771, "free_mib": 143671, "capability": "9.0",
-                                 "sm_count": 132}
+    assert doc["devices"][1] == {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "uuid": "5a1e1111-5157",
+        "total_mib": 143771,
+        "free_mib": 143671,
+        "capability": "9.0",
+        "sm_count": 132,
+    }
     assert (doc["cudnn"], doc["nccl"]) == (91300, "2.27.7")
 
 
@@ -144,7 +150,9 @@ def test_compile_check_detects_the_fx_race_and_tries_the_lock(stub):
 
 def test_compile_check_detects_a_fallback(stub):
     doc = run_inner("compile_check", stub, "fallback", {"gpus": [0], "timeout": 30})
-    assert not doc["ok"] and doc["fallback"][0].startswith("flex_attention called without torch.compile()")
+    assert not doc["ok"] and doc["fallback"][0].startswith(
+        "flex_attention called without torch.compile()"
+    )
 
 
 def test_verification_probe_end_to_end(stub, tmp_path):
@@ -153,8 +161,10 @@ def test_verification_probe_end_to_end(stub, tmp_path):
     os.symlink(sys.executable, venv / "bin" / "python")
     meta = venv / "lib" / "python3.11" / "site-packages" / "torch-2.11.0+cu130.dist-info"
     meta.mkdir(parents=True)
-    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n"
-                                   "Requires-Dist: filelock\n\nlong description: x\n")
+    (meta / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n"
+        "Requires-Dist: filelock\n\nlong description: x\n"
+    )
     (venv / ".pvegpu-build.json").write_text('{"torch": "2.11.0+cu130"}\n')
     link = tmp_path / "venv"
     os.symlink(venv, link)
@@ -164,14 +174,29 @@ def test_verification_probe_end_to_end(stub, tmp_path):
     smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
     smi.chmod(0o755)
     from pvegpu.facts.gpus import GPU_QUERY
-    args = {"venv": str(link), "uv_bin": str(tmp_path / "no-uv"),
-            "torch_inner": probe_source("torch_inner"), "compile_inner": probe_source("compile_check"),
-            "compile_args": {"gpus": None, "timeout": 30}, "smi_query": ",".join(GPU_QUERY),
-            "timeout": 60}
-    env = {**os.environ, "PYTHONPATH": str(stub), "STUB_MODE": "race",
-           "PATH": f"{bindir}:{os.environ['PATH']}"}
-    p = subprocess.run(["sh", "-c", probe_command("verification", args)], capture_output=True,
-                       text=True, env=env, timeout=120)
+
+    args = {
+        "venv": str(link),
+        "uv_bin": str(tmp_path / "no-uv"),
+        "torch_inner": probe_source("torch_inner"),
+        "compile_inner": probe_source("compile_check"),
+        "compile_args": {"gpus": None, "timeout": 30},
+        "smi_query": ",".join(GPU_QUERY),
+        "timeout": 60,
+    }
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(stub),
+        "STUB_MODE": "race",
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+    }
+    p = subprocess.run(
+        ["sh", "-c", probe_command("verification", args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     doc = shape(parse_probe_output("verification", p.stdout.splitlines()))
     assert doc["present"] and doc["venv_real"] == str(venv)

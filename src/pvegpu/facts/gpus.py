@@ -36,20 +36,42 @@ NOT_AVAILABLE = re.compile(
 
 #: The query the verification asks of nvidia-smi (node and container), in this order.
 GPU_QUERY = [
-    "index", "name", "uuid", "memory.total", "memory.free", "pci.bus_id", "driver_version",
+    "index",
+    "name",
+    "uuid",
+    "memory.total",
+    "memory.free",
+    "pci.bus_id",
+    "driver_version",
     "compute_cap",
 ]
 APP_QUERY = ["pid", "process_name", "used_memory", "gpu_uuid"]
 
 _KEYS = {
-    "index": "index", "name": "name", "uuid": "uuid", "gpu_uuid": "gpu_uuid",
-    "memory.total": "memory_total_mib", "memory.free": "memory_free_mib",
-    "memory.used": "memory_used_mib", "used_memory": "used_mib", "pci.bus_id": "pci_bus_id",
-    "driver_version": "driver_version", "compute_cap": "compute_cap", "pid": "pid",
-    "process_name": "name", "minor_number": "minor",
+    "index": "index",
+    "name": "name",
+    "uuid": "uuid",
+    "gpu_uuid": "gpu_uuid",
+    "memory.total": "memory_total_mib",
+    "memory.free": "memory_free_mib",
+    "memory.used": "memory_used_mib",
+    "used_memory": "used_mib",
+    "pci.bus_id": "pci_bus_id",
+    "driver_version": "driver_version",
+    "compute_cap": "compute_cap",
+    "pid": "pid",
+    "process_name": "name",
+    "minor_number": "minor",
 }
-_INTS = {"index", "memory.total", "memory.free", "memory.used", "used_memory", "pid",
-         "minor_number"}
+_INTS = {
+    "index",
+    "memory.total",
+    "memory.free",
+    "memory.used",
+    "used_memory",
+    "pid",
+    "minor_number",
+}
 
 
 def smi_value(cell: str, field: str):
@@ -81,7 +103,9 @@ def _rows(text: str, fields: list[str]) -> list[dict]:
                 f"nvidia-smi: line {line_no} has {len(cells)} values, expected {len(fields)} "
                 f"({','.join(fields)}): {','.join(cells)!r}"
             )
-        rows.append({_KEYS.get(f, f.replace(".", "_")): smi_value(c, f) for f, c in zip(fields, cells)})
+        rows.append(
+            {_KEYS.get(f, f.replace(".", "_")): smi_value(c, f) for f, c in zip(fields, cells)}
+        )
     return rows
 
 

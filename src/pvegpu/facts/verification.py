@@ -15,8 +15,18 @@ from .gpus import GPU_QUERY, library_version, module_version, parse_smi
 from .probe import ProbeFact, parse_probe_output, probe_source
 
 #: Keys the probe must always print; anything else missing means a broken probe, not a fact.
-REQUIRED = ("venv", "python", "present", "libs", "smi", "torch", "compile", "packages",
-            "pip_check", "module_text")
+REQUIRED = (
+    "venv",
+    "python",
+    "present",
+    "libs",
+    "smi",
+    "torch",
+    "compile",
+    "packages",
+    "pip_check",
+    "module_text",
+)
 
 
 def shape(doc: dict) -> dict:
@@ -38,8 +48,9 @@ def shape(doc: dict) -> dict:
         raise FactProcessError("verification probe: packages is not an object")
     smi = parse_smi(doc["smi"], "gpus")
     libs = doc["libs"] or {}
-    smi_driver = next((r["driver_version"] for r in smi["rows"] or [] if r.get("driver_version")),
-                      None)
+    smi_driver = next(
+        (r["driver_version"] for r in smi["rows"] or [] if r.get("driver_version")), None
+    )
     return {
         **doc,
         "gpus": smi["rows"],
@@ -75,8 +86,10 @@ class ContainerVerification(ProbeFact):
             uv_bin=uv_bin,
             torch_inner=probe_source("torch_inner"),
             compile_inner=probe_source("compile_check") if compile_check else None,
-            compile_args={"gpus": list(compile_gpus) if compile_gpus is not None else None,
-                          "timeout": timeout},
+            compile_args={
+                "gpus": list(compile_gpus) if compile_gpus is not None else None,
+                "timeout": timeout,
+            },
             smi_query=",".join(GPU_QUERY),
             timeout=timeout,
         )

@@ -31,7 +31,10 @@ def torch_runtime(python: str, settings: Settings):
     """
     rt = host.get_fact(TorchRuntime, python=python)
     problems = torch_problems(
-        rt, settings.torch_version, settings.torch_variant, settings.variant.cuda,
+        rt,
+        settings.torch_version,
+        settings.torch_variant,
+        settings.variant.cuda,
         settings.expected_gpu_count,
     )
     if problems:
@@ -43,7 +46,9 @@ def verification_settings(h) -> Settings:
     verify.py, every host's settings validated (a bad value stops the run before any command)
     without the node preflight, so verify.py reports the node's facts in its table instead."""
     state = h.state
-    cached = getattr(state, "pvegpu_settings", None) or getattr(state, "pvegpu_verify_settings", None)
+    cached = getattr(state, "pvegpu_settings", None) or getattr(
+        state, "pvegpu_verify_settings", None
+    )
     if cached is None:
         cached = load_all(list(h.inventory))
         state.pvegpu_verify_settings = cached
@@ -86,9 +91,19 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
         verdicts = state.pvegpu_verdicts = {}
     verdicts[name] = verdict
     if settings.verify_report:
-        wanted = {k: getattr(settings, k) for k in (
-            "torch_version", "torch_variant", "expected_gpu_count", "target_gpus", "drafter_gpus",
-            "min_free_gpu_mib", "venv_path", "verify_level")}
+        wanted = {
+            k: getattr(settings, k)
+            for k in (
+                "torch_version",
+                "torch_variant",
+                "expected_gpu_count",
+                "target_gpus",
+                "drafter_gpus",
+                "min_free_gpu_mib",
+                "venv_path",
+                "verify_level",
+            )
+        }
         write_report(settings.verify_report, report_document(verdicts, wanted))
 
 
@@ -107,15 +122,23 @@ def verified(settings: Settings):
     node_host = node_host_of(host)
     node = node_host.get_fact(NodeState) if node_host is not None else {}
     ct = host.get_fact(
-        ContainerVerification, venv=settings.venv_path, uv_bin=uv_bin(settings),
+        ContainerVerification,
+        venv=settings.venv_path,
+        uv_bin=uv_bin(settings),
         compile_check=settings.verify_level == "compile",
     )
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
     lock, source = lock_for(settings, host.state)
     verdict = verify(
-        settings, node or {}, ct or {}, where=f"CT {vmid} on {node_name}", vmid=vmid,
-        node_name=node_name, lock=lock, lock_source=source,
+        settings,
+        node or {},
+        ct or {},
+        where=f"CT {vmid} on {node_name}",
+        vmid=vmid,
+        node_name=node_name,
+        lock=lock,
+        lock_source=source,
         unit=f"{settings.training_unit_name}.service",
     )
     state = host.state
@@ -130,8 +153,9 @@ def verified(settings: Settings):
             printed[host.name] = text
             for line in text:
                 (logger.warning if line.startswith("    warning: ") else logger.info)(line)
-            logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red",
-                                    bold=True))
+            logger.info(
+                click.style(verdict_line(verdict), fg="green" if verdict.ok else "red", bold=True)
+            )
         _record(state, host.name, verdict, settings)
     if not verdict.ok:
         yield fail(*verdict.lines())

@@ -19,10 +19,24 @@ import warnings
 
 ARGS = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 RACE_MARK = "FX to symbolically trace a dynamo-optimized function"
-FALLBACK_MARKS = ("without torch.compile", "falling back", "fallback", "recompile_limit",
-                  "cache_size_limit", "graph break")
-out = {"ok": False, "error": None, "race": False, "fallback": [], "threads": [], "gpus": [],
-       "seconds": None, "serial": None}
+FALLBACK_MARKS = (
+    "without torch.compile",
+    "falling back",
+    "fallback",
+    "recompile_limit",
+    "cache_size_limit",
+    "graph break",
+)
+out = {
+    "ok": False,
+    "error": None,
+    "race": False,
+    "fallback": [],
+    "threads": [],
+    "gpus": [],
+    "seconds": None,
+    "serial": None,
+}
 
 
 def first_line(e):
@@ -87,8 +101,13 @@ def concurrent_phase():
     deadline = time.monotonic() + float(ARGS.get("timeout", 600))
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
-    return [results.get(i, {"gpu": i, "ok": False, "error": "did not finish before the timeout",
-                            "seconds": None}) for i in gpus]
+    return [
+        results.get(
+            i,
+            {"gpu": i, "ok": False, "error": "did not finish before the timeout", "seconds": None},
+        )
+        for i in gpus
+    ]
 
 
 def serial_phase():
@@ -104,8 +123,12 @@ def serial_phase():
                 compiled(q, k, v)
                 torch.cuda.synchronize(i)
         except Exception as e:  # noqa: BLE001
-            return {"ok": False, "gpu": i, "error": first_line(e),
-                    "seconds": round(time.perf_counter() - t0, 3)}
+            return {
+                "ok": False,
+                "gpu": i,
+                "error": first_line(e),
+                "seconds": round(time.perf_counter() - t0, 3),
+            }
     return {"ok": True, "seconds": round(time.perf_counter() - t0, 3)}
 
 

@@ -48,13 +48,15 @@ if available:
         dev = {"index": i}
         try:
             p = torch.cuda.get_device_properties(i)
-            dev.update({
-                "name": p.name,
-                "uuid": str(getattr(p, "uuid", "") or "") or None,
-                "total_mib": int(p.total_memory) // (1024 * 1024),
-                "capability": f"{p.major}.{p.minor}",
-                "sm_count": getattr(p, "multi_processor_count", None),
-            })
+            dev.update(
+                {
+                    "name": p.name,
+                    "uuid": str(getattr(p, "uuid", "") or "") or None,
+                    "total_mib": int(p.total_memory) // (1024 * 1024),
+                    "capability": f"{p.major}.{p.minor}",
+                    "sm_count": getattr(p, "multi_processor_count", None),
+                }
+            )
             free, total = torch.cuda.mem_get_info(i)
             dev["free_mib"] = int(free) // (1024 * 1024)
         except Exception as e:  # noqa: BLE001 (e.g. out of memory creating a context)

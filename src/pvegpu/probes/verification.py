@@ -57,8 +57,9 @@ def packages(venv):
     """name -> {"version", "requires"} of every distribution in the venv, from the headers of its
     .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the controller)."""
     found = {}
-    for meta in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info",
-                                       "METADATA")):
+    for meta in glob.glob(
+        os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info", "METADATA")
+    ):
         name, version, requires = None, None, []
         for line in (read(meta) or "").splitlines():
             if not line.strip():
@@ -88,8 +89,9 @@ doc = {
     "python": python,
     "present": os.path.exists(python),
     "module_text": (read("/proc/driver/nvidia/version") or "").strip().splitlines()[:1],
-    "libs": {name: resolved(os.path.join(LIBDIR, name))
-             for name in ("libcuda.so.1", "libnvidia-ml.so.1")},
+    "libs": {
+        name: resolved(os.path.join(LIBDIR, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")
+    },
     "smi": run(["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]),
     "torch": None,
     "compile": None,
@@ -107,8 +109,10 @@ if doc["present"]:
         doc["marker"] = {"unreadable": True}
     uv = A.get("uv_bin")
     if uv and os.path.exists(uv):
-        r = run([uv, "pip", "check", "--python", python],
-                env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"})
+        r = run(
+            [uv, "pip", "check", "--python", python],
+            env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
+        )
         doc["pip_check"] = {"rc": r["rc"], "output": (r["stdout"] + r["stderr"]).strip()}
     if A.get("compile_inner") and doc["torch"].get("available"):
         # A fresh, private compile cache: the check really compiles (a warm cache would hide the
@@ -116,10 +120,14 @@ if doc["present"]:
         scratch = tempfile.mkdtemp(prefix="pvegpu-compile-check-")
         try:
             doc["compile"] = run_inner(
-                python, A["compile_inner"], A.get("compile_args") or {},
+                python,
+                A["compile_inner"],
+                A.get("compile_args") or {},
                 timeout=A.get("timeout", 600) + 300,
-                extra_env={"TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
-                           "TRITON_CACHE_DIR": os.path.join(scratch, "triton")},
+                extra_env={
+                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
+                    "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
+                },
             )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
