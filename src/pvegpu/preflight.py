@@ -105,11 +105,12 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
     problems, warnings = [], []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
-    if not ct.get("exists"):
+    if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run
         template = settings.ct_template.split("/")[-1]
+        why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
         if template not in state.get("templates", []):
             problems.append(
-                f"{node}: CT {vmid} is missing and its template {settings.ct_template} is not on the "
+                f"{node}: CT {vmid} {why} and its template {settings.ct_template} is not on the "
                 f"node: download it with `pveam download local {template}` or set ct_template"
             )
         if driver and not state.get("installer"):

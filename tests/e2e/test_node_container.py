@@ -30,7 +30,6 @@ def deploy_counted(site, *data: str):
         argv += ["--data", kv]
     p = subprocess.run(argv, cwd=ROOT, env=site_env(site.node), capture_output=True, text=True,
                        timeout=900, stdin=subprocess.DEVNULL)
-    Path("/tmp/e2e_debug.log").write_text(p.stderr)
     commands = re.findall(r"Running command on [^:]+: \(pty=\w+\) (.*)", p.stderr)
     node = [c for c in commands if not re.search(r"^\S*sh -c '?pct exec \d+ -- env -i|^pct exec \d+ -- env -i", c)]
     return p.returncode, json.loads(p.stdout), node, p.stdout + p.stderr
@@ -157,10 +156,12 @@ def test_raw_lxc_mode_on_pve_8_1_and_a_changed_uvm_major_is_repaired(site):
     assert "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file" in conf
     assert torch_sees(site) == "True 8"
 
-    # Training stopped; the uvm module now has major 509: the config is rewritten (no stale
-    # major left), the container restarted, CUDA works again; then nothing more to do.
+    # Training stopped; a driver upgrade and reboot later, the uvm module has major 509 and the
+    # kernel module is 580.105.08: the config is rewritten (no stale major left), the container
+    # restarted, its userspace mismatch reported and repaired; CUDA works again.
     site.ct("systemctl", "stop", "dflash-train.service")
-    node.configure(uvm_major=509)
+    node.configure(uvm_major=509, driver_version="580.105.08")
+    assert torch_sees(site).startswith("False")
     second = site.deploy()
     assert second.rc == 0, second.output[-4000:]
     conf2 = node.read("/etc/pve/lxc/200.conf")
@@ -168,6 +169,9 @@ def test_raw_lxc_mode_on_pve_8_1_and_a_changed_uvm_major_is_repaired(site):
     rest = [l for l in conf.splitlines() if not l.startswith("lxc.")]
     assert [l for l in conf2.splitlines() if not l.startswith("lxc.")] == rest  # all else kept
     assert ct_major(site, "/dev/nvidia-uvm") == 509
+    assert "CT 200: kernel module 580.105.08, userspace libcuda 580.95.05, libnvidia-ml 580.95.05: " \
+           "reinstalling" in second.output
+    assert site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip() == "libcuda.so.580.105.08"
     assert torch_sees(site) == "True 8"
     third = site.deploy()
     assert third.rc == 0 and third.changed == 0, third.output[-4000:]

@@ -63,3 +63,121 @@ def test_rewrite_keeps_snapshot_sections_verbatim():
     new = rewrite_config(text, [("lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file")], MAJORS, True)
     assert "dev0: /dev/nvidia0\n\n[snap1]" not in new
     assert new.endswith("[snap1]\narch: amd64\nlxc.mount.entry: /dev/nvidia0 x\n")
+
+
+# --- the plan the preflight and the operation share ----------------------------------------------
+
+from pvegpu.passthrough import modprobe_args, plan_passthrough, select_mode  # noqa: E402
+
+GPUS = [{"index": i, "minor": i} for i in range(8)]
+WANTED = [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                  "/dev/nvidia-uvm-tools"]
+
+
+def state(pve="8.4.1", devices=None, majors=None):
+    return {"pve_version": pve, "devices": dict(NODE if devices is None else devices),
+            "majors": dict(MAJORS if majors is None else majors), "gpus": GPUS}
+
+
+def live_view(devices=NODE, unit="active"):
+    return {"devices": {p: d for p, d in devices.items() if p in WANTED}, "unit_active": unit,
+            "driver_version": "580.95.05", "libs": {}, "nvidia_smi": True}
+
+
+def dev_config():
+    return {f"dev{i}": p for i, p in enumerate(WANTED)}
+
+
+def ct(config=None, status="running", live=None, raw=(), text="arch: amd64\n", pending=None,
+       pending_delete=()):
+    return {"exists": True, "status": status, "config": dict(config or {}), "raw_lxc": list(raw),
+            "text": text, "pending": dict(pending or {}), "pending_delete": list(pending_delete),
+            "live": live}
+
+
+def test_mode_follows_the_pve_version_unless_forced():
+    assert select_mode("auto", "8.1.2") == "lxc"
+    assert select_mode("auto", "8.2.2") == "dev"
+    assert select_mode("auto", "9.0.3") == "dev"
+    assert select_mode("auto", None) == "lxc"
+    assert select_mode("dev", "8.1.2") == "dev"
+
+
+def test_converged_running_container_needs_nothing():
+    plan = plan_passthrough("auto", (), state(), ct(dev_config(), live=live_view()))
+    assert plan.mode == "dev" and plan.paths == WANTED
+    assert not plan.changes_config and plan.restart_reasons == [] and plan.modprobe == []
+
+
+def test_stopped_container_gets_entries_without_a_restart():
+    plan = plan_passthrough("auto", (), state(), ct({}, status="stopped"))
+    assert plan.set_args[:4] == ["--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidia1"]
+    assert plan.restart_reasons == []
+
+
+def test_running_container_restarts_when_entries_change_or_wait_pending():
+    config = dev_config()
+    del config["dev10"]
+    plan = plan_passthrough("auto", (), state(), ct(config, live=live_view()))
+    assert plan.set_args == ["--dev10", "/dev/nvidia-uvm-tools"]
+    assert plan.restart_reasons == ["its GPU passthrough config changes"]
+    # A previous run's `pct set` went to [pve:pending]: nothing to set, but a start must apply it.
+    plan = plan_passthrough("auto", (), state(),
+                            ct(config, live=live_view(), pending={"dev10": "/dev/nvidia-uvm-tools"}))
+    assert plan.set_args == [] and plan.restart_reasons == ["pending dev10 apply only at start"]
+
+
+def test_uvm_reloaded_with_a_new_major_makes_the_running_container_stale_in_dev_mode():
+    node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
+                          "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
+    plan = plan_passthrough("auto", (), state(devices=node2, majors=dict(MAJORS, **{"nvidia-uvm": 509})),
+                            ct(dev_config(), live=live_view(NODE)))
+    assert not plan.changes_config  # devN entries are paths: Proxmox re-reads majors at start
+    assert plan.restart_reasons == [
+        "/dev/nvidia-uvm is 508:0 in the container, 509:0 on the node",
+        "/dev/nvidia-uvm-tools is 508:1 in the container, 509:1 on the node",
+    ]
+
+
+def test_missing_uvm_nodes_are_created_before_set_and_start():
+    nodes = {p: d for p, d in NODE.items() if not p.startswith("/dev/nvidia-uvm")}
+    plan = plan_passthrough("auto", (), state(devices=nodes), ct({}, status="stopped"))
+    assert plan.modprobe == [["-u", "-c", "0"]]
+    assert "/dev/nvidia-uvm" in plan.paths
+    assert modprobe_args(["/dev/nvidia3", "/dev/nvidiactl"], {}) == [["-c", "3", "-c", "255"]]
+
+
+def test_raw_mode_rewrites_a_stale_major_and_keeps_the_rest():
+    old = raw_lxc_lines(WANTED, NODE, MAJORS)
+    text = "arch: amd64\nhostname: t\nlxc.apparmor.profile: unconfined\n" + "".join(
+        f"{k}: {v}\n" for k, v in old)
+    raw = [["lxc.apparmor.profile", "unconfined"]] + [list(x) for x in old]
+    assert not plan_passthrough("auto", (), state("8.1.2"), ct({}, raw=raw, text=text,
+                                live=live_view())).changes_config
+    node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
+                          "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
+    majors2 = dict(MAJORS, **{"nvidia-uvm": 509})
+    plan = plan_passthrough("auto", (), state("8.1.2", node2, majors2),
+                            ct({}, raw=raw, text=text, live=live_view(NODE)))
+    assert plan.mode == "lxc" and plan.set_args == []
+    assert "c 509:* rwm" in plan.new_text and "508" not in plan.new_text
+    assert plan.new_text.startswith("arch: amd64\nhostname: t\nlxc.apparmor.profile: unconfined\n")
+    assert "its GPU passthrough config changes" in plan.restart_reasons
+
+
+def test_switching_modes_removes_the_other_modes_entries():
+    lines = raw_lxc_lines(WANTED, NODE, MAJORS)
+    text = "arch: amd64\n" + "".join(f"{k}: {v}\n" for k, v in lines)
+    plan = plan_passthrough("dev", (), state(), ct({}, raw=[list(x) for x in lines], text=text,
+                                                  status="stopped"))
+    assert plan.new_text == "arch: amd64\n" and plan.set_args[:2] == ["--dev0", "/dev/nvidia0"]
+    text = "arch: amd64\ndev0: /dev/nvidia0\n\n[pve:pending]\ndev1: /dev/nvidia1\n"
+    plan = plan_passthrough("lxc", (), state(), ct({"dev0": "/dev/nvidia0"}, text=text,
+                                                  pending={"dev1": "/dev/nvidia1"}, status="stopped"))
+    assert "dev0:" not in plan.new_text and "dev1:" not in plan.new_text
+    assert "[pve:pending]" not in plan.new_text and "lxc.mount.entry: /dev/nvidia0 " in plan.new_text
+
+
+def test_extras_only_when_configured():
+    plan = plan_passthrough("auto", ("nvidia-modeset", "nvidia-caps"), state(), ct({}, status="stopped"))
+    assert "/dev/nvidia-modeset" in plan.paths and "/dev/nvidia-caps/nvidia-cap1" in plan.paths

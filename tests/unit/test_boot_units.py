@@ -1,0 +1,65 @@
+"""Boot persistence on the node: the rendered units are valid systemd units (systemd-analyze
+verify), create the right nodes with nvidia-modprobe's real grammar, and run before pve-guests."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from pvegpu.boot import (
+    manages_persistenced,
+    render_modules,
+    render_persistenced_unit,
+    render_uvm_unit,
+    uvm_init_commands,
+)
+
+
+def exec_lines(text):
+    return [l.split("=", 1)[1] for l in text.splitlines() if l.startswith("ExecStart=")]
+
+
+def test_uvm_unit_creates_every_gpu_node_then_the_uvm_nodes_before_guests():
+    text = render_uvm_unit(range(8))
+    assert exec_lines(text) == [
+        "/usr/bin/nvidia-modprobe -c 0 -c 1 -c 2 -c 3 -c 4 -c 5 -c 6 -c 7 -c 255",
+        # with -u a -c N is the uvm base minor: nvidia-uvm (N) and nvidia-uvm-tools (N+1)
+        "/usr/bin/nvidia-modprobe -u -c 0",
+    ]
+    assert "Before=pve-guests.service" in text.splitlines()
+    assert "Type=oneshot" in text and "RemainAfterExit=yes" in text
+    assert "WantedBy=multi-user.target" in text
+    assert uvm_init_commands([1, 0], ("nvidia-modeset",)) == ["-c 0 -c 1 -c 255 -m", "-u -c 0"]
+
+
+def test_modules_load_lists_the_modules_one_per_line():
+    lines = [l for l in render_modules(()).splitlines() if not l.startswith("#")]
+    assert lines == ["nvidia", "nvidia_uvm"]
+
+
+def test_persistenced_unit_only_where_no_other_exists():
+    assert manages_persistenced({"paths": []})
+    assert manages_persistenced({"paths": ["/etc/systemd/system/nvidia-persistenced.service"]})
+    assert not manages_persistenced({"paths": ["/lib/systemd/system/nvidia-persistenced.service"]})
+    assert exec_lines(render_persistenced_unit()) == ["/usr/bin/nvidia-persistenced --verbose"]
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_rendered_node_units_pass_systemd_analyze_verify(tmp_path):
+    # verify resolves ExecStart binaries: point them at one that exists on the controller.
+    tool = shutil.which("true")
+    units = {
+        "nvidia-uvm-init.service": render_uvm_unit(range(8), nvidia_modprobe=tool),
+        "nvidia-persistenced.service": render_persistenced_unit(nvidia_persistenced=tool),
+    }
+    for name, text in units.items():
+        (tmp_path / name).write_text(text)
+    p = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
+                       capture_output=True, text=True)
+    problems = [l for l in p.stderr.splitlines() if "nvidia" in l]
+    assert p.returncode == 0 and not problems, p.stderr
+    # and the check can fail: a broken unit is reported
+    (tmp_path / "broken.service").write_text(units["nvidia-uvm-init.service"].replace("Type=oneshot", "Type=oneshoot"))
+    p = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "broken.service")],
+                       capture_output=True, text=True)
+    assert "broken.service" in p.stderr

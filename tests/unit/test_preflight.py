@@ -1,0 +1,137 @@
+"""Preflight lines: every node problem found before anything changes, one line each (fact, value
+found, fix); the cu128 compatibility band only warns."""
+
+import pytest
+
+from pvegpu.preflight import node_problems
+from pvegpu.settings import Settings, defaults
+
+NODE = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(8)}
+NODE.update({"/dev/nvidiactl": {"major": 195, "minor": 255},
+             "/dev/nvidia-uvm": {"major": 509, "minor": 0},
+             "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
+TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
+
+
+def settings(**over):
+    return Settings.from_data({**defaults(), **over})
+
+
+def node(**over):
+    doc = {
+        "pve_version": "8.4.1", "driver_version": "580.95.05", "driver_version_smi": "580.95.05",
+        "gpus": [{"index": i, "minor": i} for i in range(8)], "gpu_error": [],
+        "devices": dict(NODE), "majors": {"nvidia": 195, "nvidia-uvm": 509, "nvidia-caps": 511},
+        "tools": {"nvidia-modprobe": "/usr/bin/nvidia-modprobe",
+                  "nvidia-persistenced": "/usr/bin/nvidia-persistenced"},
+        "units": {}, "templates": [TEMPLATE], "installer": "/root/NVIDIA-Linux-x86_64-580.95.05.run",
+        "containers": {},
+    }
+    doc.update(over)
+    return doc
+
+
+def running_ct(uvm_major_in_ct=509, unit="active", libcuda="580.95.05"):
+    config = {f"dev{i}": p for i, p in enumerate(
+        [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])}
+    config["unprivileged"] = "0"
+    devices = dict(NODE)
+    devices["/dev/nvidia-uvm"] = {"major": uvm_major_in_ct, "minor": 0}
+    devices["/dev/nvidia-uvm-tools"] = {"major": uvm_major_in_ct, "minor": 1}
+    return {"exists": True, "status": "running", "config": config, "raw_lxc": [], "text": "",
+            "pending": {}, "pending_delete": [],
+            "live": {"devices": devices, "unit_active": unit, "driver_version": "580.95.05",
+                     "libs": {"libcuda.so.1": libcuda, "libnvidia-ml.so.1": libcuda}, "nvidia_smi": True}}
+
+
+def test_a_fit_node_passes_silently():
+    assert node_problems(settings(), node(containers={"200": running_ct()}), "n1", [200]) == ([], [])
+
+
+@pytest.mark.parametrize("over, line", [
+    ({"driver_version": None, "gpus": None},
+     "n1: no NVIDIA driver loaded (/proc/driver/nvidia/version missing): install the NVIDIA driver "
+     ">= 580.65.06 on the node and reboot"),
+    ({"driver_version": "570.86.10", "driver_version_smi": "570.86.10"},
+     "n1: driver 570.86.10 is too old for cu130 (needs >= 580.65.06): upgrade the node's driver or "
+     "set torch_variant to one it supports"),
+    ({"gpus": [{"index": i, "minor": i} for i in range(7)]},
+     "n1: nvidia-smi lists 7 GPUs, expected_gpu_count is 8: check the GPUs (nvidia-smi -L) or set "
+     "expected_gpu_count"),
+    ({"driver_version_smi": "580.105.08"},
+     "n1: the node's NVIDIA userspace is 580.105.08 but its kernel module is 580.95.05: reboot the "
+     "node after the driver upgrade (or reinstall the matching driver)"),
+    ({"majors": {"nvidia": 195}},
+     "n1: the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): run `modprobe "
+     "nvidia-uvm` on the node (CUDA cannot start without it)"),
+    ({"tools": {"nvidia-persistenced": "/usr/bin/nvidia-persistenced"}},
+     "n1: nvidia-modprobe is not installed: install the driver's nvidia-modprobe (the .run driver "
+     "puts it in /usr/bin; Debian: package nvidia-modprobe)"),
+])
+def test_each_unfit_fact_is_one_line_with_value_and_fix(over, line):
+    problems, _ = node_problems(settings(), node(**over), "n1")
+    assert problems == [line]
+
+
+def test_cu128_minimum_and_its_reduced_features_band():
+    s = settings(torch_variant="cu128")
+    assert node_problems(s, node(driver_version="570.26", driver_version_smi="570.26"), "n1") == ([], [])
+    problems, warnings = node_problems(s, node(driver_version="550.54.15", driver_version_smi="550.54.15"), "n1")
+    assert problems == []
+    assert warnings == ["n1: driver 550.54.15 runs cu128 only in CUDA minor-version compatibility mode "
+                        "(reduced features); >= 570.26 recommended"]
+    assert node_problems(s, node(driver_version="525.60.13", driver_version_smi="525.60.13"), "n1")[0] == []
+    problems, _ = node_problems(s, node(driver_version="525.60.12", driver_version_smi="525.60.12"), "n1")
+    assert problems[0].startswith("n1: driver 525.60.12 is too old for cu128 (needs >= 570.26)")
+
+
+def test_devn_mode_forced_on_an_old_node():
+    problems, _ = node_problems(settings(passthrough_mode="dev"), node(pve_version="8.1.2"), "n1")
+    assert problems == ["n1: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
+                        "8.1.2: set passthrough_mode=auto or lxc"]
+
+
+def test_stale_uvm_major_while_training_runs_needs_restart_training():
+    state = node(containers={"200": running_ct(uvm_major_in_ct=508)})
+    problems, _ = node_problems(settings(), state, "n1", [200])
+    assert problems == [
+        "n1: CT 200 must restart to get its GPUs right (/dev/nvidia-uvm is 508:0 in the container, "
+        "509:0 on the node; /dev/nvidia-uvm-tools is 508:1 in the container, 509:1 on the node), but "
+        "dflash-train.service is running in it: stop the training first, or pass --data "
+        "restart_training=true to restart it anyway"
+    ]
+    assert node_problems(settings(restart_training=True), state, "n1", [200])[0] == []
+    idle = node(containers={"200": running_ct(uvm_major_in_ct=508, unit="inactive")})
+    assert node_problems(settings(), idle, "n1", [200])[0] == []  # the deploy repairs it
+
+
+def test_container_stage_blockers_are_found_before_anything_changes():
+    state = node(templates=[], installer=None, containers={"200": {"exists": False}})
+    problems, _ = node_problems(settings(), state, "n1", [200])
+    assert problems == [
+        "n1: CT 200 is missing and its template local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst "
+        "is not on the node: download it with `pveam download local debian-12-standard_12.7-1_amd64"
+        ".tar.zst` or set ct_template",
+        "n1: CT 200 needs NVIDIA userspace 580.95.05 (has none (new container)), but "
+        "NVIDIA-Linux-x86_64-580.95.05.run is not in /root on the node: copy the installer of the "
+        "node's driver there (or set nvidia_installer_dir)",
+    ]
+    old_libs = node(installer=None, containers={"200": running_ct(libcuda="570.86.10")})
+    problems, _ = node_problems(settings(), old_libs, "n1", [200])
+    assert problems == ["n1: CT 200 needs NVIDIA userspace 580.95.05 (has 570.86.10), but "
+                        "NVIDIA-Linux-x86_64-580.95.05.run is not in /root on the node: copy the "
+                        "installer of the node's driver there (or set nvidia_installer_dir)"]
+
+
+def test_unprivileged_mismatch_only_warns():
+    ct = running_ct()
+    ct["config"]["unprivileged"] = "1"
+    problems, warnings = node_problems(settings(), node(containers={"200": ct}), "n1", [200])
+    assert problems == [] and warnings == [
+        "n1: CT 200 is unprivileged but ct_unprivileged is False: only rebuild=container changes it"]
+
+
+def test_rebuild_container_checks_what_the_re_creation_needs():
+    state = node(templates=[], containers={"200": running_ct(uvm_major_in_ct=508)})
+    problems, _ = node_problems(settings(rebuild="container"), state, "n1", [200])
+    assert len(problems) == 1 and problems[0].startswith("n1: CT 200 is re-created (rebuild=container) and its template")
