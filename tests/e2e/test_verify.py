@@ -59,6 +59,11 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
 
     # --- a stale trainer holds GPU 6, and only 7 GPUs are passed through (dev3 dropped)
     pid = site.node.spawn_gpu_process(6, ["python3", "train_old.py", "--run", "36"], 20000)
+    # ... while the training unit's own process on GPU 0 is neither stale nor short of memory
+    own = site.node.spawn_gpu_process(
+        0, ["/root/venv/bin/python", "/data/dflash/train.py"], 143000,
+        cgroup="0::/lxc/200/ns/system.slice/dflash-train.service",
+    )
     site.node.run(["sed", "-i", "/^dev3:/d", "/etc/pve/lxc/200.conf"], check=True)
     site.node.run(["pct", "stop", "200"], check=True)
     site.node.run(["pct", "start", "200"], check=True)
@@ -81,11 +86,18 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
         for line in lines
     ), lines
     assert "NOT VERIFIED CT 200 on 127.0.0.1: 3 problems" in bad.stderr
+    assert not any(line.startswith("GPU 0") for line in lines) and f"pid {own}" not in bad.stderr
     assert json.loads(report.read_text())["verdict"] == "fail"
 
     # --- CUDA init error: the container lost its libcuda
     site.node.kill_gpu_process(pid)
+    site.node.kill_gpu_process(own)
     site.node.ct_run(200, ["rm", "-f", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"], check=True)
+    # ... and a side install polluted the venv (a distribution no pin asks for)
+    site.node.ct_run(200, ["sh", "-c", "d=$(echo /root/venv/lib/python3*/site-packages)/"
+                           "sglang_junk-0.1.dist-info && mkdir -p $d && "
+                           "printf 'Metadata-Version: 2.1\\nName: sglang-junk\\nVersion: 0.1\\n' "
+                           "> $d/METADATA"], check=True)
     broken = verify_unchanged(site)
     assert broken.rc != 0
     lines = problem_lines(broken)
@@ -99,6 +111,13 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     assert any(
         line.startswith("driver parity: expected libcuda.so.580.95.05 in CT 200") for line in lines
     )
+    assert any(
+        line.startswith(
+            "venv packages: expected exactly its pins and their dependencies (no lock); "
+            "found extra sglang-junk==0.1"
+        )
+        for line in lines
+    ), lines
 
     # --- overlapping target/drafter lists: a settings error before any command
     overlap = verify_unchanged(site, "target_gpus=[0,1,2,3,4,5]")
