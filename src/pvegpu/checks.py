@@ -794,6 +794,8 @@ def verify(
         "driver_node": node_driver,
         "driver_container": drv,
         "node_gpu_count": len(node_gpus) if node_gpus is not None else None,
+        "container_gpus": (ct or {}).get("gpus"),
+        "container_gpu_error": (ct or {}).get("gpu_error"),
         "compute_apps": node.get("compute_apps") or [],
         "venv": (ct or {}).get("venv"),
         "venv_real": (ct or {}).get("venv_real"),

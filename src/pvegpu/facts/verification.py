@@ -46,7 +46,13 @@ def shape(doc: dict) -> dict:
         raise FactProcessError("verification probe: torch is not an object")
     if doc["packages"] is not None and not isinstance(doc["packages"], dict):
         raise FactProcessError("verification probe: packages is not an object")
-    smi = parse_smi(doc["smi"], "gpus")
+    try:
+        smi = parse_smi(doc["smi"], "gpus")
+    except FactProcessError as e:
+        # The container's own nvidia-smi is a witness "where available": with some GPUs not
+        # passed through, real nvidia-smi prints "Unable to determine the device handle for GPU
+        # ..." lines among the rows. Keep that as data; the parser stays strict.
+        smi = {"rows": None, "error": f"unreadable nvidia-smi answer ({e})"}
     libs = doc["libs"] or {}
     smi_driver = next(
         (r["driver_version"] for r in smi["rows"] or [] if r.get("driver_version")), None
