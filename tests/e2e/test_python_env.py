@@ -1,0 +1,198 @@
+"""The python env stage end to end on the simulated node, with the torch doubles and the loopback
+index: a one-variable swap there and back (offline), bad input, pollution reported and repaired,
+a failed build that leaves the live venv alone, compile caches that outlive swaps and rebuilds."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import uv as uv_package
+
+from pvegpu.locks import constraints, requirements_in
+from pvegpu.operations.python_env import compile_argv
+from pvegpu.settings import Settings, defaults
+
+UV = f"/opt/pvegpu/uv-{version('uv')}/bin/uv"
+CU130, CU128 = "torch-2.11.0-cu130", "torch-2.11.0-cu128"
+COMPILE = "import torch; f = torch.compile(lambda x: x + 1); f(1)"
+DRIFT_CHECK = """\
+from pyinfra import host
+from pvegpu.deploy_context import settings
+from pvegpu.operations import python_env
+if "training_cts" in host.groups:
+    python_env.venv_matches_lock(name="Check the live venv has exactly its lock", settings=settings(host))
+"""
+
+
+def make_locks(site, out: Path) -> Path:
+    """locks/<variant>.{in,lock} for torch alone, compiled against the loopback index (the real
+    PyTorch index is not reachable here)."""
+    import subprocess
+
+    out.mkdir()
+    for variant in ("cu128", "cu130"):
+        s = Settings.from_data({
+            **defaults(), "torch_variant": variant, "training_requirements": [],
+            "package_index_url": site.index.package_index_url,
+            "torch_index_base": site.index.torch_index_base,
+        })
+        (out / f"{variant}.in").write_text(requirements_in(s))
+        (out / f"{variant}.constraints").write_text(constraints(s))
+        argv = compile_argv(s, uv_package.find_uv_bin(), sys.executable, str(out / f"{variant}.in"),
+                            str(out / f"{variant}.constraints"), str(out / f"{variant}.lock"))
+        subprocess.run(argv, check=True, capture_output=True, env={"UV_NO_CONFIG": "1", "PATH": "/usr/bin:/bin"})
+    return out
+
+
+def link(site, path):
+    return site.ct("readlink", path).stdout.strip()
+
+
+def torch_of(site, python="/root/venv/bin/python"):
+    r = site.ct(python, "-c", "import torch; print(torch.__version__)")
+    return r.stdout.strip() if r.returncode == 0 else f"error: {r.stderr.strip()[-200:]}"
+
+
+def ct_commands(site) -> list[str]:
+    """The commands the run sent into the container (the @pct connector's `env -i ... sh -c`)."""
+    return [c["argv"][-1] for c in site.node.pct_calls()
+            if c["argv"][:2] == ["exec", "200"] and "env" in c["argv"]]
+
+
+def probes(cmds, name):
+    import base64
+    import re
+
+    found = 0
+    for cmd in cmds:
+        m = re.search(r"b64decode\('[\"']*([A-Za-z0-9+/=]+)", cmd)
+        if m and f"# Probe: {name}" in base64.b64decode(m.group(1) + "==").decode(errors="replace"):
+            found += 1
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
+    locks = f"locks_dir={make_locks(site, tmp_path / 'locks')}"
+
+    first = site.deploy(locks)
+    assert first.rc == 0, first.output[-4000:]
+    assert "no usable lock" not in first.output
+    assert link(site, "/root/venv") == f"/root/venvs/{CU130}"
+    assert link(site, f"/root/venvs/{CU130}") == f"{CU130}.b1"
+    marker = json.loads(site.ct("cat", f"/root/venvs/{CU130}/.pvegpu-build.json").stdout)
+    assert marker["source"].endswith("cu130.lock") and marker["torch"] == "2.11.0+cu130"
+    assert torch_of(site) == "2.11.0+cu130"
+    # torch.compile in the venv writes to the build's own cache on the data mount
+    assert site.ct("/root/venv/bin/python", "-c", COMPILE).returncode == 0
+    warm = site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split()
+    assert warm
+
+    # bad input: one clear line each, non-zero, nothing changed
+    before = site.node.tree_digest()
+    for bad, line in (("torch_variant=cu129", "torch_variant='cu129' is not a known variant"),
+                      ("torch_version=2.11", "torch_version='2.11' is not a full X.Y.Z version")):
+        run = site.deploy(locks, bad)
+        assert run.rc != 0 and line in run.output, run.output[-3000:]
+    assert site.node.tree_digest() == before
+
+    # one variable swaps: built beside, checked, switched; the cu130 build stays for rollback
+    swap = site.deploy(locks, "torch_variant=cu128")
+    assert swap.rc == 0, swap.output[-4000:]
+    assert link(site, "/root/venv") == f"/root/venvs/{CU128}"
+    assert torch_of(site) == "2.11.0+cu128"
+    assert torch_of(site, f"/root/venvs/{CU130}/bin/python") == "2.11.0+cu130"
+    assert site.ct("test", "-d", f"/data/cache/{CU128}/triton").returncode == 0
+
+    # an unreachable index, when a build needs it: one clear line, the live venv untouched
+    dead = f"http://127.0.0.1:{free_port()}/simple"
+    run = site.deploy(locks, "torch_variant=cu128", f"package_index_url={dead}",
+                      'training_requirements=["transformers==5.6.0"]')
+    assert run.rc != 0
+    assert f"package_index_url={dead} is not reachable from the container" in run.output, run.output[-3000:]
+    assert f"/root/venv still points at /root/venvs/{CU128}, untouched" in run.output
+    assert link(site, "/root/venv") == f"/root/venvs/{CU128}" and torch_of(site) == "2.11.0+cu128"
+
+    # swap back with the index gone: a link flip and the checks, nothing downloaded or built
+    site.index.stop()
+    site.node.clear_pct_log()
+    back = site.deploy(locks)
+    assert back.rc == 0, back.output[-4000:]
+    cmds = ct_commands(site)
+    assert not [c for c in cmds if "pip sync" in c or " venv " in c]
+    assert probes(cmds, "the python env and training unit state") <= 2  # the stage's + the unit's
+    print(f"swap back: {len(cmds)} container commands")
+    assert link(site, "/root/venv") == f"/root/venvs/{CU130}"
+    assert torch_of(site) == "2.11.0+cu130"
+    verify = site.pyinfra("verify.py", locks)
+    assert verify.rc == 0, verify.output[-4000:]
+    # the compile cache of each build outlived both swaps
+    assert site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split() == warm
+
+
+def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_venv(site, tmp_path):
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    # the repo ships only .in pins here (no lock against this index): installed from pins, warned
+    assert "no usable lock for torch-2.11.0-cu130" in first.output
+    assert "uv pip compile --no-config --generate-hashes" in first.output
+    assert site.ct("/root/venv/bin/python", "-c", COMPILE).returncode == 0
+    warm = site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split()
+    assert warm
+
+    # pollute the live venv by hand: a junk package, and torch replaced by the other variant
+    index = site.index
+    for argv in (["sglang-junk==0.1.0", "--index-url", index.package_index_url],
+                 ["torch==2.11.0+cu128", "--index-url", index.torch_index_url("cu128")]):
+        r = site.ct(UV, "pip", "install", "--python", "/root/venv/bin/python", *argv)
+        assert r.returncode == 0, r.stderr
+    assert torch_of(site) == "2.11.0+cu128"
+
+    # a read-only drift check reports it and changes nothing
+    check = tmp_path / "drift_check.py"
+    check.write_text(DRIFT_CHECK)
+    before = site.node.tree_digest()
+    report = site.pyinfra(str(check))
+    assert report.rc != 0
+    assert "sglang-junk 0.1.0 is installed but not in the lock (extra)" in report.output
+    assert "torch is 2.11.0+cu128, the lock says 2.11.0+cu130 (wrong variant" in report.output
+    assert site.node.tree_digest() == before
+
+    # deploy reports it and repairs it: a fresh build beside the live one, from uv's cache
+    index.clear_requests()
+    repair = site.deploy()
+    assert repair.rc == 0, repair.output[-4000:]
+    assert "sglang-junk 0.1.0 is installed but not in the lock (extra)" in repair.output
+    assert "torch is 2.11.0+cu128, the lock says 2.11.0+cu130 (wrong variant" in repair.output
+    assert index.downloads() == []
+    assert torch_of(site) == "2.11.0+cu130"
+    assert site.ct("/root/venv/bin/python", "-c", "import sglang_junk").returncode != 0
+    assert link(site, f"/root/venvs/{CU130}") == f"{CU130}.b2"
+    assert site.ct("test", "-e", f"/root/venvs/{CU130}.b1").returncode != 0  # superseded, pruned
+    assert site.deploy().changed == 0
+    assert site.pyinfra(str(check)).rc == 0
+
+    # rebuild=venv (deletes every build) comes back offline from uv's cache; caches survive
+    index.clear_requests()
+    rebuilt = site.deploy("rebuild=venv", "restart_training=true")
+    assert rebuilt.rc == 0, rebuilt.output[-4000:]
+    assert index.downloads() == [] and torch_of(site) == "2.11.0+cu130"
+    assert site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split() == warm
+
+    # the index goes empty mid-way: the new build fails, the live venv still runs the old one
+    index.set_mode("empty")
+    failed = site.deploy("torch_variant=cu128")
+    assert failed.rc != 0
+    assert f"building /root/venvs/{CU128}.next failed" in failed.output, failed.output[-3000:]
+    assert f"/root/venv still points at /root/venvs/{CU130}, untouched" in failed.output
+    assert link(site, "/root/venv") == f"/root/venvs/{CU130}" and torch_of(site) == "2.11.0+cu130"
+    assert site.ct("test", "-e", f"/root/venvs/{CU128}").returncode != 0
