@@ -143,6 +143,12 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     assert torch_sees(site) == "True 8"
     assert node.read("/tank/dflash/checkpoints/last") == "step-1\n"
 
+    # Lifting protection by hand and destroying the container leaves the data on the node.
+    for argv in (["set", "200", "--protection", "0"], ["destroy", "200", "--force", "--purge"]):
+        assert node.run(["pct", *argv]).returncode == 0
+    assert node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode == 1
+    assert node.read("/tank/dflash/checkpoints/last") == "step-1\n"
+
 
 @pytest.mark.parametrize("node_options", [{"pve_version": "8.1.2"}])
 def test_raw_lxc_mode_on_pve_8_1_and_a_changed_uvm_major_is_repaired(site):

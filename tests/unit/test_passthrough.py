@@ -1,8 +1,11 @@
 from pvegpu.passthrough import (
     dev_set_args,
+    modprobe_args,
+    plan_passthrough,
     raw_lines_match,
     raw_lxc_lines,
     rewrite_config,
+    select_mode,
     wanted_devices,
 )
 
@@ -66,8 +69,6 @@ def test_rewrite_keeps_snapshot_sections_verbatim():
 
 
 # --- the plan the preflight and the operation share ----------------------------------------------
-
-from pvegpu.passthrough import modprobe_args, plan_passthrough, select_mode  # noqa: E402
 
 GPUS = [{"index": i, "minor": i} for i in range(8)]
 WANTED = [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm",

@@ -251,7 +251,7 @@ def units(names):
     found = {n: unit_state(n) for n in names}
     present = [n for n in names if found[n]["path"]]
     if present:
-        code, out, _ = run(["systemctl", "is-active", *present])
+        _, out, _ = run(["systemctl", "is-active", *present])
         for name, state in zip(present, out.split()):
             found[name]["active"] = state
     return found
