@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .facts.gpus import normalize_uuid
+from .locks import normalize as normalize_name
 from .settings import Settings
 from .variants import driver_fit
 
@@ -147,34 +148,6 @@ def arch_covers(capability: str | None, arch_list: list[str]) -> str | None:
         elif not suffix and (a_major, a_minor) <= (major, minor) and best is None:
             best = arch
     return best
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 name normalization.
-
-    >>> normalize_name("Nvidia_CUDNN.cu12")
-    'nvidia-cudnn-cu12'
-    """
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_lock(text: str) -> dict[str, str]:
-    """``name==version`` pins of a requirements-style lock (``uv pip compile`` output): hashes,
-    comments, options and environment markers are ignored.
-
-    >>> parse_lock("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:ab\\n# via x\\nfilelock==3.20.0 ; python_version >= '3.9'\\n")
-    {'torch': '2.11.0+cu130', 'filelock': '3.20.0'}
-    """
-    pins = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip().rstrip("\\").strip()
-        if not line or line.startswith("-"):
-            continue
-        spec = line.split(";", 1)[0].strip()
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*(\S+)", spec)
-        if m:
-            pins[normalize_name(m.group(1))] = m.group(2)
-    return pins
 
 
 def _requirement(text: str):

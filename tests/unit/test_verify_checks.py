@@ -9,10 +9,10 @@ from pvegpu.checks import (
     arch_covers,
     is_own_process,
     package_drift,
-    parse_lock,
     required_closure,
     verify,
 )
+from pvegpu.locks import parse_pins
 from pvegpu.settings import SettingsError
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
@@ -220,7 +220,7 @@ def test_overlapping_roles_fail_in_the_settings():
 
 # --- venv vs its lock ---------------------------------------------------------------------------
 def test_package_drift_against_a_lock():
-    lock = parse_lock(
+    lock = parse_pins(
         "torch==2.11.0+cu130 \\\n    --hash=sha256:00\nfilelock==3.20.0\n    # via torch\n"
     )
     installed = {

@@ -3,17 +3,15 @@ the host with one clear line per problem when they do not."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import click
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from ..checks import Verdict, parse_lock, torch_problems, verify
+from ..checks import Verdict, torch_problems, verify
 from ..facts.proxmox import NodeState
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
+from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
 from ..settings import Settings, load_all
 from .python_env import uv_bin
@@ -61,26 +59,16 @@ def node_host_of(h):
     return h.inventory.get_host(name, None) if name else None
 
 
-def lock_for(settings: Settings, state=None) -> tuple[dict[str, str] | None, str | None]:
+def lock_for(settings: Settings) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
     usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
 
-    The python env stage decides lock or pins (``pvegpu.locks.lock_plan``: a lock applies only
-    when its ``.in`` pins what the settings ask for); verification follows the same decision.
+    Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
+    lock applies only when its ``.in`` pins what the settings ask for).
     """
-    try:
-        from ..locks import lock_plan
-    except ImportError:  # the python env stage without locks: read <locks_dir>/<variant>.lock
-        base = Path(getattr(state, "cwd", None) or os.getcwd())
-        path = Path(settings.locks_dir)
-        path = (path if path.is_absolute() else base / path) / f"{settings.torch_variant}.lock"
-        try:
-            return parse_lock(path.read_text()), str(path.name)
-        except OSError:
-            return None, None
     plan = lock_plan(settings)
     if plan.kind == "lock":
-        return parse_lock(plan.text), plan.source
+        return parse_pins(plan.text), plan.source
     return None, None
 
 
@@ -129,7 +117,7 @@ def verified(settings: Settings):
     )
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
-    lock, source = lock_for(settings, host.state)
+    lock, source = lock_for(settings)
     verdict = verify(
         settings,
         node or {},
