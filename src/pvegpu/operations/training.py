@@ -8,10 +8,13 @@ runs: its ``ExecStartPre`` writes the unit file's digest, the venv link target a
 time to ``/run/pvegpu-<unit>/started`` (see templates/training.service.j2 and pvegpu.unit); the
 deploy compares that with what a start now would run.
 
-Every start (the first, after a failure, or a requested restart) is preceded by clearing leftover
-training processes on the training GPUs. Only the node sees GPU processes (nvidia-smi in an LXC
-container lists none), so that step runs on the container's node host, through the node's own
-connection, inside the container's operation: stop -> clear -> start stay in one ordered sequence.
+Every start the deploy makes (the first, after a failure, or a requested restart) is preceded by
+clearing leftover training processes on the training GPUs: compute processes whose argv is the
+unit's ExecStart (also a stalled run started by hand) or whose cgroup is the unit's in this
+container; never another command's, never another container's (probes/training_leftovers.py).
+Only the node sees GPU processes (nvidia-smi in an LXC container lists none), so that step runs on
+the container's node host, through the node's own connection, inside the container's operation:
+stop -> clear -> start stay in one ordered sequence, with no barrier or node task file needed.
 """
 
 from __future__ import annotations
