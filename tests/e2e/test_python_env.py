@@ -103,7 +103,23 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
                       ("torch_version=2.11", "torch_version='2.11' is not a full X.Y.Z version")):
         run = site.deploy(locks, bad)
         assert run.rc != 0 and line in run.output, run.output[-3000:]
+    refused = site.deploy("require_lock=true")  # the repo's locks/ has no lock for these pins
+    assert refused.rc != 0 and "require_lock=true and locks/cu130.in does not pin" in refused.output
+    assert "to make the lock, write the pins" in refused.output and "uv pip compile" in refused.output
     assert site.node.tree_digest() == before
+
+    # a lock that does not resolve: the build fails with uv's reason, the live venv is untouched
+    bad = tmp_path / "bad-locks"
+    bad.mkdir()
+    for f in (tmp_path / "locks").iterdir():
+        (bad / f.name).write_text(f.read_text())
+    with open(bad / "cu128.lock", "a") as f:
+        f.write("transformers==9.9.9 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    run = site.deploy(f"locks_dir={bad}", "torch_variant=cu128")
+    assert run.rc != 0
+    assert f"building /root/venvs/{CU128}.next failed: " in run.output, run.output[-3000:]
+    assert "Because there is no version of transformers==9.9.9" in run.output
+    assert link(site, "/root/venv") == f"/root/venvs/{CU130}" and torch_of(site) == "2.11.0+cu130"
 
     # one variable swaps: built beside, checked, switched; the cu130 build stays for rollback
     swap = site.deploy(locks, "torch_variant=cu128")

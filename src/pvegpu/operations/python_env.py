@@ -245,6 +245,9 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None,
 def uv_error(lines: list[str]) -> str | None:
     """uv's own explanation, as one line, from its output.
 
+    >>> uv_error(["error: No solution found when resolving dependencies",
+    ...           "  cause: Because transformers==9.9.9 was not found ...", "", "hint: ..."])
+    'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
     >>> uv_error(["  × No solution found when resolving dependencies:",
     ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
     'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
@@ -252,7 +255,7 @@ def uv_error(lines: list[str]) -> str | None:
     picked = []
     for line in lines:
         s = line.strip()
-        s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:)\s*", "", s)
+        s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:|cause:)\s*", "", s)
         if s != line.strip() and s:
             picked.append(s)
     return " ".join(picked) if picked else None
