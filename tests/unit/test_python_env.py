@@ -302,3 +302,50 @@ def test_a_new_variant_is_one_row_and_its_in_file(tmp_path, monkeypatch):
 
 def test_every_variant_has_its_in_file():
     assert sorted(p.stem for p in (ROOT / "locks").glob("*.in")) == sorted(VARIANTS)
+
+
+# --- the probe, run for real on this machine --------------------------------------------------------
+def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from pvegpu.facts.probe import parse_probe_output, probe_command
+
+    venvs = tmp_path / "venvs"
+    real = venvs / "torch-2.11.0-cu130.b1"
+    site = real / "lib" / "python3.11" / "site-packages"
+    for name, ver in (("torch", "2.11.0+cu130"), ("Sglang_Junk", "0.1.0")):
+        d = site / f"{name}-{ver}.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n\nbody\n")
+    (real / ".pvegpu-build.json").write_text(json.dumps({"build": "torch-2.11.0-cu130"}))
+    (real / ".pvegpu-lock.txt").write_text(f"torch==2.11.0+cu130 \\\n    {HASH}\n    # via -r in\n")
+    (venvs / "torch-2.11.0-cu130").symlink_to("torch-2.11.0-cu130.b1")
+    (venvs / "torch-2.11.0-cu128.b1").mkdir()
+    live = tmp_path / "venv"
+    live.symlink_to(venvs / "torch-2.11.0-cu130")
+    user = subprocess.Popen(["sleep", "30"], cwd=real)
+    try:
+        args = {"uv_bin": "/nonexistent/uv", "venvs_dir": str(venvs), "venv_path": str(live),
+                "python": sys.executable, "uv_cache_dir": str(tmp_path / "cache")}
+        out = subprocess.run(["sh", "-c", probe_command("ct_state", args, python=sys.executable)],
+                             capture_output=True, text=True, check=True).stdout
+    finally:
+        user.kill()
+        user.wait()
+    doc = parse_probe_output("ct_state", out.splitlines())
+    entry = doc["venvs"]["torch-2.11.0-cu130.b1"]
+    assert entry["installed"] == {"torch": "2.11.0+cu130", "sglang-junk": "0.1.0"}
+    assert entry["locked"] == {"torch": "2.11.0+cu130"}
+    assert entry["in_use"] == [user.pid]
+    assert doc["venvs"]["torch-2.11.0-cu128.b1"]["in_use"] == []
+    linked = doc["venvs"]["torch-2.11.0-cu130"]
+    assert linked["link"] == "torch-2.11.0-cu130.b1" and linked["real"] == "torch-2.11.0-cu130.b1"
+    assert doc["venv_link"] == str(venvs / "torch-2.11.0-cu130")
+    assert doc["venv_real"] == str(real)
+    assert doc["python"]["version"].startswith("3.") and doc["uv_version"] is None
+    assert doc["uv_cache_same_fs"] is True
+    s = settings(venvs_dir=str(venvs), venv_path=str(live))
+    assert drift_report(doc, s) == [
+        f"{live} (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 is installed but not in the lock (extra)"]

@@ -33,11 +33,11 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import unit as _unit
 from ..facts.probe import probe_command
 from ..facts.python_env import ContainerState
 from ..locks import LockPlan, constraints, lock_plan, uv_wheel_hashes
 from ..settings import Settings
+from ..unit import started_record
 from ..venvs import (
     CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, marker, next_number,
     prune_plan, python_minor, real_name,
@@ -93,7 +93,7 @@ def container_state(settings: Settings) -> dict:
         unit_path=f"/etc/systemd/system/{settings.training_unit_name}.service",
         unit_name=f"{settings.training_unit_name}.service",
         cache_dir=settings.compile_cache_dir,
-        started_path=_unit.started_record(settings) if hasattr(_unit, "started_record") else None,
+        started_path=started_record(settings),
         python=settings.python_interpreter,
         uv_cache_dir=settings.uv_cache_dir,
         locks_cache=LOCKS_CACHE,
