@@ -93,9 +93,25 @@ def digest(text: str) -> str:
 
 
 def training_argv_prefix(settings: Settings) -> list[str]:
-    """The start of the training process's argv as ExecStart runs it (what /proc/<pid>/cmdline
-    shows on the node): leftovers are recognised by it, and nothing else is ever killed."""
+    """The start of the training command's argv when started through ``venv_path`` (by hand, say).
+    ExecStart runs the same script with the resolved build's python; see ``training_matcher``."""
     return [f"{settings.venv_path}/bin/python", settings.training_script]
+
+
+def training_matcher(settings: Settings) -> dict:
+    """How a process is recognised as the training command (and nothing else is ever killed):
+    argv[1] is the training script and argv[0] the python of ``venv_path`` or of a build under
+    ``venvs_dir`` (ExecStart resolves the link when it starts).
+
+    >>> from pvegpu.settings import defaults
+    >>> training_matcher(Settings.from_data(defaults()))["script"]
+    '/data/dflash/train.py'
+    """
+    return {
+        "script": settings.training_script,
+        "pythons": [f"{settings.venv_path}/bin/python"],
+        "python_under": [settings.venvs_dir.rstrip("/") + "/"],
+    }
 
 
 def parse_started_record(text: str | None) -> dict | None:

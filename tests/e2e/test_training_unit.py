@@ -123,18 +123,22 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     # another command, nor one of another container, nor one on a GPU that is not a training GPU.
     site.ct("systemctl", "stop", UNIT)
     by_hand = node.spawn_gpu_process(1, TRAINING, used_mib=1000)
+    # ExecStart runs the script with the python of the build /root/venv pointed at when it started.
+    resolved = node.spawn_gpu_process(0, ["/root/venvs/torch-2.11.0-cu130.b1/bin/python",
+                                          *TRAINING[1:]], used_mib=1000)
     worker = node.spawn_gpu_process(4, ["/root/venv/bin/python", "-c", "from multiprocessing.spawn "
                                         "import spawn_main; spawn_main()"], used_mib=1000, cgroup=UNIT_CGROUP)
     notebook = node.spawn_gpu_process(3, ["/usr/bin/python3", "/root/notebook.py"], used_mib=1000)
     other_ct = node.spawn_gpu_process(2, TRAINING, used_mib=1000,
                                       cgroup=f"0::/lxc/201/ns/system.slice/{UNIT}")
     not_ours = node.spawn_gpu_process(7, TRAINING, used_mib=1000)
-    args = {"vmid": 200, "unit": UNIT, "gpus": [0, 1, 2, 3, 4, 5, 6], "argv_prefix": TRAINING[:2],
+    args = {"vmid": 200, "unit": UNIT, "gpus": [0, 1, 2, 3, 4, 5, 6],
+            "match": {"script": TRAINING[1], "pythons": [TRAINING[0]], "python_under": ["/root/venvs/"]},
             "term_wait_s": 30, "log": "/var/log/pvegpu/training-leftovers.log"}
     run = node.run(["sh", "-c", probe_command("training_leftovers", args)])
     doc = json.loads(run.stdout.strip().splitlines()[-1])
-    assert sorted(p["pid"] for p in doc["killed"]) == sorted([by_hand, worker]), doc
+    assert sorted(p["pid"] for p in doc["killed"]) == sorted([by_hand, resolved, worker]), doc
     assert sorted(p["pid"] for p in doc["foreign"]) == sorted([notebook, other_ct]), doc
     assert doc["remaining"] == [] and doc["error"] is None
-    assert not alive(site, by_hand) and not alive(site, worker)
+    assert not any(alive(site, pid) for pid in (by_hand, resolved, worker))
     assert all(alive(site, pid) for pid in (notebook, other_ct, not_ours))

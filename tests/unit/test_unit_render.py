@@ -14,6 +14,7 @@ import pytest
 from pvegpu.settings import Settings, SettingsError, defaults
 from pvegpu.unit import (
     desired_start, digest, parse_started_record, pending_reasons, render_unit, training_argv_prefix,
+    training_matcher,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -41,7 +42,7 @@ def test_cu130_gets_its_smaller_budget_and_own_caches():
     assert "--token-budget 49152" in text and "--max-batch-size 48" in text
     assert "TORCHINDUCTOR_CACHE_DIR=/data/cache/torch-2.11.0-cu130/inductor" in text
     assert "TRITON_CACHE_DIR=/data/cache/torch-2.11.0-cu130/triton" in text
-    assert "ExecStart=/root/venv/bin/python /data/dflash/train.py" in text
+    assert '"$$(readlink -f /root/venv)/bin/python" /data/dflash/train.py' in text
 
 
 def test_cu128_uses_the_defaults():
@@ -56,7 +57,7 @@ def test_every_value_comes_from_settings():
                   training_restart_delay_s=60, training_restart_burst=3, venv_path="/opt/venv",
                   pytorch_cuda_alloc_conf="max_split_size_mb:512", training_unit_name="drafter",
                   variant_overrides={"cu130": {"token_budget": 1000}})
-    for line in ("ExecStart=/opt/venv/bin/python /data/x/run.py", "WorkingDirectory=/data/x",
+    for line in ('"$$(readlink -f /opt/venv)/bin/python" /data/x/run.py', "WorkingDirectory=/data/x",
                  "--dataset-dir /data/ds", "--checkpoint-dir /data/ck", "TimeoutStopSec=1800s",
                  "RestartSec=60s", "StartLimitBurst=3", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
                  "SyslogIdentifier=drafter", "RuntimeDirectory=pvegpu-drafter",
@@ -103,10 +104,14 @@ def test_a_restart_is_pending_only_when_what_runs_differs_from_what_a_start_woul
     assert "no start record" in pending_reasons(None, desired_start(s, text, 1))[0]
 
 
-def test_leftovers_are_recognised_by_the_exec_start_argv():
+def test_exec_start_pins_the_build_and_leftovers_are_recognised_by_its_argv():
     s = settings()
     exec_start = next(l for l in render_unit(s).splitlines() if l.startswith("ExecStart="))
-    assert exec_start.split("=", 1)[1].split()[:2] == training_argv_prefix(s)
+    # The trainer runs from the build the link pointed at when it started, not through the link.
+    assert exec_start.startswith("ExecStart=/bin/sh -c 'exec \"$$(readlink -f /root/venv)/bin/python\" ")
+    m = training_matcher(s)
+    assert exec_start.split()[6] == m["script"] == training_argv_prefix(s)[1]
+    assert m["pythons"] == [training_argv_prefix(s)[0]] and m["python_under"] == ["/root/venvs/"]
 
 
 def analyze_verify(tmp_path, text):

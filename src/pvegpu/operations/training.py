@@ -28,7 +28,7 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
 from ..unit import (
-    desired_start, digest, parse_started_record, pending_reasons, render_unit, training_argv_prefix,
+    desired_start, digest, parse_started_record, pending_reasons, render_unit, training_matcher,
     unit_file, unit_path,
 )
 from .python_env import container_state
@@ -96,7 +96,7 @@ def clear_leftovers_command(settings: Settings) -> FunctionCommand:
             "vmid": int(host.data.get("pct_vmid")),
             "unit": unit_file(settings),
             "gpus": sorted(settings.training_gpus),
-            "argv_prefix": training_argv_prefix(settings),
+            "match": training_matcher(settings),
             "term_wait_s": 30,
             "log": LEFTOVER_LOG,
         }

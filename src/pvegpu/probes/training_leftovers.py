@@ -2,14 +2,16 @@
 # the training on the training GPUs and end them; leave every other process alone.
 # Runs with the node's system python3 (stdlib only). ARGS (a JSON string) is prepended:
 # {"vmid": 200, "unit": "dflash-train.service", "gpus": [0, 1, ...],
-#  "argv_prefix": ["/root/venv/bin/python", "/data/dflash/train.py"], "term_wait_s": 30,
+#  "match": {"script": "/data/dflash/train.py", "pythons": ["/root/venv/bin/python"],
+#            "python_under": ["/root/venvs/"]}, "term_wait_s": 30,
 #  "log": "/var/log/pvegpu/training-leftovers.log"}
 #
 # Only the node sees which process holds which GPU (nvidia-smi in an LXC container lists none), and
 # the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran,
 # /proc/<pid>/cgroup names the container and unit (PVE: 0::/lxc/<vmid>/ns/system.slice/<unit>).
 # A process is a leftover only when it holds a training GPU, its cgroup names no other container,
-# and it is the training command (argv starts with argv_prefix: also a stalled run started by hand)
+# and it is the training command (the script run by the venv's python or a build's: also a
+# stalled run started by hand)
 # or a process of this container's training unit (its cgroup). It is called only while the unit is
 # stopped, so either is a leftover. Each pid is checked again right before each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
@@ -22,7 +24,16 @@ import subprocess
 import time
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
-PREFIX = A["argv_prefix"]
+MATCH = A["match"]
+
+
+def is_training_argv(argv):
+    if len(argv) < 2 or argv[1] != MATCH["script"]:
+        return False
+    python = argv[0]
+    return python in MATCH["pythons"] or (
+        python.endswith("/bin/python") and any(python.startswith(p) for p in MATCH["python_under"])
+    )
 
 
 def smi(query):
@@ -67,7 +78,7 @@ def is_training(pid):
     if other_container(pid) is not None:
         return False
     argv = argv_of(pid)
-    return bool(argv) and argv[:len(PREFIX)] == PREFIX or in_unit(pid)
+    return is_training_argv(argv or []) or in_unit(pid)
 
 
 def alive(pid):
