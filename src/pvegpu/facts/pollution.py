@@ -11,15 +11,16 @@ class Pollution(ProbeFact):
 
     .. code:: python
 
-        p = host.get_fact(Pollution, python="/root/venv/bin/python", uv_bin=..., baseline=...,
-                          usr_local_ours=["/usr/local/bin/uv"])
-        p["packages"]["torch"], p["usr_local"], p["apt_extras"]
+        p = host.get_fact(Pollution, venv="/root/venv", uv_bin=..., lock_file=".pvegpu-lock.txt",
+                          baseline=..., usr_local_ours=["/usr/local/bin/uv"])
+        p["packages"]["torch"], p["lock"], p["usr_local"], p["apt_extras"]
     """
 
     probe = "pollution"
 
-    def command(self, python, uv_bin, baseline, usr_local_ours=()):
-        return self.command_for(python=python, uv_bin=uv_bin, baseline=baseline,
+    def command(self, venv, uv_bin, lock_file, baseline, usr_local_ours=()):
+        return self.command_for(venv=venv, python=f"{venv}/bin/python", uv_bin=uv_bin,
+                                lock_file=lock_file, baseline=baseline,
                                 usr_local_ours=list(usr_local_ours))
 
     @staticmethod

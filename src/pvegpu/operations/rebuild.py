@@ -16,7 +16,9 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.facts.files import File
 
 from ..facts.pollution import Pollution
-from ..rebuild import expected_packages, pollution_lines
+from ..locks import desired_pins
+from ..rebuild import pollution_lines
+from ..venvs import LOCK_FILE
 from ..settings import Settings
 from .python_env import uv_bin
 
@@ -50,7 +52,7 @@ def pollution_report(settings: Settings):
     if not settings.rebuild:
         return
     found = host.get_fact(
-        Pollution, python=f"{settings.venv_path}/bin/python", uv_bin=uv_bin(settings),
+        Pollution, venv=settings.venv_path, uv_bin=uv_bin(settings), lock_file=LOCK_FILE,
         baseline=BASELINE, usr_local_ours=OURS_IN_USR_LOCAL,
         _ignore_errors=True,  # a container that does not exist yet has nothing to report
     )
@@ -58,8 +60,7 @@ def pollution_report(settings: Settings):
         host.log_styled("container not reachable: nothing to report before the rebuild",
                         fg="yellow", log_func=logger.warning)
         return
-    expected, locked = expected_packages(settings)
-    lines = pollution_lines(found, expected, locked)
+    lines = pollution_lines(found, desired_pins(settings))
     scope = ("the venv (every build)" if settings.rebuild == "venv"
              else "the whole container: venv, /usr/local, apt packages")
     host.log_styled(f"rebuild={settings.rebuild} replaces {scope}; differences found:",

@@ -1,7 +1,7 @@
 # Probe: what in a training container differs from what pvegpu put there, as one JSON line.
 # Runs inside the container with its system python3. ARGS is prepended:
-# {"python": "/root/venv/bin/python", "uv_bin": ..., "baseline": "/var/lib/pvegpu/baseline-packages",
-#  "usr_local_ours": ["/usr/local/bin/uv"]}
+# {"venv": "/root/venv", "python": "/root/venv/bin/python", "uv_bin": ..., "lock_file": ...,
+#  "baseline": "/var/lib/pvegpu/baseline-packages", "usr_local_ours": ["/usr/local/bin/uv"]}
 import json
 import os
 import subprocess
@@ -27,6 +27,15 @@ def venv_packages():
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out or "[]")}
 
 
+def lock_text():
+    """The exact pins the live venv was synced to (written by the python env stage)."""
+    try:
+        with open(os.path.join(os.path.realpath(A["venv"]), A["lock_file"])) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def usr_local_files():
     found = []
     for root, dirs, files in os.walk("/usr/local"):
@@ -48,5 +57,5 @@ def apt_extras():
     return sorted(set(out.split()) - baseline) if code == 0 else None
 
 
-print(json.dumps({"packages": venv_packages(), "usr_local": usr_local_files(),
+print(json.dumps({"packages": venv_packages(), "lock": lock_text(), "usr_local": usr_local_files(),
                   "apt_extras": apt_extras()}, sort_keys=True))
