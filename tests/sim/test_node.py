@@ -1,6 +1,7 @@
 """The simulated Proxmox node: lifecycle, ssh, pct grammar and exit codes, passthrough, NVIDIA doubles."""
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -22,8 +23,22 @@ def make_ct(node, vmid, *extra, start=True):
         assert r.returncode == 0, r.stderr
 
 
+def _exited(pid) -> bool:
+    """The process has exited. The node's init was unshare's child; once unshare is gone, the
+    host's init reaps it, so for a moment it may still show as a zombie (state Z)."""
+    for _ in range(200):  # bounded wait for the reaper, not a timing assertion
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _gone(node_pid, mntns, state):
-    assert not os.path.exists(f"/proc/{node_pid}")
+    assert _exited(node_pid)
     assert _mntns_holders(mntns) == []
     assert not state.exists()
     assert str(state) not in open("/proc/self/mountinfo").read()
@@ -41,7 +56,7 @@ def test_start_stop_leaves_nothing_behind(tmp_path):
     node.stop()  # idempotent
     _gone(pid, mntns, tmp_path / "n")
     for p in sshd:
-        assert not os.path.exists(f"/proc/{p}")
+        assert _exited(p)
     with pytest.raises(OSError):
         import socket
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
