@@ -11,17 +11,8 @@ from pyinfra.api import Config, Inventory, QuoteString, State, StringCommand
 from pyinfra.api.connect import connect_all
 
 from sim.fixtures import shared_sim_node  # noqa: F401
+from tests.tricky_strings import TRICKY
 
-TRICKY = [
-    "it's",
-    'say "hi"',
-    "$HOME and `date` and $(id)",
-    "back\\slash \\n",
-    "two\nlines",
-    "naïve ünïcödé ✓",
-    "  spaces  ",
-    "-n",
-]
 
 
 @pytest.fixture(scope="module")

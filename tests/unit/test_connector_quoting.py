@@ -9,16 +9,8 @@ from pyinfra.api import QuoteString, StringCommand
 
 from pvegpu.connectors.pct import explain_pct_error, parse_pct_name, pct_exec_argv
 from pyinfra.api.exceptions import InventoryError
+from tests.tricky_strings import TRICKY
 
-TRICKY = [
-    "it's",
-    'say "hi"',
-    "$HOME and `date` and $(id)",
-    "back\\slash \\n",
-    "two\nlines",
-    "naïve ünïcödé ✓",
-    "  spaces  ",
-]
 
 
 @pytest.fixture
