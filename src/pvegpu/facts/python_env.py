@@ -26,11 +26,12 @@ class ContainerState(ProbeFact):
     probe = "ct_state"
 
     def command(self, uv_bin, venvs_dir, venv_path, unit_path=None, unit_name=None, cache_dir=None,
-                started_path=None, python=None, uv_cache_dir=None, locks_cache=None):
+                started_path=None, python=None, uv_cache_dir=None, locks_cache=None,
+                baseline_path=None):
         return self.command_for(
             uv_bin=uv_bin, venvs_dir=venvs_dir, venv_path=venv_path, unit_path=unit_path,
             unit_name=unit_name, cache_dir=cache_dir, started_path=started_path, python=python,
-            uv_cache_dir=uv_cache_dir, locks_cache=locks_cache,
+            uv_cache_dir=uv_cache_dir, locks_cache=locks_cache, baseline_path=baseline_path,
         )
 
     @staticmethod

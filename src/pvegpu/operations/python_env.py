@@ -47,6 +47,9 @@ from .util import fail
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
 LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
+#: The container's apt packages right after creation (operations.rebuild.baseline_recorded writes
+#: it; the pollution report reads it). Its existence is part of the shared fact.
+BASELINE = "/var/lib/pvegpu/baseline-packages"
 #: Environment variables that would change what uv installs or from where; unset for every call.
 UV_UNSET = (
     "UV_TORCH_BACKEND", "UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
@@ -97,6 +100,7 @@ def container_state(settings: Settings) -> dict:
         python=settings.python_interpreter,
         uv_cache_dir=settings.uv_cache_dir,
         locks_cache=LOCKS_CACHE,
+        baseline_path=BASELINE,
     )
     setattr(host, _CACHE_ATTR, (point, doc))
     return doc

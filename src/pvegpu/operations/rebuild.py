@@ -13,16 +13,14 @@ import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
-from pyinfra.facts.files import File
 
 from ..facts.pollution import Pollution
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
 from ..venvs import LOCK_FILE
 from ..settings import Settings
-from .python_env import uv_bin
+from .python_env import BASELINE, container_state, remember, uv_bin
 
-BASELINE = "/var/lib/pvegpu/baseline-packages"
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
 
@@ -119,9 +117,11 @@ def baseline_recorded(settings: Settings):
 
         rebuild.baseline_recorded(name="Record CT package baseline", settings=s)
     """
-    if host.get_fact(File, path=BASELINE):
+    # Read in the python env stage's composite fact (no command of its own): the stage reuses it.
+    if container_state(settings).get("baseline_exists"):
         return
     yield StringCommand(
         f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > {BASELINE}.tmp"
         f" && mv {BASELINE}.tmp {BASELINE}"
     )
+    remember(lambda doc: doc.update(baseline_exists=True))

@@ -31,7 +31,7 @@ from ..unit import (
     desired_start, digest, parse_started_record, pending_reasons, render_unit, training_matcher,
     unit_file, unit_path,
 )
-from .python_env import container_state
+from .python_env import container_state, remember
 from .util import write_file_command
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
@@ -134,19 +134,27 @@ def clear_leftovers_command(settings: Settings) -> FunctionCommand:
 
 @operation()
 def unit_installed(settings: Settings):
-    """Write the rendered unit when it differs and reload systemd. A running unit keeps running
-    (daemon-reload never restarts it); ``unit_running`` decides about restarts.
+    """Write the rendered unit when it differs and reload systemd, in one container command. A
+    running unit keeps running (daemon-reload never restarts it); ``unit_running`` decides about
+    restarts.
 
     .. code:: python
 
         training.unit_installed(name="Install dflash-train.service", settings=s)
+
+    Replacing a unit file changes only its digest in the shared container fact (the unit's state,
+    start record and enablement stay), so ``unit_running`` reuses the fact instead of reading it
+    again. A unit file that was missing may change what ``systemctl is-enabled`` says: then the
+    fact is read again.
     """
     text = render_unit(settings)
     state = container_state(settings)
     if state.get("unit_digest") == digest(text):
         return
-    yield write_file_command(unit_path(settings), text, mode="0644")
-    yield "systemctl daemon-reload"
+    yield StringCommand(write_file_command(unit_path(settings), text, mode="0644"), "&&",
+                        "systemctl daemon-reload")
+    if state.get("unit_digest"):
+        remember(lambda doc: doc.update(unit_digest=digest(text)))
 
 
 @operation()

@@ -1,7 +1,8 @@
 # Probe: the python env and training unit state of a training container, as one JSON line.
 # Runs inside the container with its system python3 (stdlib only). ARGS is prepended:
 # {"uv_bin": ..., "venvs_dir": ..., "venv_path": ..., "unit_path": ..., "unit_name": ...,
-#  "cache_dir": ..., "started_path": ..., "python": ..., "uv_cache_dir": ..., "locks_cache": ...}
+#  "cache_dir": ..., "started_path": ..., "python": ..., "uv_cache_dir": ..., "locks_cache": ...,
+#  "baseline_path": ...}
 #
 # venvs: one entry per name in venvs_dir. A per-build link (torch-2.11.0-cu130 -> .b2) has "link"
 # and, read through it, the fields of the real dir; a real dir (torch-2.11.0-cu130.b2, .next,
@@ -242,6 +243,11 @@ doc = {
     # what the running training unit started with (its ExecStartPre writes it; see pvegpu.unit)
     "unit_started": text(A["started_path"]) if A.get("started_path") else None,
     "cache_dir_exists": os.path.isdir(cache) if cache else None,
+    # the apt package baseline recorded after creation (operations.rebuild.baseline_recorded)
+    "baseline_exists": (
+        os.path.isfile(A["baseline_path"]) and not os.path.islink(A["baseline_path"])
+        if A.get("baseline_path") else None
+    ),
     "compile_cache_dirs": (
         {sub: os.path.isdir(os.path.join(cache, sub)) for sub in ("inductor", "triton")}
         if cache else None
