@@ -19,6 +19,7 @@ from typing import Any
 from .facts.gpus import normalize_uuid
 from .locks import normalize as normalize_name
 from .settings import Settings
+from .unit import RUNNING, clears_leftovers, training_matcher, unit_plan
 from .variants import driver_fit
 
 #: What the race looks like (torch/_dynamo/eval_frame.py raises it when the process-global FX
@@ -271,6 +272,55 @@ def is_own_process(app: dict, vmid: int, unit: str | None) -> bool:
     return process_owner(app, vmid, unit) == "unit"
 
 
+def app_argv(app: dict) -> list[str]:
+    """A node compute process's argv: exact from the node probe, else its space-joined cmdline."""
+    argv = app.get("argv")
+    return list(argv) if isinstance(argv, list) else (app.get("cmdline") or "").split()
+
+
+def is_training_command(argv: list[str], matcher: dict) -> bool:
+    """argv is the training command (:func:`pvegpu.unit.training_matcher`): argv[1] the training
+    script, argv[0] the python of ``venv_path`` or of a build under ``venvs_dir``.
+
+    >>> m = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"],
+    ...      "python_under": ["/root/venvs/"]}
+    >>> is_training_command(["/root/venvs/torch-x.b1/bin/python", "/data/t.py", "--resume"], m)
+    True
+    >>> is_training_command(["/usr/bin/python3", "/data/t.py"], m)
+    False
+    """
+    if len(argv) < 2 or argv[1] != matcher["script"]:
+        return False
+    python = argv[0]
+    return python in matcher["pythons"] or (
+        python.endswith("/bin/python") and any(python.startswith(p) for p in matcher["python_under"])
+    )
+
+
+def cleared_at_start(app: dict, vmid: int, unit: str | None, matcher: dict) -> bool:
+    """Whether the training unit stage's clearing (probes/training_leftovers.py, same rules) ends
+    this node compute process before it starts the unit: its cgroup names no other container, and
+    it is the training command or in this container's training unit cgroup.
+
+    >>> m = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"], "python_under": []}
+    >>> cleared_at_start({"argv": ["/root/venv/bin/python", "/data/t.py"]}, 200, None, m)
+    True
+    >>> cleared_at_start({"argv": ["/root/venv/bin/python", "/data/t.py"],
+    ...                   "cgroup": "0::/lxc/201/ns/system.slice/x.service"}, 200, None, m)
+    False
+    """
+    cgroup = app.get("cgroup") or ""
+    other = re.search(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)", cgroup, re.M)
+    if other and other.group(1) != str(vmid):
+        return False
+    if is_training_command(app_argv(app), matcher):
+        return True
+    return bool(unit) and any(
+        f"/lxc/{vmid}/" in line and line.rstrip().endswith("/" + unit)
+        for line in cgroup.splitlines()
+    )
+
+
 def _cuda_fix(error: str, settings: Settings, vmid: int) -> str:
     low = error.lower()
     if "too old" in low:
@@ -306,8 +356,15 @@ def verify(
     lock: dict[str, str] | None = None,
     lock_source: str | None = None,
     unit: str | None = None,
+    deploying: bool = False,
 ) -> Verdict:
-    """Compare one container's facts and its node's with the settings."""
+    """Compare one container's facts and its node's with the settings.
+
+    ``deploying``: the verify stage of deploy.py, whose training unit stage runs next. A leftover
+    training process on a training GPU (:func:`cleared_at_start`) that stage will clear (the unit
+    is not running, or a pending restart is asked for) is then a warning, and its memory counts as
+    free; verify.py (read-only) reports it as a problem whose fix is to run deploy.py.
+    """
     v = Verdict(where)
     P = v.problems.append
     variant = settings.variant
@@ -583,22 +640,48 @@ def verify(
         )
 
     # ---- compute processes on the node ---------------------------------------------------------
+    # The training unit's state (None: unknown, e.g. no container facts): its processes are its own
+    # only while it runs; a stopped unit's, or the training command outside a running one, are
+    # leftovers, which the training unit stage clears before it starts the unit.
+    unit_doc = (ct or {}).get("unit")
+    active = unit_doc.get("active") if isinstance(unit_doc, dict) else None
+    running: bool | None = None
+    pending: list[str] = []
+    clears = False
+    if active is not None:
+        active, pending = unit_plan(settings, active, unit_doc.get("started"), unit_doc.get("built"))
+        running = active in RUNNING
+        clears = clears_leftovers(settings, active, pending)
+    matcher = training_matcher(settings)
     own_used: dict[str, int] = {}
     cuda_of_uuid = {normalize_uuid(d.get("uuid")): d.get("index") for d in devices}
     for app in node.get("compute_apps") or []:
         u = normalize_uuid(app.get("gpu_uuid"))
         owner = process_owner(app, vmid, unit)
-        if owner == "unit":
+        if owner == "unit" and running is not False:
             own_used[u] = own_used.get(u, 0) + (app.get("used_mib") or 0)
             continue
         i = cuda_of_uuid.get(u)
         node_index = (by_uuid.get(u) or {}).get("index")
         pid = app.get("pid")
-        where_ = {"node": "", "container": f" in CT {vmid} (outside {unit})"}.get(
-            owner, f" in CT {owner[3:]}"
+        leftover = (
+            running is not None and i in role_of and cleared_at_start(app, vmid, unit, matcher)
         )
+        if leftover and deploying and clears:
+            v.warnings.append(
+                f"leftover training process {pid} on GPU {i}: cleared before the unit starts"
+            )
+            own_used[u] = own_used.get(u, 0) + (app.get("used_mib") or 0)
+            note(i, f"leftover pid {pid} (cleared before start)")
+            continue
+        where_ = {
+            "node": "",
+            "container": f" in CT {vmid} (outside {unit})",
+            "unit": f" in CT {vmid} ({unit}, {active})",
+        }.get(owner, f" in CT {owner[3:]}")
         what = (
-            f"pid {pid}{where_} ({app.get('cmdline') or app.get('name') or '?'}) holding "
+            f"{'leftover training process' if leftover else 'pid'} {pid}{where_} "
+            f"({app.get('cmdline') or app.get('name') or '?'}) holding "
             f"{app.get('used_mib') if app.get('used_mib') is not None else '?'} MiB"
         )
         if i is not None and i in role_of:
@@ -606,6 +689,14 @@ def verify(
                 fix = (
                     f"node GPU {node_index} is also in use by CT {owner[3:]}: stop that workload "
                     f"or pass CT {vmid} other GPUs (pvegpu never stops another container's work)"
+                )
+            elif leftover and not running:
+                fix = "run deploy.py: it clears leftover training processes before it starts the unit"
+            elif leftover and pending:
+                fix = (
+                    f"a second copy of the training beside the running {unit}: stop it on node "
+                    f"{node_name} (kill {pid}), or run deploy.py --data restart_training=true (it "
+                    "stops the unit, clears leftover training processes, starts it)"
                 )
             else:
                 fix = (
@@ -770,6 +861,8 @@ def verify(
         "container_gpus": (ct or {}).get("gpus"),
         "container_gpu_error": (ct or {}).get("gpu_error"),
         "compute_apps": node.get("compute_apps") or [],
+        "unit_active": active,
+        "restart_pending": pending,
         "venv": (ct or {}).get("venv"),
         "venv_real": (ct or {}).get("venv_real"),
         "packages": drift,

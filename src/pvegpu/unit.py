@@ -25,6 +25,9 @@ import jinja2
 from .settings import Settings, defaults  # noqa: F401 (defaults: doctest)
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+# ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
+# asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
+RUNNING = ("active", "activating", "reloading", "deactivating")
 # Name of the marker file every built venv carries (written by operations.python_env).
 BUILD_MARKER = ".pvegpu-build.json"
 
@@ -146,3 +149,29 @@ def pending_reasons(started: dict | None, desired: dict) -> list[str]:
     elif started.get("built") != desired["built"]:
         reasons.append(f"venv {desired['venv']} was rebuilt")
     return reasons
+
+
+def unit_plan(settings: Settings, active: str | None, started: str | None,
+              built: object) -> tuple[str, list[str]]:
+    """(ActiveState, reasons a restart is pending) of the unit, from its ``systemctl is-active``
+    answer, its start record's text and the selected build's time (the marker's mtime).
+
+    >>> unit_plan(Settings.from_data(defaults()), "failed", None, None)
+    ('failed', [])
+    """
+    active = active or "inactive"
+    if active not in RUNNING:
+        return active, []
+    desired = desired_start(settings, render_unit(settings), built)
+    return active, pending_reasons(parse_started_record(started), desired)
+
+
+def clears_leftovers(settings: Settings, active: str, reasons: list[str]) -> bool:
+    """Whether the deploy's stage 5 clears leftover training processes (then starts the unit):
+    when the unit is not running, or when a pending restart is asked for (restart_training=true).
+
+    >>> s = Settings.from_data(defaults())
+    >>> clears_leftovers(s, "inactive", []), clears_leftovers(s, "active", ["unit file changed"])
+    (True, False)
+    """
+    return active not in RUNNING or bool(reasons and settings.restart_training)

@@ -7,13 +7,16 @@ import pytest
 from pvegpu.checks import (
     FX_RACE,
     arch_covers,
+    cleared_at_start,
     is_own_process,
+    is_training_command,
     package_drift,
     required_closure,
     verify,
 )
 from pvegpu.locks import parse_pins
 from pvegpu.settings import SettingsError
+from pvegpu.unit import digest, render_unit, training_matcher
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 
@@ -400,3 +403,128 @@ def test_is_own_process_needs_container_and_unit():
     assert not is_own_process(
         {"cgroup": "0::/lxc/200/ns/system.slice/dflash-train.service"}, 200, None
     )
+
+
+# ---- leftover training processes: what the training unit stage clears before it starts the unit
+TRAIN_ARGV = ["/root/venv/bin/python", "/data/dflash/train.py", "--resume"]
+UNIT_CG = "0::/lxc/200/ns/system.slice/dflash-train.service"
+CLEARS_FIX = "run deploy.py: it clears leftover training processes before it starts the unit"
+
+
+def gpu_app(pid, gpu, argv, cgroup=None, used=1000):
+    app = {"pid": pid, "name": argv[0], "gpu_uuid": "GPU-" + UUID.format(gpu), "used_mib": used,
+           "cmdline": " ".join(argv), "argv": list(argv)}
+    if cgroup is not None:
+        app["cgroup"] = cgroup
+    return app
+
+
+def ct_with_unit(active, s=None, pending=False, free=None):
+    """Container facts with the training unit's state; a running unit's start record matches what
+    a start now would run unless ``pending``."""
+    s = s or settings()
+    ct = ct_facts()
+    if free is not None:
+        ct["torch"]["devices"][1]["free_mib"] = free
+    unit_digest = digest(render_unit(s)) if not pending else "0" * 64
+    started = f"unit {unit_digest}  -\nvenv {s.build_venv}\nbuilt 17\n" if active == "active" else None
+    ct["unit"] = {"active": active, "started": started, "built": 17}
+    return ct
+
+
+@pytest.mark.parametrize(
+    "argv, cgroup, cleared",
+    [
+        (TRAIN_ARGV, None, True),  # started by hand on the node or in the CT, any cgroup of CT 200
+        (TRAIN_ARGV, "0::/lxc/200/ns/user.slice/session-3.scope", True),
+        (["/root/venvs/torch-2.11.0-cu130.b1/bin/python", *TRAIN_ARGV[1:]], None, True),
+        (["/root/venv/bin/python", "-c", "spawn_main()"], UNIT_CG, True),  # a worker of the unit
+        (TRAIN_ARGV, "0::/lxc/201/ns/system.slice/dflash-train.service", False),
+        (TRAIN_ARGV, "0::/lxc.payload.201/system.slice/dflash-train.service", False),
+        (["/usr/bin/python3", "/data/dflash/train.py"], None, False),
+        (["/opt/other/bin/python", "/data/dflash/train.py"], None, False),
+        (["/root/venv/bin/python", "/root/notebook.py"], None, False),
+        (["/root/venv/bin/python"], None, False),
+    ],
+)
+def test_what_the_training_unit_stage_clears(argv, cgroup, cleared):
+    app = gpu_app(1, 0, argv, cgroup)
+    assert cleared_at_start(app, 200, "dflash-train.service", training_matcher(settings())) is cleared
+
+
+def test_training_command_from_the_space_joined_cmdline_when_argv_is_missing():
+    m = training_matcher(settings())
+    assert is_training_command(TRAIN_ARGV, m)
+    app = gpu_app(1, 0, TRAIN_ARGV)
+    del app["argv"]
+    assert cleared_at_start(app, 200, "dflash-train.service", m)
+
+
+@pytest.mark.parametrize("cgroup", [None, UNIT_CG])
+def test_leftover_of_a_stopped_unit_is_a_warning_in_the_deploy_a_problem_in_verify(cgroup):
+    # The leftover holds 143000 MiB of GPU 1: only 500 MiB are free while it lives.
+    app = gpu_app(4242, 1, TRAIN_ARGV, cgroup, used=143000)
+    for active in ("inactive", "failed"):
+        ct = ct_with_unit(active, free=500)
+        deploy = run(node=node_facts(apps=[app]), ct=ct, deploying=True)
+        assert deploy.ok, deploy.lines()  # neither stale nor short of memory: it is cleared
+        assert deploy.warnings == [
+            "leftover training process 4242 on GPU 1: cleared before the unit starts"
+        ]
+        assert next(r for r in deploy.rows if r["gpu"] == 1)["status"] == (
+            "leftover pid 4242 (cleared before start)"
+        )
+        assert deploy.summary["unit_active"] == active
+        only = run(node=node_facts(apps=[app]), ct=ct)
+        assert checks_of(only) == ["GPU 1 (target) free", "GPU 1 (target) memory"]
+        line = only.lines()[0]
+        assert "found leftover training process 4242" in line and "holding 143000 MiB" in line
+        assert line.endswith("fix: " + CLEARS_FIX)
+
+
+def test_what_stays_a_failure_in_the_deploy():
+    ct = ct_with_unit("inactive")
+    notebook = gpu_app(11, 3, ["/usr/bin/python3", "/root/notebook.py"])
+    other_ct = gpu_app(12, 2, TRAIN_ARGV, "0::/lxc/201/ns/system.slice/dflash-train.service")
+    v = run(node=node_facts(apps=[notebook, other_ct]), ct=ct, deploying=True)
+    assert checks_of(v) == ["GPU 3 (target) free", "GPU 2 (target) free"]
+    assert "pid 11 (/usr/bin/python3 /root/notebook.py)" in v.lines()[0] and "kill 11" in v.lines()[0]
+    assert "pid 12 in CT 201" in v.lines()[1] and "also in use by CT 201" in v.lines()[1]
+    assert v.warnings == []
+
+    # The unit runs, nothing is pending: a second copy of the training beside it is not cleared.
+    running = ct_with_unit("active")
+    copy_ = gpu_app(13, 1, TRAIN_ARGV)
+    own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)
+    v = run(node=node_facts(apps=[copy_, own]), ct=running, deploying=True)
+    assert checks_of(v) == ["GPU 1 (target) free"], v.lines()  # the unit's own process is fine
+    assert "leftover training process 13" in v.lines()[0] and "kill 13" in v.lines()[0]
+    assert v.summary["restart_pending"] == []
+
+    # A restart is pending but not asked for: still a failure, and the fix says how to ask.
+    pending = ct_with_unit("active", pending=True)
+    v = run(node=node_facts(apps=[copy_, own]), ct=pending, deploying=True)
+    assert checks_of(v) == ["GPU 1 (target) free"]
+    assert "restart_training=true" in v.lines()[0] and "kill 13" in v.lines()[0]
+
+
+def test_asked_restart_clears_the_copy_beside_the_running_unit():
+    s = settings(restart_training=True)
+    pending = ct_with_unit("active", s=s, pending=True)
+    copy_ = gpu_app(13, 1, TRAIN_ARGV)
+    own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)
+    v = run(s=s, node=node_facts(apps=[copy_, own]), ct=pending, deploying=True)
+    assert v.ok, v.lines()
+    assert v.warnings == ["leftover training process 13 on GPU 1: cleared before the unit starts"]
+    # ... but not when nothing is pending (restart_training=true restarts only an outdated unit)
+    v = run(s=s, node=node_facts(apps=[copy_, own]), ct=ct_with_unit("active", s=s), deploying=True)
+    assert checks_of(v) == ["GPU 1 (target) free"]
+
+
+def test_unknown_unit_state_keeps_the_unit_cgroup_as_its_own():
+    # No unit state (container facts without it): nothing is called a leftover.
+    own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)
+    by_hand = gpu_app(15, 1, TRAIN_ARGV)
+    v = run(node=node_facts(apps=[own, by_hand]), deploying=True)
+    assert checks_of(v) == ["GPU 1 (target) free"] and v.warnings == []
+    assert "kill 15" in v.lines()[0]

@@ -46,6 +46,8 @@ def shape(doc: dict) -> dict:
         raise FactProcessError("verification probe: torch is not an object")
     if doc["packages"] is not None and not isinstance(doc["packages"], dict):
         raise FactProcessError("verification probe: packages is not an object")
+    if doc.get("unit") is not None and not isinstance(doc["unit"], dict):
+        raise FactProcessError("verification probe: unit is not an object")
     try:
         smi = parse_smi(doc["smi"], "gpus")
     except FactProcessError as e:
@@ -82,14 +84,20 @@ class ContainerVerification(ProbeFact):
 
     ``torch`` is :class:`pvegpu.facts.torch.TorchRuntime`'s document (None without a venv);
     ``compile`` the concurrent compile check's (``probes/compile_check.py``) when asked for.
+    ``unit`` (with ``unit_name``): the training unit's ``active`` state, its start record
+    (``started``, read from ``started_path``) and the time ``build_venv`` was built (``built``).
     """
 
     probe = "verification"
 
-    def command(self, venv, uv_bin=None, compile_check=False, compile_gpus=None, timeout=600):
+    def command(self, venv, uv_bin=None, compile_check=False, compile_gpus=None, timeout=600,
+                unit_name=None, started_path=None, build_venv=None):
         return self.command_for(
             venv=venv,
             uv_bin=uv_bin,
+            unit_name=unit_name,
+            started_path=started_path,
+            build_venv=build_venv,
             torch_inner=probe_source("torch_inner"),
             compile_inner=probe_source("compile_check") if compile_check else None,
             compile_args={

@@ -14,6 +14,7 @@ from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
 from ..settings import Settings, load_all
+from ..unit import started_record, unit_file
 from .python_env import uv_bin
 from .util import fail
 
@@ -106,6 +107,9 @@ def verified(settings: Settings):
 
     Two remote commands: the node's :class:`NodeState` (over SSH, no container calls) and the
     container's :class:`ContainerVerification` (one ``pct exec``).
+
+    In deploy.py a leftover training process on a training GPU that the training unit stage will
+    clear (see :func:`pvegpu.checks.verify`) is a warning; in verify.py it is a problem.
     """
     node_host = node_host_of(host)
     node = node_host.get_fact(NodeState) if node_host is not None else {}
@@ -114,6 +118,9 @@ def verified(settings: Settings):
         venv=settings.venv_path,
         uv_bin=uv_bin(settings),
         compile_check=settings.verify_level == "compile",
+        unit_name=unit_file(settings),
+        started_path=started_record(settings),
+        build_venv=settings.build_venv,
     )
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
@@ -127,7 +134,9 @@ def verified(settings: Settings):
         node_name=node_name,
         lock=lock,
         lock_source=source,
-        unit=f"{settings.training_unit_name}.service",
+        unit=unit_file(settings),
+        # deploy.py's training unit stage follows: a leftover it clears is a warning there
+        deploying=not getattr(host.state, "pvegpu_verify_only", False),
     )
     state = host.state
     # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows

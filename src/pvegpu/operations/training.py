@@ -28,15 +28,11 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
 from ..unit import (
-    desired_start, digest, parse_started_record, pending_reasons, render_unit, training_matcher,
-    unit_file, unit_path,
+    RUNNING, digest, render_unit, training_matcher, unit_file, unit_path, unit_plan,
 )
 from .python_env import container_state, remember
 from .util import write_file_command
 
-# ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
-# asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
-RUNNING = ("active", "activating", "reloading", "deactivating")
 # What the deploy ever killed on a node, one JSON line per signal.
 LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
 
@@ -47,12 +43,8 @@ def gpu_list(gpus) -> str:
 
 def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
-    active = state.get("unit_active") or "inactive"
-    if active not in RUNNING:
-        return active, []
     built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
-    desired = desired_start(settings, render_unit(settings), built)
-    return active, pending_reasons(parse_started_record(state.get("unit_started")), desired)
+    return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
 
 
 def notice(*lines: str) -> None:

@@ -105,10 +105,13 @@ def compute_apps():
         for line in out.strip().splitlines():
             cells = [c.strip() for c in line.split(",")]
             if len(cells) == 4 and cells[0].isdigit():
-                cmdline = (read(f"/proc/{cells[0]}/cmdline") or "").replace("\0", " ").strip()
+                raw = read(f"/proc/{cells[0]}/cmdline") or ""
+                cmdline = raw.replace("\0", " ").strip()
                 apps.append({"pid": int(cells[0]), "name": cells[1], "gpu_uuid": cells[3],
                              "used_mib": int(cells[2]) if cells[2].isdigit() else None,
                              "cmdline": cmdline,
+                             # exact argv (the verify stage matches the training command on it)
+                             "argv": raw.split("\0")[:-1] if raw else [],
                              # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
                              "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip()})
     return apps

@@ -5,7 +5,11 @@
 # ARGS is prepended:
 # {"venv": "/root/venv", "torch_inner": "<torch_inner.py>", "compile_inner": "<compile_check.py>"
 #  or null, "compile_args": {...}, "uv_bin": "/opt/pvegpu/uv-X/bin/uv", "smi_query": "index,...",
-#  "timeout": 600}
+#  "timeout": 600, "unit_name": "dflash-train.service", "started_path": "/run/pvegpu-.../started",
+#  "build_venv": "/root/venvs/torch-2.11.0-cu130"}
+# "unit" tells the verify stage of deploy.py whether stage 5 will clear leftover training processes
+# (the unit is not running, or a pending restart was asked for): ActiveState, the running unit's
+# start record, and the selected build's time (the same values the training unit stage compares).
 import glob
 import json
 import os
@@ -76,6 +80,26 @@ def packages(venv):
     return found
 
 
+def mtime(path):
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
+def unit_state():
+    unit = A.get("unit_name")
+    if not unit:
+        return None
+    r = run(["systemctl", "is-active", unit])
+    build = A.get("build_venv")
+    return {
+        "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
+        "started": read(A["started_path"]) if A.get("started_path") else None,
+        "built": mtime(os.path.join(os.path.realpath(build), ".pvegpu-build.json")) if build else None,
+    }
+
+
 def resolved(path):
     return os.path.basename(os.path.realpath(path)) if os.path.exists(path) else None
 
@@ -98,6 +122,7 @@ doc = {
     "packages": None,
     "pip_check": None,
     "marker": None,
+    "unit": unit_state(),
 }
 if doc["present"]:
     doc["torch"] = run_inner(python, A["torch_inner"], timeout=A.get("timeout", 600))
