@@ -17,20 +17,28 @@ from .. import boot
 from ..facts.proxmox import NodeState
 from ..passthrough import plan_passthrough
 from ..settings import Settings
-from .util import fail, note, write_file_command
+from .util import fail, note, run_point, write_file_command
 
 ACTIVE = ("active", "activating", "reloading", "deactivating")
 
 
 def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
     """The node's state, once per operation (the same arguments as the preflight's, so every
-    stage reads the same document shape)."""
-    return host.get_fact(
+    stage reads the same document shape). An operation asking what the previous one asked, with
+    no operation of the run having run a command since, reuses that document (``run_point``):
+    ``driver_userspace`` after a ``gpu_passthrough`` that changed nothing."""
+    key = (tuple(vmids), ct_detail, run_point(host))
+    cached = getattr(host, "_pvegpu_node_state", None)
+    if cached and cached[0] == key:
+        return cached[1]
+    doc = host.get_fact(
         NodeState, vmids=list(vmids), installer_dir=settings.nvidia_installer_dir,
         data_dir=settings.data_dir_node, boot_files=boot.boot_files(),
         units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT], ct_detail=ct_detail,
         unit_name=f"{settings.training_unit_name}.service",
     ) or {}
+    host._pvegpu_node_state = (key, doc)
+    return doc
 
 
 def node_state(settings: Settings, vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:

@@ -42,7 +42,7 @@ from ..venvs import (
     CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, marker, next_number,
     prune_plan, python_minor, real_name,
 )
-from .util import fail
+from .util import fail, run_point
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
@@ -72,19 +72,9 @@ def uv_bin(settings: Settings) -> str:
 _CACHE_ATTR = "_pvegpu_container_state"
 
 
-def _run_point(h) -> tuple:
-    """Changes only when something may have changed a host: the stage, and how many operations
-    (on any host: a node operation can re-create a container) have run commands."""
-    st = h.state
-    executed = sum(
-        1 for ops in st.ops.values() for data in ops.values() if data.operation_meta.executed
-    )
-    return (int(st.current_stage), bool(st.is_executing), executed)
-
-
 def container_state(settings: Settings) -> dict:
     """The ``ContainerState`` document, read at most once between changes of this run."""
-    point = _run_point(host)
+    point = run_point(host)
     cached = getattr(host, _CACHE_ATTR, None)
     if cached and cached[0] == point:
         return cached[1]
@@ -113,7 +103,7 @@ def remember(update) -> None:
     if not cached:
         return
     update(cached[1])
-    point = _run_point(host)
+    point = run_point(host)
     setattr(host, _CACHE_ATTR, ((point[0], point[1], point[2] + 1), cached[1]))
 
 
