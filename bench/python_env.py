@@ -13,8 +13,8 @@ loopback index (torch alone, training_requirements=[]):
 - rebuild=venv      every build deleted, rebuilt offline from uv's cache (index stopped)
 
 Columns: wall seconds, container commands (`pct exec` through the @pct connector), of which the
-python env stage's composite state reads, all pct calls on the node, wheels downloaded, changed
-operations.
+python env stage's composite state reads, all `pct exec` calls (also the node probe's looks into the
+container), all pct calls on the node, wheels downloaded, changed operations.
 """
 
 from __future__ import annotations
@@ -56,13 +56,14 @@ def run(node, index, data, base):
     wall = time.monotonic() - t
     calls = node.pct_calls()
     ct = [c["argv"][-1] for c in calls if c["argv"][:2] == ["exec", "200"] and "env" in c["argv"]]
+    execs = sum(1 for c in calls if c["argv"][:1] == ["exec"])
     state_reads = sum(1 for c in ct if (probe_name(c) or "").startswith("Probe: the python env"))
     try:
         changed = json.loads(p.stdout)["results"]["totals"]["success"]
     except (ValueError, KeyError):
         changed = "?"
     downloads = len(index.downloads()) if index.running else 0
-    return {"rc": p.returncode, "wall": wall, "ct": len(ct), "state": state_reads,
+    return {"rc": p.returncode, "wall": wall, "ct": len(ct), "state": state_reads, "exec": execs,
             "pct": len(calls), "downloads": downloads, "changed": changed,
             "tail": p.stderr[-2000:] if p.returncode else ""}
 
@@ -91,9 +92,10 @@ def main(argv=None) -> int:
                     if r["rc"]:
                         print(f"{name}: failed (exit {r['rc']})\n{r['tail']}", file=sys.stderr)
                         break
-    print(f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'pct':>5} {'dl':>4} {'changed':>8}")
+    print(f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'exec':>5} {'pct':>5} {'dl':>4} "
+          f"{'changed':>8}")
     for name, r in rows:
-        print(f"{name:28} {r['wall']:7.1f} {r['ct']:8} {r['state']:6} {r['pct']:5} "
+        print(f"{name:28} {r['wall']:7.1f} {r['ct']:8} {r['state']:6} {r['exec']:5} {r['pct']:5} "
               f"{r['downloads']:4} {r['changed']!s:>8}")
     return 0
 

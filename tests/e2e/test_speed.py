@@ -1,0 +1,106 @@
+"""DESIGN's speed targets on a deployed site, as counts of remote commands (not timings).
+
+How commands are counted:
+
+- container commands: the sim's pct log (``node.pct_calls()``). Every command pvegpu runs in a
+  container (facts, operations, file transfers of the @pct connector) is one
+  ``pct exec <vmid> -- env -i ...`` call. The node's own probe also looks into the container
+  (``pct exec <vmid> -- sh -c ...``, the container's view of the driver); those calls are part of
+  a node command, and are counted too: every ``pct exec`` of the run is within the budget.
+- node commands: pyinfra's ``--debug`` log, which names the host of every SSH command it runs
+  ("Running command on <host>: ..."; facts, operations and the training unit's leftover clearing
+  on the node alike) and logs every SFTP upload ("Attempting upload of ..."). Container commands
+  travel over the node's SSH too but are logged under their ``@pct/...`` host, so they are left
+  out. A pct call that is not ``exec`` (create, set, start, push, ...) is always node-side: a
+  converged run makes none.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+CU128, CU130 = "torch-2.11.0-cu128", "torch-2.11.0-cu130"
+BASELINE = "/var/lib/pvegpu/baseline-packages"
+
+
+def counted(site, script="deploy.py", *data):
+    """Run `script` with --debug; return (run, container commands, all pct exec calls, other pct
+    calls, node commands)."""
+    site.node.clear_pct_log()
+    run = site.pyinfra(script, *data, extra=("--debug",))
+    calls = [c["argv"] for c in site.node.pct_calls()]
+    execs = [a for a in calls if a[0] == "exec"]
+    container = [a for a in execs if a[3:5] == ["env", "-i"]]
+    other = [a for a in calls if a[0] != "exec"]
+    node = re.findall(r"Running command on (?!@pct/)\S+: \(pty=\w+\) (.*)", run.stderr)
+    node += re.findall(r"Attempting upload of (.*)", run.stderr)
+    return run, container, execs, other, node
+
+
+def describe(command: str) -> str:
+    """A readable form of a command: a probe by its first comment line, else its start."""
+    m = re.search(r"b64decode\(\W*([A-Za-z0-9+/=]{40,})", command)
+    if m:
+        source = base64.b64decode(m.group(1) + "==").decode(errors="replace").splitlines()
+        return "probe: " + next((l[2:] for l in source if l.startswith("# ")), "?")[:120]
+    return " ".join(command.split())[:120]
+
+
+def report(what, container, execs, other, node):
+    lines = [f"{what}: {len(container)} container commands, {len(execs)} pct exec calls in all, "
+             f"{len(other)} other pct calls, {len(node)} node commands"]
+    lines += [f"  ct   {describe(a[-1])}" for a in container]
+    lines += [f"  exec {describe(' '.join(a))}" for a in execs if a not in container]
+    lines += [f"  pct  {describe(' '.join(a))}" for a in other]
+    lines += [f"  node {describe(c)}" for c in node]
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    assert site.ct("test", "-s", BASELINE).returncode == 0
+
+    # A converged re-run: no change, <= 12 container commands, <= 8 node commands.
+    run, container, execs, other, node = counted(site)
+    why = report("no-op re-run", container, execs, other, node)
+    assert run.rc == 0, run.output[-4000:]
+    assert run.changed == 0, run.json
+    assert len(container) <= 12 and len(execs) <= 12, why
+    assert len(node) <= 8 and other == [], why
+
+    # Verify only: <= 3 container commands.
+    run, container, execs, other, node = counted(site, "verify.py")
+    why = report("verify.py", container, execs, other, node)
+    assert run.rc == 0, run.output[-4000:]
+    assert len(container) <= 3 and len(execs) <= 3, why
+
+    # Swap to a new variant (downloads its torch). The package baseline, deleted by hand first, is
+    # recorded again in the same run: its existence comes with the composite container fact.
+    site.ct("rm", "-f", BASELINE)
+    swap = site.deploy("torch_variant=cu128")
+    assert swap.rc == 0, swap.output[-4000:]
+    assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU128}.b")
+    assert site.ct("test", "-s", BASELINE).returncode == 0
+    assert "dflash-train.service keeps running; restart pending" in swap.output
+
+    # Swap back to the build that is already there, the index stopped: <= 6 container commands,
+    # nothing downloaded. The unit is rewritten; its pending restart is gone (it runs cu130).
+    site.index.stop()
+    downloads = site.index.downloads()
+    run, container, execs, other, node = counted(site)
+    why = report("swap back", container, execs, other, node)
+    assert run.rc == 0, run.output[-4000:]
+    assert len(container) <= 6 and len(execs) <= 6, why
+    assert site.index.downloads() == downloads
+    assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU130}.b")
+    assert "restart pending" not in run.output
+    unit = site.ct("cat", "/etc/systemd/system/dflash-train.service").stdout
+    assert CU128 not in unit and f"/data/cache/{CU130}/inductor" in unit
+
+    # What the swap back reused from its one read of the container left nothing undone.
+    again = site.deploy()
+    assert again.rc == 0 and again.changed == 0, again.output[-4000:]
