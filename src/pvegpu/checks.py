@@ -344,6 +344,21 @@ def _cuda_fix(error: str, settings: Settings, vmid: int) -> str:
     return f"check the driver parity and the GPU passthrough of CT {vmid}: run deploy.py"
 
 
+def _node_only_row(g: dict, status: str) -> dict:
+    """A table row for a node GPU the container's torch does not show."""
+    return {
+        "gpu": None,
+        "node_gpu": g.get("index"),
+        "name": g.get("name"),
+        "uuid": g.get("uuid"),
+        "total_mib": g.get("memory_total_mib"),
+        "free_mib": None,
+        "capability": None,
+        "role": "-",
+        "status": status,
+    }
+
+
 # --------------------------------------------------------------------------------------------
 def verify(
     settings: Settings,
@@ -810,37 +825,11 @@ def verify(
                 }
             )
     for g in node_gpus or []:
-        if available and g.get("index") not in matched_nodes:
-            rows.append(
-                {
-                    "gpu": None,
-                    "node_gpu": g.get("index"),
-                    "name": g.get("name"),
-                    "uuid": g.get("uuid"),
-                    "total_mib": g.get("memory_total_mib"),
-                    "free_mib": None,
-                    "capability": None,
-                    "role": "-",
-                    "status": "; ".join(
-                        ["not passed through"] + node_notes.get(g.get("index"), [])
-                    ),
-                }
-            )
-    if not available:
-        for g in node_gpus or []:
-            rows.append(
-                {
-                    "gpu": None,
-                    "node_gpu": g.get("index"),
-                    "name": g.get("name"),
-                    "uuid": g.get("uuid"),
-                    "total_mib": g.get("memory_total_mib"),
-                    "free_mib": None,
-                    "capability": None,
-                    "role": "-",
-                    "status": "not visible (CUDA unavailable)",
-                }
-            )
+        if not available:
+            rows.append(_node_only_row(g, "not visible (CUDA unavailable)"))
+        elif g.get("index") not in matched_nodes:
+            notes_here = node_notes.get(g.get("index"), [])
+            rows.append(_node_only_row(g, "; ".join(["not passed through", *notes_here])))
     v.rows = rows
     v.summary = {
         "torch": (rt or {}).get("version"),

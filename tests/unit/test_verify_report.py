@@ -12,16 +12,16 @@ def verdict(**kw):
         settings(),
         kw.get("node", node_facts()),
         kw.get("ct", ct_facts()),
-        where="CT 200 on 10.1.2.6",
+        where="CT 200 on pve1",
         vmid=200,
-        node_name="10.1.2.6",
+        node_name="pve1",
     )
 
 
 def test_table_has_a_header_a_title_row_and_one_aligned_row_per_gpu():
     lines = table(verdict())
     assert lines[0] == (
-        "CT 200 on 10.1.2.6: torch 2.11.0+cu130, CUDA 13.0, cuDNN 91300, NCCL 2.27.7, "
+        "CT 200 on pve1: torch 2.11.0+cu130, CUDA 13.0, cuDNN 91300, NCCL 2.27.7, "
         "driver 580.95.05 (node = container), venv /root/venv -> "
         "/root/venvs/torch-2.11.0-cu130"
     )
@@ -55,11 +55,11 @@ def test_table_of_a_broken_container_shows_missing_and_unpassed_gpus():
 
 def test_verdict_lines():
     assert verdict_line(verdict()) == (
-        "VERIFIED CT 200 on 10.1.2.6: torch 2.11.0+cu130 sees 8/8 GPUs (5 target, 3 drafter), "
+        "VERIFIED CT 200 on pve1: torch 2.11.0+cu130 sees 8/8 GPUs (5 target, 3 drafter), "
         "driver 580.95.05 on node and container, venv = its pins and their dependencies (no lock)"
     )
     bad = verdict(ct=ct_facts(version="2.11.0+cu128", cuda="12.8", free=10))
-    assert verdict_line(bad) == "NOT VERIFIED CT 200 on 10.1.2.6: 9 problems"
+    assert verdict_line(bad) == "NOT VERIFIED CT 200 on pve1: 9 problems"
 
 
 def test_json_report_round_trip(tmp_path):
