@@ -268,18 +268,8 @@ def spawn(argv):
             sys.exit("mount --bind over /proc/<pid>/cgroup failed")
     alive = open(os.path.join(GPU_DIR, lockrel), "w")
     fcntl.flock(alive, fcntl.LOCK_EX)
-    with open(PROCS_JSON + ".lock", "w") as lk:
-        fcntl.flock(lk, fcntl.LOCK_EX)
-        try:
-            procs = json.load(open(PROCS_JSON))
-        except (OSError, ValueError):
-            procs = []
-        procs = [p for p in procs if _alive(p)]
-        procs.append({"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name, "lock": lockrel})
-        tmp = PROCS_JSON + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(procs, f, indent=1)
-        os.replace(tmp, PROCS_JSON)
+    entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name, "lock": lockrel}
+    _update_procs(lambda procs: [p for p in procs if _alive(p)] + [entry])
     sys.stdout.write(f"{pid}\n")
     sys.stdout.flush()
     os.close(1)
@@ -289,22 +279,33 @@ def spawn(argv):
         time.sleep(3600)
 
 
-def prune():
-    """Drop processes.json entries whose process is gone."""
+def _update_procs(change):
+    """Read processes.json, apply ``change`` (list -> list), write it back atomically, under the
+    table's lock."""
     with open(PROCS_JSON + ".lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:
             procs = json.load(open(PROCS_JSON))
         except (OSError, ValueError):
             procs = []
+        new = change(procs)
+        if new != procs:
+            with open(PROCS_JSON + ".tmp", "w") as f:
+                json.dump(new, f, indent=1)
+            os.replace(PROCS_JSON + ".tmp", PROCS_JSON)
+
+
+def prune():
+    """Drop processes.json entries whose process is gone."""
+
+    def drop_dead(procs):
         keep = [p for p in procs if _alive(p)]
         for p in procs:
             if p not in keep and p.get("lock"):
                 _rm(os.path.join(GPU_DIR, p["lock"]))
-        if keep != procs:
-            with open(PROCS_JSON + ".tmp", "w") as f:
-                json.dump(keep, f, indent=1)
-            os.replace(PROCS_JSON + ".tmp", PROCS_JSON)
+        return keep
+
+    _update_procs(drop_dead)
 
 
 def main():
