@@ -24,11 +24,27 @@ NODE_JSON = GPU_DIR + "/node.json"
 PROCS_JSON = GPU_DIR + "/processes.json"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 DOUBLES = "/usr/lib/pve-sim/doubles"
+SMI_FIELDS = "/usr/lib/pve-sim/nvidia-smi-fields"
 PROC_DEVICES_VIEW = "/run/pve-sim/proc-devices"
 PROC_DEVICES_BASE = "/run/pve-sim/proc-devices.base"
 
 # Typical HGX 8-GPU bus numbers; more GPUs continue the pattern.
 BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
+
+
+def gpu_minor(cfg, index):
+    """The device minor (N of /dev/nvidiaN) of the GPU nvidia-smi numbers ``index`` (PCI order).
+
+    The kernel module numbers minors in its own probe order, which need not be PCI order (a
+    public report shows nvidia-smi index 3 with Device Minor 0): ``minor_order`` "reverse"
+    gives index 0 the highest minor, so code that takes the index for the minor fails.
+    """
+    order = cfg.get("minor_order", "pci")
+    if order == "reverse":
+        return int(cfg["gpus"]) - 1 - index
+    if order != "pci":
+        raise SystemExit(f"minor_order={order!r}: use 'pci' or 'reverse'")
+    return index
 
 
 def gpu_list(cfg):
@@ -38,7 +54,7 @@ def gpu_list(cfg):
         h = "%08x" % (0x5a1e0000 + i * 0x1111)
         out.append({
             "index": i,
-            "minor": i,
+            "minor": gpu_minor(cfg, i),
             "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0c0ffee00000 + i:012x}",
             "pci_bus_id": f"00000000:{bus:02X}:00.0",
             "name": cfg["gpu_name"],
@@ -46,6 +62,24 @@ def gpu_list(cfg):
             "compute_cap": cfg["compute_cap"],
         })
     return out
+
+
+def gpu_information(g, bus, driver):
+    """/proc/driver/nvidia/gpus/<bus>/information as the kernel module prints it
+    (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info):
+    "GPU Firmware" appears with GSP firmware (H100/H200 and newer), whose version is the driver's.
+    """
+    return (f"Model: \t\t {g['name']}\n"
+            f"IRQ:   \t\t {200 + g['index']}\n"
+            f"GPU UUID: \t {g['uuid']}\n"
+            "Video BIOS: \t 96.00.a5.00.01\n"
+            "Bus Type: \t PCIe\n"
+            "DMA Size: \t 52 bits\n"
+            "DMA Mask: \t 0xfffffffffffff\n"
+            f"Bus Location: \t {bus}\n"
+            f"Device Minor: \t {g['minor']}\n"
+            f"GPU Firmware: \t {driver}\n"
+            "GPU Excluded:\t No\n")
 
 
 def load_cfg():
@@ -101,7 +135,8 @@ def apply(boot=False):
 
     # --- /dev ---
     for name in os.listdir("/dev"):
-        if name.startswith("nvidia") and name[6:].isdigit() and (not loaded or int(name[6:]) >= len(gpus)):
+        minors = {g["minor"] for g in gpus}
+        if name.startswith("nvidia") and name[6:].isdigit() and (not loaded or int(name[6:]) not in minors):
             _rm("/dev/" + name)
     if loaded:
         for g in gpus:
@@ -144,11 +179,7 @@ def apply(boot=False):
             if d not in want:
                 shutil.rmtree(pdn + "/gpus/" + d)
         for bus, g in want.items():
-            _write(f"{pdn}/gpus/{bus}/information",
-                   f"Model: \t\t {g['name']}\nIRQ:   \t\t {200 + g['index']}\nGPU UUID: \t {g['uuid']}\n"
-                   "Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-                   f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {g['minor']}\n"
-                   "GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n")
+            _write(f"{pdn}/gpus/{bus}/information", gpu_information(g, bus, ver))
         os.makedirs(pdn + "/sim", exist_ok=True)
         if not _mounted(pdn + "/sim"):
             os.system(f"mount --bind {GPU_DIR} {pdn}/sim")
@@ -165,10 +196,21 @@ def apply(boot=False):
             _rm("/root/" + name)
     run = f"/root/NVIDIA-Linux-x86_64-{ver}.run"
     src = open(DOUBLES + "/nvidia-installer.run").read().replace("@VERSION@", ver)
-    src += open(DOUBLES + "/nvidia-smi").read()
+    src += smi_source()
     if not os.path.exists(run) or open(run).read() != src:
         _write(run, src)
         os.chmod(run, 0o755)
+
+
+def smi_source():
+    """The nvidia-smi double with the real field lists embedded (a container that runs the copy
+    the .run installed has no sim directory to read them from)."""
+    lists = {}
+    for kind in ("gpu", "compute-apps"):
+        with open(f"{SMI_FIELDS}/query-{kind}-fields.txt") as f:
+            lists[kind] = [line.strip() for line in f if line.strip()]
+    src = open(DOUBLES + "/nvidia-smi").read()
+    return src.replace("\nFIELD_LISTS = None\n", f"\nFIELD_LISTS = {lists!r}\n", 1)
 
 
 def install_userspace(root, ver):
@@ -190,7 +232,7 @@ def install_userspace(root, ver):
                 _rm(lp)
                 os.symlink(target, lp)
     smi = os.path.join(root, "usr/bin/nvidia-smi")
-    src = open(DOUBLES + "/nvidia-smi").read()
+    src = smi_source()
     if not os.path.exists(smi) or open(smi).read() != src:
         _write(smi, src)
     os.chmod(smi, 0o755)

@@ -193,9 +193,10 @@ def gpu_table() -> list[dict]:
                 "memory_total_mib", cfg.get("gpu_memory_mib", cfg.get("memory_total_mib", 0))
             )
             g.setdefault("compute_cap", cfg.get("compute_cap", "9.0"))
-        if not any("minor" in g for g in gpus):
-            for i, g in enumerate(sorted(gpus, key=lambda g: g["pci_bus_id"])):
-                g["minor"] = i
+        # nvidia-smi's index is the GPU's position in PCI order; the minor is the kernel's own
+        for i, g in enumerate(sorted(gpus, key=lambda g: _pci_key(g["pci_bus_id"]))):
+            g["index"] = i
+            g.setdefault("minor", i)
     for i, g in enumerate(gpus):
         g.setdefault("minor", g.get("index", i))
         g.setdefault("index", g["minor"])
@@ -226,8 +227,23 @@ def physical_gpus() -> list[dict]:
                 continue  # a device node with no GPU behind it: open() fails, CUDA skips it
             gpu = {"index": minor, "name": "NVIDIA Graphics Device"}
         found.append((minor, gpu))
-    found.sort(key=lambda x: x[0])
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID numbers devices in PCI order. The default, FASTEST_FIRST, leaves
+    # the order of equal GPUs unspecified (CUDA Programming Guide, environment variables): the
+    # double then takes minor order, so code that forgets PCI_BUS_ID sees a different numbering
+    # whenever minors are not in PCI order.
+    if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        found.sort(key=lambda x: _pci_key(str(x[1].get("pci_bus_id", ""))))
+    else:
+        found.sort(key=lambda x: x[0])
     return [dict(gpu, minor=minor) for minor, gpu in found]
+
+
+def _pci_key(bus_id: str) -> tuple:
+    """(domain, bus, device, function) of ``00000000:83:00.0`` or ``0000:83:00.0``."""
+    m = re.fullmatch(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])", bus_id.strip())
+    if not m:
+        return (1 << 32, bus_id)
+    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4)))
 
 
 def _apply_visible_devices(gpus: list[dict]) -> list[dict]:

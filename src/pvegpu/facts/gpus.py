@@ -61,7 +61,6 @@ _KEYS = {
     "compute_cap": "compute_cap",
     "pid": "pid",
     "process_name": "name",
-    "minor_number": "minor",
 }
 _INTS = {
     "index",
@@ -70,7 +69,6 @@ _INTS = {
     "memory.used",
     "used_memory",
     "pid",
-    "minor_number",
 }
 
 

@@ -18,8 +18,10 @@ class NodeState(ProbeFact):
     - ``pve_version`` (pve-manager, from `pveversion -v`), ``pve_container``;
     - ``driver_version`` (the kernel module, /proc/driver/nvidia/version) and
       ``driver_version_smi`` (the userspace nvidia-smi reports);
-    - ``gpus``: index, name, uuid, memory_total_mib, pci_bus_id, minor (`nvidia-smi --query-gpu
-      ... --format=csv`); ``gpu_error`` when nvidia-smi fails;
+    - ``gpus``: index, name, uuid, memory_total_mib, pci_bus_id (`nvidia-smi --query-gpu ...
+      --format=csv`) and minor, the N of /dev/nvidiaN (``Device Minor`` in the kernel module's
+      /proc/driver/nvidia/gpus/<bus>/information, joined by parsed PCI bus id; None when the
+      module lists no such GPU; never assumed equal to index); ``gpu_error`` when nvidia-smi fails;
     - ``devices``: every /dev/nvidia* and /dev/nvidia-caps/* node with its major:minor (stat());
     - ``majors``: every character major by driver name, from /proc/devices (the uvm and caps
       majors are dynamic: never hard-coded);

@@ -65,8 +65,40 @@ def driver():
     return module_version(read("/proc/driver/nvidia/version"))
 
 
-GPU_FIELDS = ["index", "name", "uuid", "memory.total", "pci.bus_id", "driver_version",
-              "minor_number"]
+# nvidia-smi has no minor field (see its --help-query-gpu); the minor comes from the kernel module.
+GPU_FIELDS = ["index", "name", "uuid", "memory.total", "pci.bus_id", "driver_version"]
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+
+
+def pci_key(text):
+    """(domain, bus, device, function) of a PCI address in any spelling, else None: nvidia-smi
+    prints 00000000:83:00.0, the kernel module's directory is 0000:83:00.0 (case differs too)."""
+    m = re.fullmatch(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])",
+                     (text or "").strip())
+    if not m:
+        return None
+    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16),
+            int(m.group(4)))
+
+
+def info_minor(text):
+    """The N of /dev/nvidiaN in a /proc/driver/nvidia/gpus/<bus>/information text
+    ("Device Minor: \t 3", nv-procfs.c), else None."""
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Device Minor" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def proc_minors(base=PROC_GPUS):
+    """PCI key -> device minor of every GPU the kernel module lists."""
+    found = {}
+    for bus in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        key, minor = pci_key(bus), info_minor(read(os.path.join(base, bus, "information")))
+        if key is not None and minor is not None:
+            found[key] = minor
+    return found
 
 
 def gpus():
@@ -75,7 +107,7 @@ def gpus():
     )
     if code != 0:
         return None, (err or out).strip().splitlines()[:1], None
-    rows, smi_driver = [], None
+    rows, smi_driver, minors = [], None, proc_minors(PROC_GPUS)
     for line in out.strip().splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(GPU_FIELDS):
@@ -89,7 +121,8 @@ def gpus():
                 "uuid": row["uuid"],
                 "memory_total_mib": int(row["memory.total"]) if row["memory.total"].isdigit() else None,
                 "pci_bus_id": row["pci.bus_id"],
-                "minor": int(row["minor_number"]) if row["minor_number"].isdigit() else None,
+                # never the index: a public report shows index 3 with Device Minor 0
+                "minor": minors.get(pci_key(row["pci.bus_id"])),
             }
         )
     return rows, [], smi_driver

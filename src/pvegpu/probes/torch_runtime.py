@@ -12,6 +12,9 @@ A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 def run_inner(python, source, args=None, timeout=600):
     """Run `source` under `python`; its last JSON line, or an error document."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    # CUDA numbers GPUs as the training unit does (PCI order, like nvidia-smi's index); its
+    # default FASTEST_FIRST leaves the order of equal GPUs unspecified.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # observe only: nothing written into the venv
     argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
     try:

@@ -43,6 +43,9 @@ def run_inner(python, source, args=None, timeout=600, extra_env=None):
     """Run `source` under the venv's python; its last JSON line, or an error document.
     Observes only: no bytecode written into the venv, every GPU visible."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    # CUDA numbers GPUs as the training unit does (PCI order, like nvidia-smi's index); its
+    # default FASTEST_FIRST leaves the order of equal GPUs unspecified.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra_env or {})
     argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])

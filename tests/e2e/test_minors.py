@@ -1,0 +1,92 @@
+"""The lifecycle on a node whose device minors are NOT in nvidia-smi's index order.
+
+A real kernel module numbers /dev/nvidiaN in its own probe order (a public report shows nvidia-smi
+index 3 with ``Device Minor: 0``). Here ``minor_order="reverse"``: nvidia-smi's GPU 0 (PCI order,
+bus 18) is /dev/nvidia7, GPU 7 (bus DB) is /dev/nvidia0. Passthrough and the boot unit work with
+minors; CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID), roles, verification and the leftover cleanup work with
+PCI order. Code that takes one for the other fails here.
+"""
+
+import json
+
+import pytest
+
+UNIT = "dflash-train.service"
+UNIT_CGROUP = f"0::/lxc/200/ns/system.slice/{UNIT}"
+TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
+            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
+            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+
+
+@pytest.fixture
+def node_options():
+    return {"minor_order": "reverse"}
+
+
+def smi_uuids(site):
+    """nvidia-smi's index -> UUID on the node."""
+    out = site.node.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]).stdout
+    return {int(i): u for i, u in (line.split(", ") for line in out.splitlines())}
+
+
+def alive(site, pid):
+    return site.node.run(["test", "-d", f"/proc/{pid}"]).returncode == 0
+
+
+def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
+    node = site.node
+    # The node really numbers them in reverse: nvidia-smi's GPU 0 is /dev/nvidia7.
+    info = node.read("/proc/driver/nvidia/gpus/0000:18:00.0/information")
+    assert "Bus Location: \t 0000:18:00.0\nDevice Minor: \t 7\n" in info
+    assert "Minor Number                                       : 7" in node.run(
+        ["nvidia-smi", "-q", "-i", "0"]).stdout
+
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+
+    # Passthrough: every GPU's /dev/nvidiaN, and the container sees each as the node does.
+    conf = node.read("/etc/pve/lxc/200.conf")
+    assert all(f"/dev/nvidia{m}\n" in conf or f"/dev/nvidia{m}," in conf for m in range(8)), conf
+    for m in range(8):
+        st = site.ct("stat", "-c", "%t:%T", f"/dev/nvidia{m}").stdout.strip()
+        assert st == f"c3:{m:x}", (m, st)
+    # The boot unit creates every GPU node by minor.
+    boot = node.read("/etc/systemd/system/nvidia-uvm-init.service")
+    assert "-c 0 -c 1 -c 2 -c 3 -c 4 -c 5 -c 6 -c 7 -c 255" in boot, boot
+
+    # Verification: CUDA device i is nvidia-smi's GPU i (PCI order), roles follow it.
+    report = tmp_path / "verify.json"
+    ok = site.pyinfra("verify.py", f"verify_report={report}")
+    assert ok.rc == 0, ok.output[-4000:]
+    host = json.loads(report.read_text())["hosts"]["@pct/127.0.0.1/200"]
+    assert [g["node_gpu"] for g in host["gpus"]] == list(range(8))
+    uuids = smi_uuids(site)
+    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == \
+        [uuids[i].removeprefix("GPU-") for i in range(8)]
+    assert [g["role"] for g in host["gpus"]] == ["target"] * 5 + ["drafter"] * 3
+
+    # A second deploy changes nothing.
+    second = site.deploy()
+    assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+
+    # A stale process on nvidia-smi's GPU 3 (/dev/nvidia4) is named as GPU 3, a target.
+    stale = node.spawn_gpu_process(3, ["/usr/bin/python3", "/root/notebook.py"], used_mib=1000)
+    check = site.pyinfra("verify.py")
+    assert check.rc != 0
+    assert f"GPU 3 (target) free: expected no compute process but the training unit's; found pid " \
+           f"{stale} " in check.output, check.output[-4000:]
+    node.kill_gpu_process(stale)
+
+    # A leftover training process on GPU 7 (/dev/nvidia0, a drafter) while the unit is stopped:
+    # the deploy clears it and starts the unit; a foreign process on GPU 7 is never touched.
+    site.ct("systemctl", "stop", UNIT)
+    leftover = node.spawn_gpu_process(7, TRAINING, used_mib=1000)
+    own = node.spawn_gpu_process(0, TRAINING, used_mib=1000, cgroup=UNIT_CGROUP)
+    cleared = site.deploy()
+    assert cleared.rc == 0, cleared.output[-4000:]
+    assert f"leftover training process {leftover} on GPU 7: cleared before the unit starts" \
+        in cleared.output
+    assert f"ended leftover training process {leftover} on GPU 7" in cleared.output
+    assert f"ended leftover training process {own} on GPU 0" in cleared.output
+    assert not alive(site, leftover) and not alive(site, own)
+    assert site.ct("systemctl", "is-active", UNIT).stdout == "active\n"
