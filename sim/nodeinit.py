@@ -80,6 +80,7 @@ def main():
         os.chmod(p, mode)
     os.makedirs(R("/dev/pts"))
     os.makedirs(R("/dev/shm"))
+    os.makedirs(R("/dev/char"))  # udev's; nvidia-modprobe links every node it makes there
     mount("devpts", R("/dev/pts"), "devpts", "newinstance,ptmxmode=0666,mode=620,gid=5")
     os.symlink("pts/ptmx", R("/dev/ptmx"))
     mount("tmpfs", R("/dev/shm"), "tmpfs", "mode=1777")

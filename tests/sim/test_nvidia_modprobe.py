@@ -22,7 +22,20 @@ def test_uvm_and_gpu_minors_follow_the_real_grammar(sim_node):
     assert node.run(["nvidia-modprobe", "-c", "3", "-c", "255"]).returncode == 0
     assert numbers(node, "/dev/nvidia3") == (195, 3)
     assert numbers(node, "/dev/nvidiactl") == (195, 255)
-    assert node.run(["nvidia-modprobe", "-c", "8"]).returncode == 1  # no such GPU (8 GPUs: 0-7)
+    # nvidia_mknod() makes a node for any minor 0..254, a GPU behind it or not; C strtol base 0
+    assert node.run(["nvidia-modprobe", "-c", "0x8", "-c", "011"]).returncode == 0
+    assert numbers(node, "/dev/nvidia8") == (195, 8) and numbers(node, "/dev/nvidia9") == (195, 9)
+    assert node.run(["readlink", "/dev/char/195:8"]).stdout == "../nvidia8\n"
+    # no name outside 0..255: the first failing step ends the run (-m is not reached)
+    node.run(["rm", "-f", "/dev/nvidia-modeset"], check=True)
+    assert node.run(["nvidia-modprobe", "-c", "256", "-m"]).returncode == 1
+    assert numbers(node, "/dev/nvidia-modeset") is None
+    r = node.run(["nvidia-modprobe", "-c", "x"])
+    assert r.returncode == 1 and r.stdout == ""
+    assert '"x" is not a valid argument for option "-c".' in r.stderr
+    assert "ERROR: Invalid commandline, please run `" in r.stderr
+    r = node.run(["nvidia-modprobe", "--bogus"])
+    assert r.returncode == 1 and 'unrecognized option: "--bogus"' in r.stderr
 
 
 def test_node_has_what_a_driver_install_and_pve_bring(shared_sim_node):
