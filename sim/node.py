@@ -135,6 +135,8 @@ class SimNode:
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci"):
+        if minor_order not in ("pci", "reverse"):
+            raise ValueError(f"minor_order={minor_order!r}: use 'pci' or 'reverse'")
         self.state = Path(state_dir).resolve()
         self.cfg = {
             "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
