@@ -16,6 +16,7 @@ error = early_lock_error(s)
 if error:
     raise SettingsError(f"{host.name}: {error}")
 
+python_env.index_credentials(s)
 python_env.uv_installed(name=f"Install uv {s.uv_version}", settings=s)
 python_env.venv_built(name=f"Build venv {s.build_name} when missing, stale or drifted", settings=s)
 python_env.compile_caches(name=f"Compile caches under {s.compile_cache_dir}", settings=s)

@@ -31,6 +31,7 @@ transformers==5.6.0
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -38,6 +39,8 @@ import re
 import subprocess
 import tempfile
 import tomllib
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -181,6 +184,46 @@ def netrc_text(settings: Settings) -> str:
         if cred and host and host not in lines:
             lines[host] = f"machine {host} login {cred[0]} password {cred[1]}\n"
     return "".join(lines.values())
+
+
+def credential_conflict(settings: Settings) -> str | None:
+    """One line when the two index URLs carry different credentials for one host (a netrc holds
+    one login per host), else None."""
+    seen: dict[str, tuple[str, tuple[str, str]]] = {}
+    for key in ("package_index_url", "torch_index_base"):
+        url = getattr(settings, key)
+        _, cred = split_credentials(url)
+        host = urlsplit(url).hostname
+        if not cred or not host:
+            continue
+        if host in seen and seen[host][1] != cred:
+            return (f"{seen[host][0]} and {key} carry different credentials for {host}: uv reads "
+                    "one login per host (netrc): give both the same user:token")
+        seen[host] = (key, cred)
+    return None
+
+
+def index_problem(settings: Settings, urlopen=urllib.request.urlopen) -> str | None:
+    """One line when an index does not answer this machine or refuses its credentials (uv
+    reports a refused login only as "not found"); None when both answer."""
+    for key, url in (("package_index_url", settings.package_index_url),
+                     ("torch_index_base", settings.torch_index_url)):
+        clean, cred = split_credentials(url)
+        req = urllib.request.Request(clean.rstrip("/") + "/", method="HEAD")
+        if cred:
+            token = base64.b64encode(f"{cred[0]}:{cred[1]}".encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        try:
+            urlopen(req, timeout=20).close()
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                return (f"{key}={redact(url)} refused the credentials (HTTP {e.code}): fix the "
+                        f"user:token in {key}")
+        except Exception as e:  # noqa: BLE001 - any failure is one line
+            why = redact(str(getattr(e, "reason", e)))
+            return (f"{key}={redact(url)} is not reachable from this machine ({why}), where "
+                    f"locks are made: fix {key} or start the index")
+    return None
 
 
 # --- the lock file and its input --------------------------------------------------------------
@@ -335,6 +378,9 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
 def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
     """What :func:`lock_plan` refuses, decided before the run (the container's Python unknown
     when ``python_version`` is unset: then any ``<variant>-py*.lock`` may be the one)."""
+    conflict = credential_conflict(settings)
+    if conflict:
+        return conflict
     if settings.python_version:
         return lock_plan(settings, settings.python_version, project).error
     v = settings.torch_variant
@@ -368,7 +414,7 @@ IN_HEADER = (
 
 
 def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
-              uv: str | None = None, run=subprocess.run) -> LockPlan:
+              uv: str | None = None, run=subprocess.run, check=index_problem) -> LockPlan:
     """Compile ``<variant>-py<X.Y>.lock`` on this machine (the controller) from the settings'
     pins against the configured indexes, write it (and a missing ``.in``) atomically, and
     return its plan; on failure a plan with ``error`` (one line: what, why, the fix).
@@ -381,6 +427,10 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
         return plan
     path = lock_path(settings, python_version, project)
     source = display(path, project)
+    problem = check(settings)
+    if problem:
+        return LockPlan("make", "", "", source, reason=plan.reason,
+                        error=f"making {source} failed: {problem}")
     if uv is None:
         import uv as uv_package
 

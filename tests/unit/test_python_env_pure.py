@@ -116,6 +116,18 @@ def test_early_refusals_without_a_python_version(tmp_path):
     assert early_lock_error(replace(s, python_version="3.11")).startswith("require_lock=true")
 
 
+def no_check(settings):
+    return None  # the indexes of these tests are not real: never contacted
+
+
+def test_different_credentials_for_one_host_are_refused_early():
+    s = settings(package_index_url="https://me:a@mirror.example/simple",
+                 torch_index_base="https://me:b@mirror.example/whl")
+    line = early_lock_error(s)
+    assert line.startswith("package_index_url and torch_index_base carry different credentials")
+    assert "me:a" not in line and "me:b" not in line
+
+
 class FakeUv:
     """Stands in for ``uv pip compile``: records argv and env, writes ``lock`` to ``-o``."""
 
@@ -135,7 +147,7 @@ def test_make_lock_writes_the_in_and_the_lock_and_keeps_credentials_out_of_argv(
                  package_index_url="https://me:s3cret@mirror.example/simple",
                  torch_index_base="https://me:s3cret@mirror.example/whl")
     fake = FakeUv(f"torch==2.11.0+cu130 \\\n    {HASH}\n")
-    plan = make_lock(s, "3.13", uv="uv", run=fake)
+    plan = make_lock(s, "3.13", uv="uv", run=fake, check=no_check)
     assert plan.kind == "lock" and plan.made and plan.source.endswith("locks/cu130-py3.13.lock")
     written = (tmp_path / "locks" / "cu130-py3.13.lock").read_text()
     assert written == plan.text and written.endswith(fake.lock)
@@ -145,7 +157,7 @@ def test_make_lock_writes_the_in_and_the_lock_and_keeps_credentials_out_of_argv(
     assert not any("s3cret" in a for a in argv) and "s3cret" not in pyproject
     assert netrc == "machine mirror.example login me password s3cret\n"
     assert argv[argv.index("--python-version") + 1] == "3.13"
-    assert make_lock(s, "3.13", uv="uv", run=fake).made is False  # now recorded: used as is
+    assert make_lock(s, "3.13", uv="uv", run=fake, check=no_check).made is False  # now recorded: used as is
     assert len(fake.calls) == 1
 
 
@@ -154,7 +166,7 @@ def test_a_failed_compile_is_one_redacted_line_and_writes_nothing(tmp_path):
                  package_index_url="https://me:s3cret@mirror.example/simple")
     fake = FakeUv("", rc=2, stderr="error: Failed to fetch https://me:s3cret@mirror.example/simple\n"
                                   "  Caused by: HTTP status 401\n")
-    plan = make_lock(s, "3.11", uv="uv", run=fake)
+    plan = make_lock(s, "3.11", uv="uv", run=fake, check=no_check)
     assert plan.error.startswith(f"making {tmp_path}/cu130-py3.11.lock failed: Failed to fetch "
                                  "https://me:***@mirror.example/simple HTTP status 401: fix")
     assert plan.error.count("\n") == 0 and "s3cret" not in plan.error

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import re
 import shlex
@@ -35,11 +36,12 @@ from gevent import subprocess as gevent_subprocess
 from gevent.lock import Semaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.operations import files
 
 from ..facts.probe import probe_command
 from ..facts.python_env import ContainerState
 from ..locks import (
-    LockPlan, index_args, lock_plan, make_lock, parse_pins, redact, split_credentials,
+    LockPlan, index_args, lock_plan, make_lock, netrc_text, parse_pins, redact, split_credentials,
     training_pyproject, uv_wheel_hashes,
 )
 from ..settings import Settings
@@ -142,7 +144,7 @@ def sync_argv(settings: Settings, uv: str, python: str, pyproject: str, lock: st
 def lock_requirements(lock_text: str) -> list[str]:
     """The lock's pins as requirement strings, for the sync's pyproject.
 
-    >>> lock_requirements("torch==2.11.0+cu130 \\\n    --hash=sha256:00\nfilelock==3.20.0\n")
+    >>> lock_requirements("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:00\\nfilelock==3.20.0\\n")
     ['filelock==3.20.0', 'torch==2.11.0+cu130']
     """
     return [f"{name}=={version}" for name, version in sorted(parse_pins(lock_text).items())]
@@ -277,8 +279,10 @@ def uv_error(lines: list[str]) -> str | None:
     return " ".join(picked) if picked else None
 
 
-def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -> FunctionCommand:
-    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix."""
+def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = (),
+                hints: dict[str, str] | None = None) -> FunctionCommand:
+    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix
+    (``hints``: a fix that replaces it when the reason contains the key)."""
 
     def step(state, host):
         for line in notes:
@@ -297,7 +301,8 @@ def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -
         reason = (ours[-1] if ours else None) or uv_error(lines) or next(
             (line.strip() for line in reversed(lines) if line.strip()), "no output"
         )
-        host.log_styled(redact(f"{what} failed: {reason}; {fix}"), fg="red",
+        fix_now = next((h for key, h in (hints or {}).items() if key in reason), fix)
+        host.log_styled(redact(f"{what} failed: {reason}; {fix_now}"), fg="red",
                         log_func=logger.error)
         return False
 
@@ -305,6 +310,25 @@ def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -
 
 
 # --- operations ---------------------------------------------------------------------------------
+def index_credentials(settings: Settings) -> None:
+    """Put the indexes' credentials (from ``user:token@`` in ``package_index_url`` or
+    ``torch_index_base``) into the container as a 0600 netrc at ``NETRC``, for uv (``$NETRC``)
+    and pvegpu's own index checks: a file transfer (``pct push``), never a command line. Nothing
+    happens when no URL carries credentials.
+
+    .. code:: python
+
+        python_env.index_credentials(s)  # from tasks/python_env.py
+    """
+    text = netrc_text(settings)
+    if not text:
+        return
+    files.put(
+        name="Index credentials for uv in the container (netrc, mode 600)",
+        src=io.StringIO(text), dest=NETRC, mode="600", create_remote_dir=True,
+    )
+
+
 @operation()
 def uv_installed(settings: Settings):
     """Install the pinned uv from ``package_index_url`` into its own directory (never `curl | sh`,
@@ -319,9 +343,9 @@ def uv_installed(settings: Settings):
     if state.get("uv_version") == settings.uv_version:
         return
     args = {
-        "version": settings.uv_version, "index": settings.package_index_url,
+        "version": settings.uv_version, "index": split_credentials(settings.package_index_url)[0],
         "home": uv_home(settings), "hashes": uv_wheel_hashes(settings.uv_version),
-        "link": "/usr/local/bin/uv",
+        "link": "/usr/local/bin/uv", "netrc": NETRC if has_credentials(settings) else None,
     }
     yield remote_step(
         f"installing uv {settings.uv_version}",
@@ -411,6 +435,10 @@ def venv_built(settings: Settings):
         f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
         "(the build restarts from scratch)",
         tuple(notes),
+        {"Hash mismatch": (
+            f"the index serves another file than {plan.source} records: refused; "
+            f"{settings.venv_path} still points at {live}, untouched; find out why the index "
+            "changed a released file (never edit the lock to match it)")},
     )
 
 
