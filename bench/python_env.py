@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="pvegpu-bench-") as tmp:
             with simulated_site(Path(tmp)) as (node, index):
-                base = [*site_data(index), "--data", "training_requirements=[]"]
+                base = [*site_data(index, Path(tmp) / "locks"), "--data",
+                        "training_requirements=[]"]
                 steps = [
                     ("cold build", [], None),
                     ("no-op run", [], None),

@@ -14,10 +14,11 @@ torch_index_base = "https://download.pytorch.org/whl"
 package_index_url = "https://pypi.org/simple"
 # Pins installed beside torch; [] installs torch alone.
 training_requirements = ["transformers==5.6.0"]
-# Refuse to install from the .in pins when locks/<variant>.lock is missing (else warn).
+# Refuse when locks/<variant>-py<X.Y>.lock is missing (else the deploy makes it on this
+# machine from the configured indexes and says so: commit it).
 require_lock = False
 # Controller directory of the per-variant lock inputs (<variant>.in) and hashed locks
-# (<variant>.lock); a relative path is from the project root.
+# (<variant>-py<X.Y>.lock, one per Python version); a relative path is from the project root.
 locks_dir = "locks"
 
 # --- python env in the container ----------------------------------------------------------------
@@ -25,8 +26,10 @@ locks_dir = "locks"
 uv_version = _installed_version("uv")
 # Interpreter the venvs are built on (the container's system Python by default).
 python_interpreter = "/usr/bin/python3"
-# Python version (X.Y) python_interpreter must be: venvs and locks are made for it.
-python_version = "3.11"
+# Python version (X.Y) python_interpreter must be; venvs and locks (<variant>-py<X.Y>.lock) are
+# made for it. None: whatever python_interpreter is in the container (3.11 on Debian 12, 3.13 on
+# Debian 13 templates).
+python_version = None
 # The stable path users and the training unit run; a symlink to the selected build's venv.
 venv_path = "/root/venv"
 # Where per-build venvs live (torch-<version>-<variant>), beside uv's cache (same filesystem).

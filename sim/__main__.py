@@ -55,12 +55,17 @@ def site_env(node: SimNode) -> dict:
     return env
 
 
-def site_data(index: PackageIndex) -> list[str]:
-    """--data overrides that point the deploy at the loopback indexes (and nothing else)."""
-    return [
+def site_data(index: PackageIndex, locks_dir=None) -> list[str]:
+    """--data overrides that point the deploy at the loopback indexes (and nothing else), and at
+    a scratch ``locks_dir``: locks made against the loopback index never land in the repo's
+    locks/."""
+    data = [
         "--data", f"torch_index_base={index.torch_index_base}",
         "--data", f"package_index_url={index.package_index_url}",
     ]
+    if locks_dir is not None:
+        data += ["--data", f"locks_dir={locks_dir}"]
+    return data
 
 
 def pyinfra_argv(script: str, *extra: str) -> list[str]:
@@ -81,7 +86,7 @@ def demo(args) -> int:
             for title, script, extra in steps:
                 print(f"\n==> {title}: pyinfra inventory.py {script}")
                 rc = subprocess.run(
-                    pyinfra_argv(script, *extra, *site_data(index), *args.data_args), cwd=ROOT, env=env
+                    pyinfra_argv(script, *extra, *site_data(index, Path(tmp) / "locks"), *args.data_args), cwd=ROOT, env=env
                 ).returncode
                 if rc != 0:
                     print(f"\n==> {script} failed (exit {rc})")
@@ -101,7 +106,8 @@ def up(args) -> int:
             print("# simulated node is up; in another shell:")
             for key, value in env.items():
                 print(f"export {key}={value}")
-            print(f"uv run pyinfra inventory.py deploy.py {' '.join(site_data(index))}")
+            data = site_data(index, Path(tmp) / "locks")
+            print(f"uv run pyinfra inventory.py deploy.py {' '.join(data)}")
             print("# Ctrl-C here tears it down", flush=True)
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *a: stop.set())

@@ -11,15 +11,23 @@ Files are linked as ``<url>/files/...#sha256=<hex>``, each with its core metadat
 it. Project names are PEP 503 normalised; another spelling, or a missing trailing slash, is
 redirected to the canonical page.
 
+Like download.pytorch.org, the torch mirror also hosts older copies of some of torch's
+dependencies (``Wheelhouse.torch_index()``). With ``auth=("user", "token")`` every request needs
+HTTP basic auth, as a private mirror does: without it the answer is ``401`` with
+``WWW-Authenticate: Basic realm="..."``. ``add()`` of a wheel whose file name is already served
+replaces it (and the advertised ``#sha256=``), like a compromised mirror swapping a wheel.
+
     with PackageIndex({"cu130": [torch_whl]}, [uv_whl]) as index:
         index.torch_index_base, index.package_index_url
         index.requests      # [(method, path), ...] in order served
         index.downloads()   # file names of wheel files served by GET
         index.set_mode("error500")
+        index.authorization_headers()  # the Authorization header values received, in order
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import re
@@ -84,8 +92,11 @@ class PackageIndex:
         wheel_dir_torch: dict[str, list[Path]] | None = None,
         wheel_dir_pypi: list[Path] | None = None,
         host: str = "127.0.0.1",
+        auth: tuple[str, str] | None = None,
     ):
         self._host = host
+        self._auth = auth
+        self._authorizations: list[str] = []
         self._lock = threading.Lock()
         self._torch: dict[str, _Repo] = {}
         self._pypi = _Repo()
@@ -189,6 +200,21 @@ class PackageIndex:
     def clear_requests(self) -> None:
         with self._lock:
             self._log.clear()
+            self._authorizations.clear()
+
+    def authorization_headers(self) -> list[str]:
+        """The ``Authorization`` header values received (empty strings for none), in order."""
+        with self._lock:
+            return list(self._authorizations)
+
+    def _authorized(self, header: str | None) -> bool:
+        with self._lock:
+            self._authorizations.append(header or "")
+        if self._auth is None:
+            return True
+        user, token = self._auth
+        expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+        return header == expected
 
     def _record(self, method: str, path: str, status: int) -> None:
         with self._lock:
@@ -298,7 +324,11 @@ class PackageIndex:
                 pass
 
             def _serve(self, send_body: bool):
-                status, headers, body = index._resolve(urlsplit(self.path).path)
+                if index._authorized(self.headers.get("Authorization")):
+                    status, headers, body = index._resolve(urlsplit(self.path).path)
+                else:
+                    status, body = 401, b"Unauthorized\n"
+                    headers = {"WWW-Authenticate": 'Basic realm="pvegpu-sim index"'}
                 index._record(self.command, self.path, status)
                 try:
                     self.send_response(status)

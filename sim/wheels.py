@@ -3,6 +3,7 @@
     build_wheel(name, version, files, out_dir, requires=(), tag="py3-none-any") -> Path
     build_torch_wheels(out_dir, version="2.11.0", variants=("cu128", "cu130")) -> dict[str, Path]
     build_simple_wheels(out_dir) -> dict[str, Path]
+    build_dependency_wheels(out_dir) -> (fresh, stale)   torch's deps: PyPI's and the torch index's
     ensure_uv_wheel(cache_dir=None, version=None) -> Path
     build_wheelhouse(out_dir, uv_cache=None) -> Wheelhouse   (all of the above, for PackageIndex)
 
@@ -168,6 +169,39 @@ def build_simple_wheels(out_dir: str | os.PathLike) -> dict[str, Path]:
     }
 
 
+#: Dependencies of torch that the real per-CUDA torch index also hosts, in copies that lag
+#: behind PyPI (``download.pytorch.org/whl/cu130/filelock/`` and ``.../typing-extensions/``):
+#: ``{name: (version on PyPI, older version on the torch index)}``.
+TORCH_INDEX_COPIES = {"filelock": ("3.20.0", "3.13.1"), "typing-extensions": ("4.15.0", "4.12.2")}
+#: A small training requirement (package index only) that needs the PyPI versions above.
+TRAINER_UTILS = ("trainer-utils", "1.0.0")
+
+
+def build_dependency_wheels(out_dir) -> tuple[dict[str, Path], dict[str, Path]]:
+    """``(fresh, stale)``: the PyPI copies of ``TORCH_INDEX_COPIES`` plus ``trainer-utils``
+    (requiring each fresh version), and the torch index's stale copies.
+
+    A resolver that takes every package the torch index has from there (uv's ``first-index``
+    with the torch index as an extra index) cannot satisfy ``trainer-utils``.
+    """
+    out = Path(out_dir)
+    fresh, stale = {}, {}
+    for name, (new, old) in TORCH_INDEX_COPIES.items():
+        module = _escape(name)
+        for version, where, sub in ((new, fresh, out), (old, stale, out / "torch-index-copies")):
+            where[name] = build_wheel(
+                name, version, {f"{module}.py": f'"""{name} double."""\n__version__ = "{version}"\n'},
+                sub, summary=f"pvegpu simulation: {name} double",
+            )
+    name, version = TRAINER_UTILS
+    fresh[name] = build_wheel(
+        name, version, {"trainer_utils/__init__.py": f'__version__ = "{version}"\n'}, out,
+        requires=[f"{n}>={new}" for n, (new, _) in TORCH_INDEX_COPIES.items()],
+        summary="pvegpu simulation: a training requirement needing fresh torch dependencies",
+    )
+    return fresh, stale
+
+
 def ensure_uv_wheel(cache_dir: str | os.PathLike | None = None, version: str | None = None) -> Path:
     """The real manylinux x86_64 wheel of uv (default: the project's locked version).
 
@@ -235,14 +269,18 @@ class Wheelhouse:
     uv: Path
     uv_version: str
     variants: tuple[str, ...] = field(default=("cu128", "cu130"))
+    deps: dict[str, Path] = field(default_factory=dict)  # PyPI's filelock, ..., trainer-utils
+    stale: dict[str, Path] = field(default_factory=dict)  # the torch index's older copies
 
     def torch_index(self) -> dict[str, list[Path]]:
-        """The torch mirror's content: ``{variant: [torch-<v>+<variant> wheel]}``."""
-        return {v: [self.torch[v]] for v in self.variants}
+        """The torch mirror's content: ``{variant: [torch-<v>+<variant>, stale dependency
+        copies]}`` (like download.pytorch.org/whl/<variant>, which hosts older copies of
+        many of torch's dependencies)."""
+        return {v: [self.torch[v], *self.stale.values()] for v in self.variants}
 
     def pypi(self) -> list[Path]:
         """The package mirror's content (PyPI-like: the unlabeled torch is the CUDA 13 build)."""
-        return [self.torch[UNLABELED], *self.simple.values(), self.uv]
+        return [self.torch[UNLABELED], *self.simple.values(), *self.deps.values(), self.uv]
 
 
 def build_wheelhouse(out_dir, uv_cache=None, variants=("cu128", "cu130")) -> Wheelhouse:
@@ -250,6 +288,7 @@ def build_wheelhouse(out_dir, uv_cache=None, variants=("cu128", "cu130")) -> Whe
     out = Path(out_dir)
     uv_version = importlib.metadata.version("uv")
     uv = ensure_uv_wheel(uv_cache, uv_version)
+    fresh, stale = build_dependency_wheels(out)
     return Wheelhouse(
         dir=out,
         torch=build_torch_wheels(out, variants=variants),
@@ -257,6 +296,8 @@ def build_wheelhouse(out_dir, uv_cache=None, variants=("cu128", "cu130")) -> Whe
         uv=uv,
         uv_version=uv_version,
         variants=tuple(variants),
+        deps=fresh,
+        stale=stale,
     )
 
 

@@ -3,17 +3,20 @@
 from pyinfra import host
 
 from pvegpu.deploy_context import settings
-from pvegpu.locks import lock_plan
+from pvegpu.locks import early_lock_error
 from pvegpu.operations import python_env
 from pvegpu.settings import SettingsError
 
 s = settings(host)
 
-# require_lock=true and no usable lock: refuse here, before any operation of the run executes.
-plan = lock_plan(s)
-if plan.error:
-    raise SettingsError(f"{host.name}: {plan.error}")
+# An .in that pins other things, or require_lock=true without a lock: refuse here, before any
+# operation of the run executes (with python_version unset, the container's Python is known only
+# at execution; venv_built checks that lock again before it changes anything).
+error = early_lock_error(s)
+if error:
+    raise SettingsError(f"{host.name}: {error}")
 
+python_env.index_credentials(s)
 python_env.uv_installed(name=f"Install uv {s.uv_version}", settings=s)
 python_env.venv_built(name=f"Build venv {s.build_name} when missing, stale or drifted", settings=s)
 python_env.compile_caches(name=f"Compile caches under {s.compile_cache_dir}", settings=s)

@@ -1,15 +1,24 @@
 """Locks: what the python env stage installs into a build's venv, and how the lock is made.
 
-Each variant has an input ``locks/<variant>.in`` (the exact pins: ``torch==<version>+<variant>``
-and the training stack) and, made from it by one documented command, a hashed lock
-``locks/<variant>.lock`` (``uv pip compile --generate-hashes`` output). A build applies it with
-``uv pip sync --require-hashes``, so anything not in the lock is removed.
+Each variant has an input ``<locks_dir>/<variant>.in`` (the exact pins:
+``torch==<version>+<variant>`` and the training stack) and, per Python version (the venv's X.Y:
+wheels differ per Python), a hashed lock ``<locks_dir>/<variant>-py<X.Y>.lock`` (``uv pip compile
+--generate-hashes`` output). A build applies it with ``uv pip sync --require-hashes``, so anything
+not in the lock is removed and any file whose hash differs is refused.
 
-The lock applies when its ``.in`` pins exactly what the settings ask for (``torch_version``,
-``torch_variant``, ``training_requirements``) and the lock pins each of those at that version.
-Otherwise the build installs from the settings' pins (resolved in the container, no hashes from
-the controller) with a warning naming the command that makes the lock, or, with
-``require_lock=true``, refuses before anything changes.
+Locks on first use: when the lock is missing (or out of date) the deploy compiles it on the
+controller against the configured indexes (``make_lock``), writes it, says so ("commit it") and
+installs from it; later deploys install from the recorded lock, so an index that changes a wheel
+afterwards is refused by hash. ``require_lock=true`` refuses instead of making one. An ``.in``
+that pins something else than the settings is refused (its locks were made for other pins).
+
+Torch comes only from the torch index and everything else only from ``package_index_url``: the
+per-CUDA torch index also hosts older copies of many of torch's dependencies (filelock,
+typing-extensions, ...), so ``first-index`` with the torch index as an *extra* index pins those
+stale copies or fails. uv's mechanism for this (docs/guides/integration/pytorch.md) is a named
+index with ``explicit = true`` that only packages bound to it in ``[tool.uv.sources]`` use; ``uv
+pip compile`` and ``uv pip sync`` honour both when the requirements come from a ``pyproject.toml``
+(``training_pyproject``). docs/real-tools.md ("uv", "PyTorch wheel index") records the tests.
 
 >>> from pvegpu.settings import Settings, defaults
 >>> s = Settings.from_data({**defaults(), "torch_variant": "cu128"})
@@ -22,12 +31,19 @@ transformers==5.6.0
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+import os
 import re
-import shlex
+import subprocess
+import tempfile
 import tomllib
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .settings import Settings
 
@@ -127,104 +143,370 @@ def display(path: Path, project: Path = PROJECT) -> str:
         return str(path)
 
 
-def compile_command(settings: Settings, python_version: str | None = None,
-                    project: Path = PROJECT) -> str:
-    """The one command that makes ``<locks_dir>/<variant>.lock`` from its ``.in``.
+# --- credentials: never in argv, output or files other than a 0600 netrc -----------------------
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``(url without user:token@, (user, token) or None)``; the token is URL-decoded.
 
-    Explicit indexes and ``first-index`` (never ``--torch-backend=auto``), the exact pins of the
-    ``.in``, hashes of every file; run it on the controller, where the indexes are reachable.
+    >>> split_credentials("https://me:s%40cret@mirror.example/simple")
+    ('https://mirror.example/simple', ('me', 's@cret'))
+    >>> split_credentials("https://pypi.org/simple")
+    ('https://pypi.org/simple', None)
+    """
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    netloc = parts.hostname or ""
+    if ":" in netloc:
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return clean, (unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def redact(text: str) -> str:
+    """Every ``scheme://user:token@`` in ``text`` with the token replaced by ``***``.
+
+    >>> redact("package_index_url=https://me:tok@mirror.example/simple is down")
+    'package_index_url=https://me:***@mirror.example/simple is down'
+    """
+    return re.sub(r"(\b[a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@", r"\1:***@", text, flags=re.I)
+
+
+def netrc_text(settings: Settings) -> str:
+    """A netrc (``machine <host> login <user> password <token>``) for the indexes that carry
+    credentials, '' when none does. uv reads it from ``$NETRC``; so does the reachability check.
+    netrc is per host: two indexes on one host share its credentials."""
+    lines = {}
+    for url in (settings.package_index_url, settings.torch_index_url):
+        _, cred = split_credentials(url)
+        host = urlsplit(url).hostname
+        if cred and host and host not in lines:
+            lines[host] = f"machine {host} login {cred[0]} password {cred[1]}\n"
+    return "".join(lines.values())
+
+
+def credential_conflict(settings: Settings) -> str | None:
+    """One line when the two index URLs carry different credentials for one host (a netrc holds
+    one login per host), else None."""
+    seen: dict[str, tuple[str, tuple[str, str]]] = {}
+    for key in ("package_index_url", "torch_index_base"):
+        url = getattr(settings, key)
+        _, cred = split_credentials(url)
+        host = urlsplit(url).hostname
+        if not cred or not host:
+            continue
+        if host in seen and seen[host][1] != cred:
+            return (f"{seen[host][0]} and {key} carry different credentials for {host}: uv reads "
+                    "one login per host (netrc): give both the same user:token")
+        seen[host] = (key, cred)
+    return None
+
+
+def index_problem(settings: Settings, urlopen=urllib.request.urlopen) -> str | None:
+    """One line when an index does not answer this machine or refuses its credentials (uv
+    reports a refused login only as "not found"); None when both answer."""
+    for key, url in (("package_index_url", settings.package_index_url),
+                     ("torch_index_base", settings.torch_index_url)):
+        clean, cred = split_credentials(url)
+        req = urllib.request.Request(clean.rstrip("/") + "/", method="HEAD")
+        if cred:
+            token = base64.b64encode(f"{cred[0]}:{cred[1]}".encode()).decode()
+            req.add_header("Authorization", f"Basic {token}")
+        try:
+            urlopen(req, timeout=20).close()
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                return (f"{key}={redact(url)} refused the credentials (HTTP {e.code}): fix the "
+                        f"user:token in {key}")
+        except Exception as e:  # noqa: BLE001 - any failure is one line
+            why = redact(str(getattr(e, "reason", e)))
+            return (f"{key}={redact(url)} is not reachable from this machine ({why}), where "
+                    f"locks are made: fix {key} or start the index")
+    return None
+
+
+# --- the lock file and its input --------------------------------------------------------------
+def lock_name(variant: str, python_version: str) -> str:
+    """``cu130-py3.11.lock``: locks differ per Python version (torch ships wheels per cpXY)."""
+    return f"{variant}-py{python_version}.lock"
+
+
+def lock_path(settings: Settings, python_version: str, project: Path = PROJECT) -> Path:
+    return locks_dir(settings, project) / lock_name(settings.torch_variant, python_version)
+
+
+def in_path(settings: Settings, project: Path = PROJECT) -> Path:
+    return locks_dir(settings, project) / f"{settings.torch_variant}.in"
+
+
+#: The name of the torch index in the pyproject given to uv (credentials would be
+#: ``UV_INDEX_PYTORCH_USERNAME``; we use the netrc, which covers both indexes).
+TORCH_INDEX = "pytorch"
+
+
+def training_pyproject(settings: Settings, pins: list[str]) -> str:
+    """A ``pyproject.toml`` whose dependencies are ``pins`` and that binds torch, and only
+    torch, to the torch index (``explicit = true``; uv's PyTorch guide): every other package
+    comes from ``package_index_url`` (``--index-url``), even when the torch index has a copy.
 
     >>> from pvegpu.settings import defaults
-    >>> cmd = compile_command(Settings.from_data(defaults()))
-    >>> "--extra-index-url https://download.pytorch.org/whl/cu130" in cmd, "auto" in cmd
-    (True, False)
+    >>> text = training_pyproject(Settings.from_data(defaults()), ["torch==2.11.0+cu130"])
+    >>> 'explicit = true' in text, 'torch = { index = "pytorch" }' in text
+    (True, True)
     """
-    d = locks_dir(settings, project)
-    v = settings.torch_variant
-    pyver = python_version or settings.python_version
-    return " ".join([
-        "uv pip compile --no-config --generate-hashes --index-strategy first-index",
-        f"--index-url {shlex.quote(settings.package_index_url)}",
-        f"--extra-index-url {shlex.quote(settings.torch_index_url)}",
-        f"--python-version {shlex.quote(pyver)} --python-platform x86_64-manylinux_2_28",
-        f"{shlex.quote(display(d / f'{v}.in', project))}",
-        f"-o {shlex.quote(display(d / f'{v}.lock', project))}",
-    ])
+    url, _ = split_credentials(settings.torch_index_url)
+    deps = "".join(f"    {json.dumps(pin)},\n" for pin in pins)
+    return (
+        "# Made by pvegpu for one uv call: torch from the torch index only, the rest from\n"
+        "# package_index_url only (see pvegpu.locks).\n"
+        "[project]\n"
+        'name = "pvegpu-training-env"\n'
+        'version = "0"\n'
+        f"dependencies = [\n{deps}]\n\n"
+        "[[tool.uv.index]]\n"
+        f'name = "{TORCH_INDEX}"\n'
+        f"url = {json.dumps(url)}\n"
+        "explicit = true\n\n"
+        "[tool.uv.sources]\n"
+        f'torch = {{ index = "{TORCH_INDEX}" }}\n'
+    )
+
+
+def index_args(settings: Settings) -> list[str]:
+    """``--index-url <package_index_url>`` (without credentials: those come from the netrc) and
+    ``first-index`` (uv's default, stated against any config); the torch index is in the
+    pyproject, never an extra index."""
+    url, _ = split_credentials(settings.package_index_url)
+    return ["--index-url", url, "--index-strategy", "first-index"]
+
+
+def compile_argv(settings: Settings, uv: str, pyproject: str, output: str,
+                 python_version: str) -> list[str]:
+    """``uv pip compile`` of the pyproject into a hashed lock for CPython ``python_version`` on
+    x86_64 glibc Linux (what the container runs), without uv's header (it would name temp
+    paths)."""
+    return [
+        uv, "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--no-header",
+        *index_args(settings), "--python-version", python_version,
+        "--python-platform", "x86_64-manylinux_2_28", pyproject, "-o", output,
+    ]
 
 
 @dataclass(frozen=True)
 class LockPlan:
     """What a build of the selected variant installs.
 
-    ``kind`` is ``lock`` (``text`` is the hashed lock, synced as is) or ``pins`` (``text`` is the
-    ``.in`` of the settings, resolved with hashes in the container, then synced). ``sha256``
-    identifies the input: a build whose marker records another one is stale. ``warning`` is set
-    when pins are used; ``error`` (with ``require_lock=true``) means: refuse.
+    ``kind`` is ``lock`` (``text`` is the hashed lock, synced as is) or ``make`` (no usable
+    lock: ``reason`` says why; the deploy makes it with :func:`make_lock`). ``sha256``
+    identifies the lock: a build whose marker records another one is stale. ``error`` means:
+    refuse (``require_lock=true``, or an ``.in`` that pins other things than the settings).
     """
 
     kind: str
     text: str
     sha256: str
     source: str
-    warning: str | None = None
+    reason: str | None = None
     error: str | None = None
+    made: bool = False
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def lock_plan(settings: Settings, project: Path = PROJECT) -> LockPlan:
-    """Decide lock or pins for the selected variant (reads only controller files)."""
-    d = locks_dir(settings, project)
-    v = settings.torch_variant
-    in_path, lock_path = d / f"{v}.in", d / f"{v}.lock"
-    wanted = desired_pins(settings)
-    reason = None
+def _in_problem(settings: Settings, project: Path) -> str | None:
+    """Why ``<variant>.in`` cannot be used for these settings (None: it pins them, or is
+    missing and will be written from them)."""
+    path = in_path(settings, project)
     try:
-        in_pins = parse_pins(in_path.read_text())
+        in_pins = parse_pins(path.read_text())
     except OSError:
-        in_pins = None
-        reason = f"{display(in_path, project)} is missing"
-    if in_pins is not None and in_pins != wanted:
-        differ = sorted(
-            f"{k} {in_pins.get(k, '(absent)')} vs {wanted.get(k, '(absent)')}"
-            for k in set(in_pins) | set(wanted) if in_pins.get(k) != wanted.get(k)
-        )
-        reason = (f"{display(in_path, project)} does not pin what the settings ask for "
-                  f"({'; '.join(differ)})")
-    lock_text = None
+        return None
+    wanted = desired_pins(settings)
+    if in_pins == wanted:
+        return None
+    differ = sorted(f"{k} {in_pins.get(k, '(absent)')} vs {wanted.get(k, '(absent)')}"
+                    for k in set(in_pins) | set(wanted) if in_pins.get(k) != wanted.get(k))
+    return (f"{display(path, project)} does not pin what the settings ask for "
+            f"({'; '.join(differ)})")
+
+
+def _lock_problem(settings: Settings, text: str | None, path: Path, project: Path) -> str | None:
+    if text is None:
+        return f"{display(path, project)} is missing"
+    wanted = desired_pins(settings)
+    locked = parse_pins(text)
+    stale = sorted(k for k, ver in wanted.items() if locked.get(k) != ver)
+    if stale:
+        return (f"{display(path, project)} is out of date (it does not pin "
+                f"{', '.join(f'{k}=={wanted[k]}' for k in stale)})")
+    unhashed = unhashed_pins(text)
+    if unhashed:
+        return f"{display(path, project)} has entries without hashes ({', '.join(unhashed)})"
+    return None
+
+
+def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) -> LockPlan:
+    """Decide, reading only controller files, whether the lock for ``python_version`` (X.Y)
+    can be installed as is, must be made, or the deploy must refuse."""
+    path = lock_path(settings, python_version, project)
+    source = display(path, project)
+    problem = _in_problem(settings, project)
+    if problem:
+        fix = (f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
+               f"{display(in_path(settings, project), project)} and delete its "
+               f"{settings.torch_variant}-py*.lock files (the next deploy makes them), or point "
+               "locks_dir at another directory")
+        return LockPlan("make", "", "", source, reason=problem, error=f"{problem}: {fix}")
+    try:
+        text = path.read_text()
+    except OSError:
+        text = None
+    reason = _lock_problem(settings, text, path, project)
     if reason is None:
-        try:
-            lock_text = lock_path.read_text()
-        except OSError:
-            reason = f"{display(lock_path, project)} is missing"
-    if lock_text is not None:
-        locked = parse_pins(lock_text)
-        stale = sorted(k for k, ver in wanted.items() if locked.get(k) != ver)
-        unhashed = unhashed_pins(lock_text)
-        if stale:
-            reason = (f"{display(lock_path, project)} is out of date (it does not pin "
-                      f"{', '.join(f'{k}=={wanted[k]}' for k in stale)})")
-        elif unhashed:
-            reason = f"{display(lock_path, project)} has entries without hashes ({', '.join(unhashed)})"
-        else:
-            return LockPlan("lock", lock_text, _sha(lock_text), display(lock_path, project))
-    make = compile_command(settings, project=project)
-    if in_pins != wanted:
-        make = (f"write the pins ({', '.join(settings.torch_pin.split() + list(settings.training_requirements))})"
-                f" to {display(in_path, project)}, then run: {make}")
-    else:
-        make = f"run: {make}"
-    text = requirements_in(settings)
+        return LockPlan("lock", text, _sha(text), source)
+    error = None
     if settings.require_lock:
-        return LockPlan("pins", text, _sha(text), "pins",
-                        error=f"require_lock=true and {reason}: to make the lock, {make}")
-    return LockPlan(
-        "pins", text, _sha(text), "pins",
-        warning=(f"no usable lock for {settings.build_name}: {reason}; installing from the pins "
-                 f"(resolved with hashes in the container); to make the lock, {make}"),
+        error = (f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
+                 f"makes {source} on this machine from the configured indexes), review it and "
+                 "commit it")
+    return LockPlan("make", "", "", source, reason=reason, error=error)
+
+
+def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
+    """What :func:`lock_plan` refuses, decided before the run (the container's Python unknown
+    when ``python_version`` is unset: then any ``<variant>-py*.lock`` may be the one)."""
+    conflict = credential_conflict(settings)
+    if conflict:
+        return conflict
+    if settings.python_version:
+        return lock_plan(settings, settings.python_version, project).error
+    v = settings.torch_variant
+    found = sorted(locks_dir(settings, project).glob(f"{v}-py*.lock"))
+    versions = [f.name[len(v) + 3:-len(".lock")] for f in found]
+    errors = [lock_plan(settings, version, project).error for version in versions]
+    if errors and not all(errors):
+        return None  # one of them may be the container's: venv_built decides
+    if errors:
+        return errors[0]
+    problem = _in_problem(settings, project)
+    if problem:
+        return lock_plan(settings, "X.Y", project).error
+    if settings.require_lock:
+        where = display(locks_dir(settings, project) / f"{v}-py<X.Y>.lock", project)
+        return (f"require_lock=true and there is no {where}: run deploy.py once without "
+                "require_lock (it makes the lock for the container's Python on this machine "
+                "from the configured indexes), review it and commit it")
+    return None
+
+
+def desired_pins_list(settings: Settings) -> list[str]:
+    return [line for line in requirements_in(settings).splitlines() if line]
+
+
+IN_HEADER = (
+    "# Input of the {variant} locks ({variant}-py<X.Y>.lock): torch built for {variant} and the\n"
+    "# training stack, pinned exactly as the settings ask (torch_version, torch_variant,\n"
+    "# training_requirements). A deploy makes a missing lock from it; commit both.\n"
+)
+
+
+def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
+              uv: str | None = None, run=subprocess.run, check=index_problem) -> LockPlan:
+    """Compile ``<variant>-py<X.Y>.lock`` on this machine (the controller) from the settings'
+    pins against the configured indexes, write it (and a missing ``.in``) atomically, and
+    return its plan; on failure a plan with ``error`` (one line: what, why, the fix).
+
+    Credentials in the index URLs reach uv only through a temporary 0600 netrc (``$NETRC``),
+    never its argv; its output is redacted before it is shown.
+    """
+    plan = lock_plan(settings, python_version, project)
+    if plan.kind == "lock" or plan.error:
+        return plan
+    path = lock_path(settings, python_version, project)
+    source = display(path, project)
+    problem = check(settings)
+    if problem:
+        return LockPlan("make", "", "", source, reason=plan.reason,
+                        error=f"making {source} failed: {problem}")
+    if uv is None:
+        import uv as uv_package
+
+        uv = uv_package.find_uv_bin()
+    with tempfile.TemporaryDirectory(prefix="pvegpu-lock-") as tmp:
+        pyproject = Path(tmp) / "pyproject.toml"
+        pyproject.write_text(training_pyproject(settings, desired_pins_list(settings)))
+        out = Path(tmp) / "lock.txt"
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")}
+        env.update(UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never")
+        netrc = netrc_text(settings)
+        if netrc:
+            env["NETRC"] = str(Path(tmp) / "netrc")
+            fd = os.open(env["NETRC"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(netrc)
+        argv = compile_argv(settings, uv, str(pyproject), str(out), python_version)
+        proc = run(argv, env=env, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0 or not out.is_file():
+            why = uv_reason(redact(proc.stdout + proc.stderr).splitlines())
+            return LockPlan("make", "", "", source, reason=plan.reason, error=(
+                f"making {source} failed: {why}: fix the pins or the indexes "
+                "(package_index_url, torch_index_base) and run deploy.py again"))
+        body = out.read_text()
+    problem = _lock_problem(settings, body, path, project)
+    if problem:
+        return LockPlan("make", "", "", source, reason=plan.reason,
+                        error=f"making {source} failed: {problem}")
+    text = lock_header(settings, python_version, project) + body
+    _write_atomically(in_path(settings, project), None, settings)
+    _write_atomically(path, text, settings)
+    return LockPlan("lock", text, _sha(text), source, reason=plan.reason, made=True)
+
+
+def lock_header(settings: Settings, python_version: str, project: Path = PROJECT) -> str:
+    return (
+        f"# Hashed lock of {display(in_path(settings, project), project)} for Python "
+        f"{python_version}, made by pvegpu with uv pip compile --generate-hashes:\n"
+        f"# torch from {redact(settings.torch_index_url)} (explicit index), everything else from\n"
+        f"# {redact(settings.package_index_url)}. Commit it; deploys install exactly these files.\n"
     )
+
+
+def _write_atomically(path: Path, text: str | None, settings: Settings) -> None:
+    """Write ``text`` to ``path`` via a temp file and a rename; ``None`` writes the ``.in`` of
+    the settings only when it is missing."""
+    if text is None:
+        if path.exists():
+            return
+        text = IN_HEADER.format(variant=settings.torch_variant) + requirements_in(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.pvegpu-tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def uv_reason(lines: list[str]) -> str:
+    """uv's own explanation, as one line, from its output.
+
+    >>> uv_reason(["error: No solution found when resolving dependencies",
+    ...            "  cause: Because transformers==9.9.9 was not found ...", "", "hint: ..."])
+    'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
+    >>> uv_reason(["  × No solution found when resolving dependencies:",
+    ...            "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    """
+    picked = []
+    for line in lines:
+        s = line.strip()
+        s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:|cause:)\s*", "", s)
+        if s != line.strip() and s:
+            picked.append(s)
+    if picked:
+        return " ".join(picked)
+    return next((line.strip() for line in reversed(lines) if line.strip()), "no output")
 
 
 def uv_wheel_hashes(version: str, project: Path = PROJECT) -> dict[str, str]:

@@ -45,7 +45,7 @@ class Settings:
     locks_dir: str
     uv_version: str
     python_interpreter: str
-    python_version: str
+    python_version: str | None
     venv_path: str
     venvs_dir: str
     keep_venvs: int
@@ -143,6 +143,7 @@ class Settings:
         if not errors:
             values.setdefault("rebuild", None)
             values.setdefault("verify_report", None)
+            values.setdefault("python_version", None)
             settings = cls(**values)
             errors = settings.problems()
         if errors:
@@ -176,10 +177,11 @@ class Settings:
                     f"training_requirements entry {pin!r} pins torch: remove it, torch comes from "
                     "torch_version and torch_variant"
                 )
-        if not re.match(r"^3\.\d+(\.\d+)?$", self.python_version):
+        if self.python_version is not None and not re.match(r"^3\.\d+$", self.python_version):
             errs.append(
                 f"python_version={self.python_version!r} is not a Python version: write it as X.Y "
-                "(e.g. 3.11, what the container's python_interpreter is)"
+                "(e.g. 3.11, what the container's python_interpreter is), or leave it unset to "
+                "follow the container's Python"
             )
         if not self.locks_dir.strip():
             errs.append("locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)")

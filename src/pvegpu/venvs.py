@@ -61,6 +61,21 @@ def python_minor(version: str | None) -> str | None:
     return ".".join(version.split(".")[:2]) if version else None
 
 
+def effective_python_version(settings, state: dict) -> str | None:
+    """The Python version (X.Y) the venvs and locks are for: ``python_version`` when set, else
+    the container's ``python_interpreter`` as the container state probe found it.
+
+    >>> from types import SimpleNamespace as S
+    >>> effective_python_version(S(python_version=None), {"python": {"version": "3.13.5"}})
+    '3.13'
+    >>> effective_python_version(S(python_version="3.11"), {"python": {"version": "3.13.5"}})
+    '3.11'
+    """
+    if settings.python_version:
+        return settings.python_version
+    return python_minor((state.get("python") or {}).get("version"))
+
+
 def marker(settings, plan: LockPlan, python_version: str | None) -> dict:
     """What a finished build records in ``.pvegpu-build.json`` (compared on every run)."""
     return {

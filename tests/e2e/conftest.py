@@ -73,7 +73,9 @@ def node_options():
 def site(tmp_path, package_index, node_options):
     with SimNode(tmp_path / "node", **node_options) as node:
         seed_training_code(node)
-        yield Site(node, package_index, [*site_data(package_index), "--data", "training_requirements=[]"])
+        # locks made on first use go to a scratch locks_dir, never the repo's locks/
+        data = site_data(package_index, tmp_path / "locks")
+        yield Site(node, package_index, [*data, "--data", "training_requirements=[]"])
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import uv as uv_package
 
-from pvegpu.locks import constraints, requirements_in
-from pvegpu.operations.python_env import compile_argv
+from pvegpu.locks import make_lock, parse_pins
 from pvegpu.settings import Settings, defaults
 
 UV = f"/opt/pvegpu/uv-{version('uv')}/bin/uv"
+ROOT = Path(__file__).resolve().parents[2]
 CU130, CU128 = "torch-2.11.0-cu130", "torch-2.11.0-cu128"
 COMPILE = "import torch; f = torch.compile(lambda x: x + 1); f(1)"
 DRIFT_CHECK = """\
@@ -29,22 +29,17 @@ if "training_cts" in host.groups:
 
 
 def make_locks(site, out: Path) -> Path:
-    """locks/<variant>.{in,lock} for torch alone, compiled against the loopback index (the real
-    PyTorch index is not reachable here)."""
-    import subprocess
-
-    out.mkdir()
+    """<variant>.in and <variant>-py3.11.lock for torch alone, made as the deploy makes them
+    (pvegpu.locks.make_lock) against the loopback index (the real PyTorch index is not
+    reachable here)."""
     for variant in ("cu128", "cu130"):
         s = Settings.from_data({
             **defaults(), "torch_variant": variant, "training_requirements": [],
             "package_index_url": site.index.package_index_url,
-            "torch_index_base": site.index.torch_index_base,
+            "torch_index_base": site.index.torch_index_base, "locks_dir": str(out),
         })
-        (out / f"{variant}.in").write_text(requirements_in(s))
-        (out / f"{variant}.constraints").write_text(constraints(s))
-        argv = compile_argv(s, uv_package.find_uv_bin(), sys.executable, str(out / f"{variant}.in"),
-                            str(out / f"{variant}.constraints"), str(out / f"{variant}.lock"))
-        subprocess.run(argv, check=True, capture_output=True, env={"UV_NO_CONFIG": "1", "PATH": "/usr/bin:/bin"})
+        plan = make_lock(s, "3.11", uv=uv_package.find_uv_bin())
+        assert plan.made and plan.error is None, plan.error
     return out
 
 
@@ -90,7 +85,7 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     assert link(site, "/root/venv") == f"/root/venvs/{CU130}"
     assert link(site, f"/root/venvs/{CU130}") == f"{CU130}.b1"
     marker = json.loads(site.ct("cat", f"/root/venvs/{CU130}/.pvegpu-build.json").stdout)
-    assert marker["source"].endswith("cu130.lock") and marker["torch"] == "2.11.0+cu130"
+    assert marker["source"].endswith("cu130-py3.11.lock") and marker["torch"] == "2.11.0+cu130"
     assert torch_of(site) == "2.11.0+cu130"
     # torch.compile in the venv writes to the build's own cache on the data mount
     assert site.ct("/root/venv/bin/python", "-c", COMPILE).returncode == 0
@@ -103,9 +98,17 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
                       ("torch_version=2.11", "torch_version='2.11' is not a full X.Y.Z version")):
         run = site.deploy(locks, bad)
         assert run.rc != 0 and line in run.output, run.output[-3000:]
-    refused = site.deploy("require_lock=true")  # the repo's locks/ has no lock for these pins
-    assert refused.rc != 0 and "require_lock=true and locks/cu130.in does not pin" in refused.output
-    assert "to make the lock, write the pins" in refused.output and "uv pip compile" in refused.output
+    empty = tmp_path / "no-locks"
+    refused = site.deploy(f"locks_dir={empty}", "require_lock=true")
+    assert refused.rc != 0, refused.output[-3000:]
+    assert f"require_lock=true and there is no {empty}/cu130-py<X.Y>.lock" in refused.output
+    assert not empty.exists()
+    # the repo's locks/cu130.in pins transformers, these settings do not: refused, nothing written
+    repo = sorted(p.name for p in (ROOT / "locks").iterdir())
+    refused = site.deploy("locks_dir=locks")
+    assert refused.rc != 0 and "locks/cu130.in does not pin what the settings ask" in refused.output
+    assert "write the settings' pins (torch==2.11.0+cu130) to locks/cu130.in" in refused.output
+    assert sorted(p.name for p in (ROOT / "locks").iterdir()) == repo
     assert site.node.tree_digest() == before
 
     # a lock that does not resolve: the build fails with uv's reason, the live venv is untouched
@@ -113,7 +116,7 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     bad.mkdir()
     for f in (tmp_path / "locks").iterdir():
         (bad / f.name).write_text(f.read_text())
-    with open(bad / "cu128.lock", "a") as f:
+    with open(bad / "cu128-py3.11.lock", "a") as f:
         f.write("transformers==9.9.9 \\\n    --hash=sha256:" + "0" * 64 + "\n")
     run = site.deploy(f"locks_dir={bad}", "torch_variant=cu128")
     assert run.rc != 0
@@ -129,13 +132,15 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     assert torch_of(site, f"/root/venvs/{CU130}/bin/python") == "2.11.0+cu130"
     assert site.ct("test", "-d", f"/data/cache/{CU128}/triton").returncode == 0
 
-    # an unreachable index, when a build needs it: one clear line, the live venv untouched
+    # an unreachable index, when a lock must be made: one clear line, the live venv untouched
     dead = f"http://127.0.0.1:{free_port()}/simple"
-    run = site.deploy(locks, "torch_variant=cu128", f"package_index_url={dead}",
+    fresh = tmp_path / "fresh-locks"
+    run = site.deploy(f"locks_dir={fresh}", "torch_variant=cu128", f"package_index_url={dead}",
                       'training_requirements=["transformers==5.6.0"]')
     assert run.rc != 0
-    assert f"package_index_url={dead} is not reachable from the container" in run.output, run.output[-3000:]
-    assert f"/root/venv still points at /root/venvs/{CU128}, untouched" in run.output
+    line = next(l for l in run.output.splitlines() if "cu128-py3.11.lock failed: " in l)
+    assert f"making {fresh}/cu128-py3.11.lock failed: " in line and dead in line, run.output[-3000:]
+    assert not (fresh / "cu128-py3.11.lock").exists()
     assert link(site, "/root/venv") == f"/root/venvs/{CU128}" and torch_of(site) == "2.11.0+cu128"
 
     # swap back with the index gone: a link flip and the checks, nothing downloaded or built
@@ -158,9 +163,8 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
 def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_venv(site, tmp_path):
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
-    # the repo ships only .in pins here (no lock against this index): installed from pins, warned
-    assert "no usable lock for torch-2.11.0-cu130" in first.output
-    assert "uv pip compile --no-config --generate-hashes" in first.output
+    # no lock yet in the site's scratch locks_dir: made on first use, then installed from it
+    assert f"wrote {tmp_path}/locks/cu130-py3.11.lock" in first.output
     assert site.ct("/root/venv/bin/python", "-c", COMPILE).returncode == 0
     warm = site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split()
     assert warm
@@ -212,3 +216,82 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
     assert f"/root/venv still points at /root/venvs/{CU130}, untouched" in failed.output
     assert link(site, "/root/venv") == f"/root/venvs/{CU130}" and torch_of(site) == "2.11.0+cu130"
     assert site.ct("test", "-e", f"/root/venvs/{CU128}").returncode != 0
+
+
+def test_locks_on_first_use_take_fresh_dependencies_and_refuse_a_swapped_wheel(site, tmp_path):
+    """The torch index hosts stale copies of filelock/typing-extensions; trainer-utils needs the
+    package index's newer ones. The first deploy makes the lock (torch from the torch index
+    only), later ones install exactly it; a wheel the index swaps afterwards (advertising the new
+    file's hash) is refused by hash in a fresh container."""
+    from sim.wheels import build_wheel
+
+    locks = tmp_path / "locks"  # the site's scratch locks_dir (never the repo's locks/)
+    req = 'training_requirements=["trainer-utils==1.0.0"]'
+    first = site.deploy(req)
+    assert first.rc == 0, first.output[-4000:]
+    lock = locks / "cu130-py3.11.lock"
+    assert f"wrote {lock} ({lock} is missing; made on this machine" in first.output
+    assert "commit it" in first.output
+    assert lock.is_file() and (locks / "cu130.in").is_file()
+    pins = parse_pins(lock.read_text())
+    assert pins["filelock"] == "3.20.0" and pins["typing-extensions"] == "4.15.0"
+    r = site.ct("/root/venv/bin/python", "-c",
+                "import filelock, typing_extensions as t; print(filelock.__version__, t.__version__)")
+    assert r.stdout.split() == ["3.20.0", "4.15.0"], r.stderr
+    again = site.deploy(req)
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+    assert "wrote " not in again.output
+
+    # the index swaps trainer-utils for another file of the same name and advertises its hash
+    evil = build_wheel("trainer-utils", "1.0.0", {"trainer_utils/__init__.py": "EVIL = 1\n"},
+                       tmp_path / "evil", requires=["filelock>=3.20.0"])
+    site.index.add([evil])
+    fresh = site.deploy(req, "rebuild=container", "restart_training=true")
+    assert fresh.rc != 0
+    failed = [l for l in fresh.output.splitlines() if "/root/venvs/torch-2.11.0-cu130.next failed" in l]
+    assert len(failed) == 1 and "Hash mismatch for `trainer-utils==1.0.0`" in failed[0], \
+        fresh.output[-3000:]
+    assert f"the index serves another file than {lock} records: refused" in failed[0]
+    assert site.ct("/root/venv/bin/python", "-c", "import trainer_utils").returncode != 0
+    assert lock.read_text().count("trainer-utils==1.0.0") == 1  # the recorded lock is unchanged
+
+
+def test_index_credentials_never_reach_output_argv_or_the_lock(wheelhouse, tmp_path):
+    """Indexes that need basic auth, given as ``user:token@`` URLs: the deploy works, and the
+    token is in no output (debug included), no pct argv, no lock; uv and the reachability check
+    get it from a 0600 netrc in the container. A wrong token is one line, redacted."""
+    from sim.__main__ import seed_training_code
+    from sim.index import PackageIndex
+    from sim.node import SimNode
+    from tests.e2e.conftest import Site
+
+    token = "s3cret-TOKEN"
+    with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", token)) as index:
+        with SimNode(tmp_path / "node") as node:
+            seed_training_code(node)
+            base = index.url.replace("http://", f"http://me:{token}@")
+            locks = tmp_path / "locks"
+            site = Site(node, index, [
+                "--data", f"torch_index_base={base}/whl", "--data", f"package_index_url={base}/simple",
+                "--data", f"locks_dir={locks}", "--data", "training_requirements=[]"])
+            run = site.pyinfra("deploy.py", extra=("--debug",))
+            assert run.rc == 0, run.output[-4000:]
+            assert token not in run.output
+            assert "me:***@127.0.0.1" in (locks / "cu130-py3.11.lock").read_text()
+            assert token not in (locks / "cu130-py3.11.lock").read_text()
+            assert not [c for c in node.pct_calls() if token in " ".join(c["argv"])]
+            assert site.ct("stat", "-c", "%a", "/root/.config/pvegpu/netrc").stdout.strip() == "600"
+            assert torch_of(site) == "2.11.0+cu130"
+            import base64
+            good = "Basic " + base64.b64encode(f"me:{token}".encode()).decode()
+            assert good in index.authorization_headers()  # uv and the checks did authenticate
+
+            wrong = base.replace(token, "wrong-TOKEN")
+            bad = site.deploy(f"package_index_url={wrong}/simple", f"torch_index_base={wrong}/whl",
+                              "torch_variant=cu128")
+            assert bad.rc != 0
+            assert "wrong-TOKEN" not in bad.output and token not in bad.output
+            line = next(l for l in bad.output.splitlines() if "cu128-py3.11.lock failed" in l)
+            assert (f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
+                    "refused the credentials (HTTP 401): fix the user:token") in line, line
+            assert torch_of(site) == "2.11.0+cu130"

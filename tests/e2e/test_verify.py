@@ -111,11 +111,10 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     assert any(
         line.startswith("driver parity: expected libcuda.so.580.95.05 in CT 200") for line in lines
     )
+    # the deploy made the lock on first use (the site's scratch locks_dir): verify checks it
     assert any(
-        line.startswith(
-            "venv packages: expected exactly its pins and their dependencies (no lock); "
-            "found extra sglang-junk==0.1"
-        )
+        line.startswith("venv packages: expected exactly ")
+        and "/cu130-py3.11.lock; found extra sglang-junk==0.1" in line
         for line in lines
     ), lines
 

@@ -453,3 +453,35 @@ def test_tensors_on_cuda_need_a_working_cuda(wheelhouse, tmp_path):
         env=clean_env(PYTHONPATH=str(wheelhouse.torch["cu130"]), PVE_SIM_ROOT=str(tmp_path)),
     )
     assert out.stdout.startswith("ERR CUDA unknown error")
+
+
+def test_torch_index_hosts_stale_copies_of_torchs_dependencies(package_index):
+    """Like download.pytorch.org/whl/<variant>: older filelock/typing-extensions than PyPI's."""
+    status, body, _ = get(package_index.torch_index_base + "/cu130/filelock/")
+    assert status == 200 and "filelock-3.13.1-py3-none-any.whl" in body and "3.20.0" not in body
+    status, body, _ = get(package_index.package_index_url + "/filelock/")
+    assert status == 200 and "filelock-3.20.0-py3-none-any.whl" in body and "3.13.1" not in body
+    status, body, _ = get(package_index.torch_index_base + "/cu130/typing-extensions/")
+    assert status == 200 and "typing_extensions-4.12.2-py3-none-any.whl" in body
+
+
+def test_index_with_auth_refuses_without_basic_credentials(wheelhouse, tmp_path):
+    with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", "tok")) as ix:
+        status, _, headers = get(ix.package_index_url + "/")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Basic realm=")
+        req = urllib.request.Request(ix.package_index_url + "/")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"me:tok").decode())
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req) as resp:
+            assert resp.status == 200
+        assert ix.authorization_headers()[-1] == "Basic bWU6dG9r"
+
+
+def test_a_swapped_wheel_is_served_with_its_new_hash(wheelhouse, tmp_path):
+    one = build_wheel("swapme", "1.0", {"swapme.py": "A = 1\n"}, tmp_path / "a")
+    two = build_wheel("swapme", "1.0", {"swapme.py": "A = 2\n"}, tmp_path / "b")
+    with PackageIndex({}, [one]) as ix:
+        before = get(ix.package_index_url + "/swapme/")[1]
+        ix.add([two])
+        after = get(ix.package_index_url + "/swapme/")[1]
+    assert hashlib.sha256(one.read_bytes()).hexdigest() in before
+    assert hashlib.sha256(two.read_bytes()).hexdigest() in after

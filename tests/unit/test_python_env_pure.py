@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,15 +12,15 @@ import pytest
 
 from pvegpu import variants as variants_mod
 from pvegpu.locks import (
-    compile_command, desired_pins, lock_plan, parse_pins, requirements_in, uv_wheel_hashes,
+    LockPlan, compile_argv, desired_pins, early_lock_error, index_args, lock_plan, make_lock,
+    parse_pins, requirements_in, training_pyproject, uv_wheel_hashes,
 )
 from pvegpu.operations.python_env import (
-    build_script, compile_argv, drift_report, index_args, sync_argv, uv_env, uv_error,
-    _python_problem,
+    build_script, drift_report, sync_argv, uv_env, uv_error, _python_problem,
 )
 from pvegpu.settings import Settings, SettingsError, defaults
 from pvegpu.variants import VARIANTS, Variant
-from pvegpu.venvs import build_reasons, drift, marker, prune_plan
+from pvegpu.venvs import build_reasons, drift, effective_python_version, marker, prune_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 HASH = "--hash=sha256:" + "ab" * 32
@@ -28,14 +30,15 @@ def settings(**over) -> Settings:
     return Settings.from_data({**defaults(), **over})
 
 
-def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str | None = None):
+def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str | None = None,
+                python: str = "3.11"):
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{s.torch_variant}.in").write_text(in_text if in_text is not None else requirements_in(s))
     if lock == "default":
         lock = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
         lock += f"filelock==3.20.0 \\\n    {HASH}\n    # via torch\n"
     if lock is not None:
-        (d / f"{s.torch_variant}.lock").write_text(lock)
+        (d / f"{s.torch_variant}-py{python}.lock").write_text(lock)
 
 
 # --- locks ----------------------------------------------------------------------------------------
@@ -50,38 +53,35 @@ def test_shipped_in_files_pin_what_the_defaults_ask_for(variant):
 def test_a_matching_lock_is_used_as_is(tmp_path):
     s = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, s)
-    plan = lock_plan(s)
-    assert plan.kind == "lock" and plan.warning is None and plan.error is None
-    assert "filelock==3.20.0" in plan.text and plan.source.endswith("cu130.lock")
+    plan = lock_plan(s, "3.11")
+    assert plan.kind == "lock" and plan.reason is None and plan.error is None
+    assert "filelock==3.20.0" in plan.text and plan.source == f"{tmp_path}/cu130-py3.11.lock"
 
 
-def test_missing_lock_installs_from_pins_with_a_warning_naming_the_command(tmp_path):
+def test_locks_are_per_python_version(tmp_path):
     s = settings(locks_dir=str(tmp_path))
-    write_locks(tmp_path, s, lock=None)
-    plan = lock_plan(s)
-    assert plan.kind == "pins" and plan.error is None
-    assert plan.text == "torch==2.11.0+cu130\ntransformers==5.6.0\n"
-    assert "cu130.lock is missing" in plan.warning
-    assert "uv pip compile --no-config --generate-hashes" in plan.warning
-    assert "--extra-index-url https://download.pytorch.org/whl/cu130" in plan.warning
+    write_locks(tmp_path, s, python="3.11")
+    plan = lock_plan(s, "3.13")  # e.g. a Debian 13 container: another lock
+    assert plan.kind == "make" and plan.error is None
+    assert plan.reason == f"{tmp_path}/cu130-py3.13.lock is missing"
+    assert lock_plan(s, "3.11").kind == "lock"
 
 
-def test_require_lock_refuses_with_the_one_command(tmp_path):
+def test_require_lock_refuses_in_one_line_naming_the_lock(tmp_path):
     s = settings(locks_dir=str(tmp_path), require_lock=True)
     write_locks(tmp_path, s, lock=None)
-    plan = lock_plan(s)
-    assert plan.error.startswith("require_lock=true and ")
-    assert plan.error.count("\n") == 0
-    assert "run: uv pip compile" in plan.error and f"-o {tmp_path}/cu130.lock" in plan.error
+    plan = lock_plan(s, "3.11")
+    assert plan.error.startswith(f"require_lock=true and {tmp_path}/cu130-py3.11.lock is missing: ")
+    assert plan.error.count("\n") == 0 and "run deploy.py once without require_lock" in plan.error
 
 
-def test_settings_that_differ_from_the_in_file_do_not_use_its_lock(tmp_path):
+def test_an_in_file_that_pins_something_else_is_refused(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
-    plan = lock_plan(replace(base, training_requirements=()))
-    assert plan.kind == "pins"
-    assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.warning
-    assert plan.text == "torch==2.11.0+cu130\n"
+    plan = lock_plan(replace(base, training_requirements=()), "3.11")
+    assert plan.kind == "make" and plan.error.count("\n") == 0
+    assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.error
+    assert "write the settings' pins (torch==2.11.0+cu130) to" in plan.error
 
 
 @pytest.mark.parametrize("lock, why", [
@@ -89,27 +89,103 @@ def test_settings_that_differ_from_the_in_file_do_not_use_its_lock(tmp_path):
     ("torch==2.11.0 \\\n    " + HASH + "\n", "out of date (it does not pin torch==2.11.0+cu130"),
     ("torch==2.11.0+cu130\n", "entries without hashes (torch)"),
 ])
-def test_a_stale_or_unhashed_lock_is_not_used(tmp_path, lock, why):
+def test_a_stale_or_unhashed_lock_is_made_again(tmp_path, lock, why):
     s = settings(locks_dir=str(tmp_path), training_requirements=[])
     write_locks(tmp_path, s, lock=lock)
-    plan = lock_plan(s)
-    assert plan.kind == "pins" and why in plan.warning
+    plan = lock_plan(s, "3.11")
+    assert plan.kind == "make" and why in plan.reason and plan.error is None
 
 
-def test_lock_input_identity_changes_with_the_lock(tmp_path):
+def test_lock_identity_changes_with_the_lock(tmp_path):
     s = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, s)
-    first = lock_plan(s).sha256
-    (tmp_path / "cu130.lock").write_text((tmp_path / "cu130.lock").read_text() + f"x==1 \\\n    {HASH}\n")
-    assert lock_plan(s).sha256 != first
+    first = lock_plan(s, "3.11").sha256
+    lock = tmp_path / "cu130-py3.11.lock"
+    lock.write_text(lock.read_text() + f"x==1 \\\n    {HASH}\n")
+    assert lock_plan(s, "3.11").sha256 != first
+
+
+def test_early_refusals_without_a_python_version(tmp_path):
+    s = settings(locks_dir=str(tmp_path), require_lock=True)
+    assert s.python_version is None  # the default: follow the container's Python
+    write_locks(tmp_path, s, lock=None)
+    assert "there is no " in early_lock_error(s) and "cu130-py<X.Y>.lock" in early_lock_error(s)
+    write_locks(tmp_path, s, python="3.13")
+    assert early_lock_error(s) is None  # may be the container's; venv_built decides
+    assert early_lock_error(replace(s, require_lock=False, training_requirements=()))
+    assert early_lock_error(replace(s, python_version="3.11")).startswith("require_lock=true")
+
+
+def no_check(settings):
+    return None  # the indexes of these tests are not real: never contacted
+
+
+def test_different_credentials_for_one_host_are_refused_early():
+    s = settings(package_index_url="https://me:a@mirror.example/simple",
+                 torch_index_base="https://me:b@mirror.example/whl")
+    line = early_lock_error(s)
+    assert line.startswith("package_index_url and torch_index_base carry different credentials")
+    assert "me:a" not in line and "me:b" not in line
+
+
+class FakeUv:
+    """Stands in for ``uv pip compile``: records argv and env, writes ``lock`` to ``-o``."""
+
+    def __init__(self, lock: str, rc: int = 0, stderr: str = ""):
+        self.lock, self.rc, self.stderr, self.calls = lock, rc, stderr, []
+
+    def __call__(self, argv, env, **kw):
+        netrc = Path(env["NETRC"]).read_text() if "NETRC" in env else None
+        self.calls.append((argv, env, netrc, Path(argv[-3]).read_text()))
+        if self.rc == 0:
+            Path(argv[-1]).write_text(self.lock)
+        return subprocess.CompletedProcess(argv, self.rc, "", self.stderr)
+
+
+def test_make_lock_writes_the_in_and_the_lock_and_keeps_credentials_out_of_argv(tmp_path):
+    s = settings(locks_dir=str(tmp_path / "locks"), training_requirements=[],
+                 package_index_url="https://me:s3cret@mirror.example/simple",
+                 torch_index_base="https://me:s3cret@mirror.example/whl")
+    fake = FakeUv(f"torch==2.11.0+cu130 \\\n    {HASH}\n")
+    plan = make_lock(s, "3.13", uv="uv", run=fake, check=no_check)
+    assert plan.kind == "lock" and plan.made and plan.source.endswith("locks/cu130-py3.13.lock")
+    written = (tmp_path / "locks" / "cu130-py3.13.lock").read_text()
+    assert written == plan.text and written.endswith(fake.lock)
+    assert "s3cret" not in written and "me:***@mirror.example" in written
+    assert parse_pins((tmp_path / "locks" / "cu130.in").read_text()) == {"torch": "2.11.0+cu130"}
+    [(argv, env, netrc, pyproject)] = fake.calls
+    assert not any("s3cret" in a for a in argv) and "s3cret" not in pyproject
+    assert netrc == "machine mirror.example login me password s3cret\n"
+    assert argv[argv.index("--python-version") + 1] == "3.13"
+    assert make_lock(s, "3.13", uv="uv", run=fake, check=no_check).made is False  # now recorded: used as is
+    assert len(fake.calls) == 1
+
+
+def test_a_failed_compile_is_one_redacted_line_and_writes_nothing(tmp_path):
+    s = settings(locks_dir=str(tmp_path), training_requirements=["nope==9"],
+                 package_index_url="https://me:s3cret@mirror.example/simple")
+    fake = FakeUv("", rc=2, stderr="error: Failed to fetch https://me:s3cret@mirror.example/simple\n"
+                                  "  Caused by: HTTP status 401\n")
+    plan = make_lock(s, "3.11", uv="uv", run=fake, check=no_check)
+    assert plan.error.startswith(f"making {tmp_path}/cu130-py3.11.lock failed: Failed to fetch "
+                                 "https://me:***@mirror.example/simple HTTP status 401: fix")
+    assert plan.error.count("\n") == 0 and "s3cret" not in plan.error
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_compile_command_is_explicit_and_never_auto():
-    cmd = compile_command(settings(torch_variant="cu128"))
-    assert "--index-strategy first-index" in cmd and "--generate-hashes" in cmd
-    assert "--extra-index-url https://download.pytorch.org/whl/cu128" in cmd
-    assert "torch-backend" not in cmd and "unsafe" not in cmd
-    assert cmd.endswith("locks/cu128.in -o locks/cu128.lock")
+    s = settings(torch_variant="cu128", package_index_url="http://u:t@mirror/simple",
+                 torch_index_base="http://u:t@mirror/whl")
+    argv = compile_argv(s, "uv", "pyproject.toml", "out", "3.11")
+    assert "--generate-hashes" in argv and argv[argv.index("--index-url") + 1] == "http://mirror/simple"
+    assert "--extra-index-url" not in argv  # the torch index is explicit, in the pyproject
+    assert not any("torch-backend" in a or "unsafe" in a or "u:t" in a for a in argv)
+    text = training_pyproject(s, ["torch==2.11.0+cu128", "filelock==3.20.0"])
+    doc = tomllib.loads(text)
+    assert doc["tool"]["uv"]["index"] == [{"name": "pytorch", "url": "http://mirror/whl/cu128",
+                                           "explicit": True}]
+    assert doc["tool"]["uv"]["sources"] == {"torch": {"index": "pytorch"}}
+    assert doc["project"]["dependencies"] == ["torch==2.11.0+cu128", "filelock==3.20.0"]
 
 
 def test_uv_wheel_hashes_come_from_the_projects_uv_lock():
@@ -124,14 +200,14 @@ def test_uv_wheel_hashes_come_from_the_projects_uv_lock():
 def test_every_uv_call_pins_the_indexes_first_index_and_no_backend():
     s = settings(torch_variant="cu128", package_index_url="http://mirror/simple",
                  torch_index_base="http://mirror/whl")
-    for argv in (sync_argv(s, "uv", "py", "lock", "cons"), compile_argv(s, "uv", "py", "in", "cons", "out")):
+    for argv in (sync_argv(s, "uv", "py", "pyproject.toml", "lock"),
+                 compile_argv(s, "uv", "pyproject.toml", "out", "3.11")):
         assert argv[argv.index("--index-strategy") + 1] == "first-index"
         assert argv[argv.index("--index-url") + 1] == "http://mirror/simple"
-        assert argv[argv.index("--extra-index-url") + 1] == "http://mirror/whl/cu128"
-        assert "--no-config" in argv and "--constraints" in argv
+        assert "--extra-index-url" not in argv and "--no-config" in argv
         assert not any("torch-backend" in a or "unsafe" in a for a in argv)
-    assert "--require-hashes" in sync_argv(s, "uv", "py", "lock", "cons")
-    assert "--generate-hashes" in compile_argv(s, "uv", "py", "in", "cons", "out")
+    sync = sync_argv(s, "uv", "py", "pyproject.toml", "lock")
+    assert sync[sync.index("--constraints") + 1] == "lock" and sync[-1] == "pyproject.toml"
     assert index_args(s)[-1] == "first-index"
 
 
@@ -143,10 +219,14 @@ def test_uv_env_unsets_what_could_change_the_index_or_backend():
     assert "UV_CACHE_DIR=/root/.cache/uv" in env and "UV_PYTHON_DOWNLOADS=never" in env
 
 
+def lock_of(s: Settings) -> LockPlan:
+    text = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
+    return LockPlan("lock", text, "ab" * 32, "locks/cu130-py3.11.lock")
+
+
 def test_build_script_builds_beside_the_live_venv_offline_first():
     s = settings(training_requirements=[])
-    plan = lock_plan(replace(s, locks_dir="/nonexistent"))
-    script = build_script(s, plan, "3.11.2")
+    script = build_script(s, lock_of(s), "3.11.2")
     lines = script.splitlines()
     assert lines[0] == "set -e"
     assert "rm -rf /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next" in script
@@ -157,9 +237,15 @@ def test_build_script_builds_beside_the_live_venv_offline_first():
     offline = script.index("pip sync")
     assert "--offline" in script[offline:script.index("; else ", offline)]
     assert script.index("package_index_url=", offline) < script.index("pip sync", offline + 1)
-    assert "pip compile" in script  # pins: resolved with hashes in the container
-    again = build_script(s, plan, "3.11.2", resolved_locks=[f"{plan.sha256}.txt"])
-    assert "pip compile" not in again and f"resolved-locks/{plan.sha256}.txt" in again
+    assert "pip compile" not in script  # locks are made on the controller, never in the container
+    assert "NETRC=" not in script
+
+
+def test_build_script_never_carries_index_credentials():
+    s = settings(training_requirements=[], package_index_url="https://me:s3cret@mirror.example/simple")
+    script = build_script(s, lock_of(s), "3.11.2")
+    assert "s3cret" not in script and "NETRC=/root/.config/pvegpu/netrc" in script
+    assert "package_index_url=https://mirror.example/simple" in script
 
 
 def test_uv_error_condenses_uv_output_to_one_line():
@@ -172,8 +258,16 @@ def test_uv_error_condenses_uv_output_to_one_line():
     assert uv_error(["plain"]) is None
 
 
-def test_python_version_is_checked_against_the_interpreter():
+def test_python_version_follows_the_container_unless_set():
     s = settings()
+    assert s.python_version is None
+    assert _python_problem({"python": {"version": "3.13.5"}}, s) is None  # a Debian 13 CT
+    assert effective_python_version(s, {"python": {"version": "3.13.5"}}) == "3.13"
+    assert effective_python_version(s, {"python": {"version": "3.11.2"}}) == "3.11"
+
+
+def test_python_version_is_checked_against_the_interpreter():
+    s = settings(python_version="3.11")
     assert _python_problem({"python": {"version": "3.11.2"}}, s) is None
     line = _python_problem({"python": {"version": "3.13.5"}}, s)
     assert line.startswith("python_interpreter=/usr/bin/python3 is Python 3.13.5, python_version=3.11")
@@ -214,7 +308,7 @@ def state_with(s: Settings, plan, installed=None, **extra) -> dict:
 
 def test_build_reasons():
     s = settings(training_requirements=[])
-    plan = lock_plan(s)
+    plan = lock_of(s)
     assert build_reasons(state_with(s, plan), s, plan) == []
     assert build_reasons({"venvs": {}}, s, plan) == ["torch-2.11.0-cu130 is not built yet"]
     polluted = state_with(s, plan, {"torch": "2.11.0+cu128", "sglang-junk": "0.1.0"})
@@ -225,7 +319,7 @@ def test_build_reasons():
     ]
     assert drift_report(polluted, s)[1] == ("/root/venv (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 "
                                             "is installed but not in the lock (extra)")
-    other = lock_plan(replace(s, training_requirements=("transformers==5.6.0",)))
+    other = replace(plan, text=plan.text + "x==1\n", sha256="cd" * 32)
     assert "its lock input changed" in build_reasons(state_with(s, plan), s, other)[0]
     newer_python = state_with(s, plan, python={"version": "3.12.1"})
     assert "python version changed (3.11 -> 3.12)" in build_reasons(newer_python, s, plan)[0]
@@ -293,9 +387,9 @@ def test_a_new_variant_is_one_row_and_its_in_file(tmp_path, monkeypatch):
     write_locks(tmp_path, s, lock=None)
     assert s.torch_index_url == "https://download.pytorch.org/whl/cu126"
     assert s.torch_pin == "torch==2.11.0+cu126" and s.build_venv == "/root/venvs/torch-2.11.0-cu126"
-    plan = lock_plan(s)
-    assert plan.text == "torch==2.11.0+cu126\n" and "cu126.lock is missing" in plan.warning
-    script = build_script(s, plan, "3.11.2")
+    plan = lock_plan(s, "3.11")
+    assert plan.kind == "make" and "cu126-py3.11.lock is missing" in plan.reason
+    script = build_script(s, lock_of(s), "3.11.2")
     assert "whl/cu126" in script and "cu128" not in script and "cu130" not in script
     assert variants_mod.driver_fit(VARIANTS["cu126"], "570.0") == "ok"
 

@@ -1,23 +1,27 @@
 """The torch-variant traps, shown with the real uv against the loopback index, and defended by the
 exact command lines the deploy runs (pvegpu.operations.python_env.{compile,sync}_argv).
 
-The loopback index is like the real pair: ``<url>/whl/<variant>/`` serves ``torch-2.11.0+<variant>``,
-``<url>/simple/`` (PyPI) serves the unlabeled ``torch-2.11.0``, which is the CUDA 13 build. Here
-PyPI also gets a newer unlabeled ``torch-2.12.0`` and a package depending on ``torch>=2.11``.
+The loopback index is like the real pair: ``<url>/whl/<variant>/`` serves ``torch-2.11.0+<variant>``
+and older copies of some of torch's dependencies (filelock, typing-extensions), ``<url>/simple/``
+(PyPI) serves the unlabeled ``torch-2.11.0``, which is the CUDA 13 build, the fresh dependencies
+and ``trainer-utils`` (which needs them). Here PyPI also gets a newer unlabeled ``torch-2.12.0``
+and a package depending on ``torch>=2.11``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import uv as uv_package
 
-from pvegpu.locks import constraints, requirements_in
-from pvegpu.operations.python_env import compile_argv, sync_argv
+from pvegpu.locks import make_lock, parse_pins, training_pyproject
+from pvegpu.operations.python_env import lock_requirements, sync_argv
 from pvegpu.settings import Settings, defaults
 from pvegpu.venvs import drift
 from sim.index import PackageIndex
@@ -78,15 +82,22 @@ class Box:
         return str(self.dir / name)
 
     def lock(self, s: Settings, python, pins=None):
-        """What the deploy does: compile the pins with hashes, for this interpreter."""
-        inp = self.write(f"{s.torch_variant}.in", pins or requirements_in(s))
-        cons = self.write(f"{s.torch_variant}.constraints", constraints(s))
-        out = str(self.dir / f"{s.torch_variant}.lock")
-        self.uv(*compile_argv(s, UV, python, inp, cons, out))
-        return out, cons
+        """What the deploy does: make the lock on the controller (``make_lock``), for this
+        interpreter's X.Y, in a scratch locks_dir; returns (lock path, sync pyproject path)."""
+        if pins:
+            s = replace(s, training_requirements=tuple(pins))
+        s = replace(s, locks_dir=str(self.dir / "locks"))
+        version = ".".join(map(str, sys.version_info[:2]))
+        plan = make_lock(s, version, uv=UV)
+        assert plan.kind == "lock" and plan.error is None, plan.error
+        # uv reads sources/indexes only from a file named pyproject.toml
+        (self.dir / f"sync-{s.torch_variant}").mkdir(exist_ok=True)
+        pyproject = self.write(f"sync-{s.torch_variant}/pyproject.toml",
+                               training_pyproject(s, lock_requirements(plan.text)))
+        return str(self.dir / "locks" / f"{s.torch_variant}-py{version}.lock"), pyproject
 
-    def sync(self, s, python, lock, cons, offline=False, check=True):
-        return self.uv(*sync_argv(s, UV, python, lock, cons, offline=offline), check=check)
+    def sync(self, s, python, lock, pyproject, offline=False, check=True):
+        return self.uv(*sync_argv(s, UV, python, pyproject, lock, offline=offline), check=check)
 
 
 @pytest.fixture
@@ -118,12 +129,9 @@ def test_trap_a_dependency_pulling_torch_from_pypi(box):
     assert box.torch(py)[0] == "2.12.0"
     # the defence: full-label pin, constraint, first-index -> the dependency gets the cu128 build
     py = box.venv("ours")
-    lock, cons = box.lock(s, py, pins="torch==2.11.0+cu128\nneeds-torch==1.0\n")
+    lock, cons = box.lock(s, py, pins=["needs-torch==1.0"])
     box.sync(s, py, lock, cons)
     assert box.installed(py) == {"needs-torch": "1.0", "torch": "2.11.0+cu128"}
-    # even the dependency alone, with the constraint, cannot pull another torch
-    py = box.venv("dep-alone")
-    lock, cons = box.lock(s, py, pins="needs-torch==1.0\n")
     assert "torch==2.11.0+cu128" in open(lock).read()
 
 
@@ -179,3 +187,87 @@ def test_a_lock_that_does_not_resolve_fails_the_sync(box):
     missing = box.write("missing.lock", text.replace("torch==2.11.0+cu130", "torch==2.11.9+cu130"))
     result = box.sync(s, py, missing, cons, check=False)
     assert result.returncode != 0
+
+
+def test_trap_the_torch_index_has_stale_copies_of_torchs_dependencies(box):
+    """The real torch index hosts old filelock/typing-extensions; trainer-utils (PyPI) needs
+    newer ones. first-index with the torch index as an extra index fails on them."""
+    s = box.settings("cu130", training_requirements=["trainer-utils==1.0.0"])
+    box.write("trap.in", "torch==2.11.0+cu130\ntrainer-utils==1.0.0\n")
+    trap = box.uv("pip", "compile", "--no-config", "--generate-hashes", "--index-url",
+                  box.index.package_index_url, "--extra-index-url", s.torch_index_url,
+                  "--index-strategy", "first-index", "trap.in", check=False)
+    assert trap.returncode != 0
+    assert "was found on " + s.torch_index_url in trap.stderr  # uv names the stale copy
+    # the defence: torch bound to the explicit torch index, the rest from package_index_url
+    py = box.venv("fresh")
+    lock, pyproject = box.lock(s, py)
+    pins = parse_pins(open(lock).read())
+    assert pins == {"torch": "2.11.0+cu130", "trainer-utils": "1.0.0", "filelock": "3.20.0",
+                    "typing-extensions": "4.15.0"}
+    box.index.clear_requests()
+    box.sync(s, py, lock, pyproject)
+    assert box.installed(py) == {"torch": "2.11.0+cu130", "trainer-utils": "1.0.0",
+                                 "filelock": "3.20.0", "typing-extensions": "4.15.0"}
+    # torch came from the torch index, filelock from the package index, never the stale copy
+    assert "torch-2.11.0+cu130-py3-none-any.whl" in box.index.downloads()
+    assert not [p for _, p in box.index.requests if p.startswith("/whl/cu130/filelock")]
+    # installing the same lock the old way (extra index + first-index) falls into the trap
+    py2 = box.venv("old-way")
+    old = box.uv("pip", "sync", "--no-config", "--require-hashes", "--python", py2, "--index-url",
+                 box.index.package_index_url, "--extra-index-url", s.torch_index_url,
+                 "--index-strategy", "first-index", lock, check=False)
+    assert old.returncode != 0 and "filelock" in old.stderr
+
+
+def test_sync_requires_a_hash_for_every_entry(box):
+    """Behavioural: a lock entry without a hash is refused (uv checks the hashes it has
+    anyway; only --require-hashes refuses one that has none). Fails if the flag is dropped."""
+    s = box.settings("cu130", training_requirements=["trainer-utils==1.0.0"])
+    py = box.venv("strict")
+    lock, pyproject = box.lock(s, py)
+    text = open(lock).read()
+    unhashed = re.sub(r"filelock==3.20.0 \\\n    --hash=sha256:[0-9a-f]{64}\n",
+                      "filelock==3.20.0\n", text)
+    assert unhashed != text
+    bad = box.write("unhashed.lock", unhashed)
+    result = box.sync(s, py, bad, pyproject, check=False)
+    assert result.returncode != 0, result.stderr
+    assert "filelock" not in box.installed(py)
+
+
+def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelhouse, tmp_path):
+    """The container's check (REACH, via $NETRC) and the controller's (index_problem) against an
+    index that needs basic auth: no token in their argv or in a host name to resolve; a wrong
+    token is one line naming the variable, redacted."""
+    from pvegpu.locks import index_problem, netrc_text
+    from pvegpu.operations.python_env import reach_command
+
+    with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", "tok3n")) as ix:
+        def s_with(token):
+            base = ix.url.replace("http://", f"http://me:{token}@")
+            return Settings.from_data({**defaults(), "package_index_url": f"{base}/simple",
+                                       "torch_index_base": f"{base}/whl",
+                                       "python_interpreter": sys.executable})
+
+        for token, ok in (("tok3n", True), ("wrong", False)):
+            s = s_with(token)
+            netrc = tmp_path / f"netrc-{token}"
+            netrc.write_text(netrc_text(s))
+            cmd = reach_command(s)
+            assert token not in cmd and "me:" not in cmd
+            r = subprocess.run(["sh", "-c", cmd], env={"NETRC": str(netrc), "PATH": "/usr/bin:/bin"},
+                               capture_output=True, text=True)
+            assert (r.returncode == 0) == ok, r.stderr
+            problem = index_problem(s)
+            if ok:
+                assert problem is None
+            else:
+                assert "refused the credentials (HTTP 401)" in r.stderr
+                assert problem == (f"package_index_url={ix.url.replace('http://', 'http://me:***@')}"
+                                   "/simple refused the credentials (HTTP 401): fix the user:token "
+                                   "in package_index_url")
+        # without credentials the index refuses: the checks say so instead of "not found"
+        assert "refused the credentials" in index_problem(Settings.from_data({
+            **defaults(), "package_index_url": f"{ix.url}/simple",
+            "torch_index_base": f"{ix.url}/whl"}))

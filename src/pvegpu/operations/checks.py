@@ -60,14 +60,19 @@ def node_host_of(h):
     return h.inventory.get_host(name, None) if name else None
 
 
-def lock_for(settings: Settings) -> tuple[dict[str, str] | None, str | None]:
+def lock_for(settings: Settings, ct: dict | None = None) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
     usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
 
     Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
-    lock applies only when its ``.in`` pins what the settings ask for).
+    lock applies only when its ``.in`` pins what the settings ask for), for the venv's Python
+    (``python_version``, else what the live venv's torch check ran on).
     """
-    plan = lock_plan(settings)
+    found = ((ct or {}).get("torch") or {}).get("python_version")
+    version = settings.python_version or (".".join(found.split(".")[:2]) if found else None)
+    if not version:
+        return None, None
+    plan = lock_plan(settings, version)
     if plan.kind == "lock":
         return parse_pins(plan.text), plan.source
     return None, None
@@ -124,7 +129,7 @@ def verified(settings: Settings):
     )
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
-    lock, source = lock_for(settings)
+    lock, source = lock_for(settings, ct)
     verdict = verify(
         settings,
         node or {},

@@ -11,11 +11,12 @@ switch the links) -> ``venvs_pruned``. ``venv_matches_lock`` is the read-only dr
 verify.py.
 
 Every uv call: ``--no-config`` (no stray uv.toml can add an index or a torch backend), the
-index-changing ``UV_*`` variables unset, ``--index-url <package_index_url> --extra-index-url
-<torch index> --index-strategy first-index`` (torch and everything on the torch index come only
-from it: PyPI's unlabeled torch, a CUDA 13 build, can never replace the variant), the full
-``torch==<version>+<variant>`` pin as a constraint too, and never ``--torch-backend`` (``auto``
-falls back to CPU wheels where no driver is visible).
+index-changing ``UV_*`` variables unset, ``--index-url <package_index_url>`` and the torch index
+only as an *explicit* index that torch alone is bound to (a generated ``pyproject.toml``, see
+:mod:`pvegpu.locks`): the torch index's stale copies of torch's dependencies are never used, and
+PyPI's unlabeled torch, a CUDA 13 build, can never replace the variant. Never ``--torch-backend``
+(``auto`` falls back to CPU wheels where no driver is visible). The lock is made on the controller
+(locks on first use) and synced with ``--require-hashes``.
 
 One composite fact per run and host: operations share the ``ContainerState`` document; it is read
 again only after an operation of the run changed something (``container_state``), or patched by
@@ -26,23 +27,30 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import re
 import shlex
 
+from gevent import subprocess as gevent_subprocess
+from gevent.lock import Semaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.operations import files
 
 from ..facts.probe import probe_command
 from ..facts.python_env import ContainerState
-from ..locks import LockPlan, constraints, lock_plan, uv_wheel_hashes
+from ..locks import (
+    LockPlan, index_args, lock_plan, make_lock, netrc_text, parse_pins, redact, split_credentials,
+    training_pyproject, uv_wheel_hashes,
+)
 from ..settings import Settings
 from ..unit import started_record
 from ..venvs import (
-    CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, marker, next_number,
-    prune_plan, python_minor, real_name,
+    CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, effective_python_version,
+    marker, next_number, prune_plan, python_minor, real_name,
 )
-from .util import fail, run_point
+from .util import fail, note, run_point
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
@@ -118,34 +126,28 @@ def uv_env(settings: Settings) -> str:
     )
 
 
-def index_args(settings: Settings) -> list[str]:
-    """The torch index first (an *extra* index has priority), PyPI (or its mirror) second, and
-    ``first-index``: a package found on the torch index is taken only from there."""
-    return [
-        "--index-url", settings.package_index_url,
-        "--extra-index-url", settings.torch_index_url,
-        "--index-strategy", "first-index",
-    ]
-
-
-def compile_argv(settings: Settings, uv: str, python: str, requirements: str, constraint: str,
-                 output: str, offline: bool = False) -> list[str]:
-    """``uv pip compile`` of the pins into a hashed lock, for the venv's own interpreter."""
-    return [
-        uv, "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--python", python,
-        *index_args(settings), "--constraints", constraint, *(["--offline"] if offline else []),
-        requirements, "-o", output,
-    ]
-
-
-def sync_argv(settings: Settings, uv: str, python: str, lock: str, constraint: str,
+def sync_argv(settings: Settings, uv: str, python: str, pyproject: str, lock: str,
               offline: bool = False) -> list[str]:
-    """``uv pip sync`` of a hashed lock: exactly its packages, anything else removed."""
+    """``uv pip sync`` of a hashed lock: exactly its packages, anything else removed.
+
+    The requirements are the lock's pins in a pyproject that binds torch to the explicit torch
+    index (``training_pyproject``); the lock itself is the constraints file that carries the
+    hashes, and ``--require-hashes`` refuses any file whose hash is not in it.
+    """
     return [
         uv, "pip", "sync", "--no-config", "--quiet", "--require-hashes", "--python", python,
-        *index_args(settings), "--constraints", constraint, *(["--offline"] if offline else []),
-        lock,
+        *index_args(settings), "--constraints", lock, *(["--offline"] if offline else []),
+        pyproject,
     ]
+
+
+def lock_requirements(lock_text: str) -> list[str]:
+    """The lock's pins as requirement strings, for the sync's pyproject.
+
+    >>> lock_requirements("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:00\\nfilelock==3.20.0\\n")
+    ['filelock==3.20.0', 'torch==2.11.0+cu130']
+    """
+    return [f"{name}=={version}" for name, version in sorted(parse_pins(lock_text).items())]
 
 
 def _q(argv: list[str]) -> str:
@@ -157,14 +159,27 @@ def _file(path: str, text: str) -> str:
     return f"printf %s {payload} | base64 -d | gzip -dc > {shlex.quote(path)}"
 
 
+# The URLs it gets carry no credentials; those come from $NETRC (as for uv), so no token is in
+# an argv or part of a host name to resolve.
 REACH = (
-    "import sys, urllib.request as u\n"
+    "import base64, netrc, os, sys, urllib.parse as p, urllib.request as u\n"
     "for arg in sys.argv[1:]:\n"
     "    key, _, url = arg.partition('=')\n"
+    "    req = u.Request(url.rstrip('/') + '/', method='HEAD')\n"
     "    try:\n"
-    "        u.urlopen(u.Request(url.rstrip('/') + '/', method='HEAD'), timeout=20).close()\n"
-    "    except u.HTTPError:\n"
-    "        pass\n"
+    "        auth = netrc.netrc(os.environ['NETRC']).authenticators(p.urlsplit(url).hostname)\n"
+    "    except (KeyError, OSError, netrc.NetrcParseError):\n"
+    "        auth = None\n"
+    "    if auth:\n"
+    "        tok = base64.b64encode(f'{auth[0]}:{auth[2]}'.encode()).decode()\n"
+    "        req.add_header('Authorization', 'Basic ' + tok)\n"
+    "    try:\n"
+    "        u.urlopen(req, timeout=20).close()\n"
+    "    except u.HTTPError as e:\n"
+    "        if e.code in (401, 403):\n"
+    "            print(f'pvegpu: {key}={url} refused the credentials (HTTP {e.code}): '\n"
+    "                  f'fix the user:token in {key}', file=sys.stderr)\n"
+    "            sys.exit(1)\n"
     "    except Exception as e:\n"
     "        r = getattr(e, 'reason', e)\n"
     "        print(f'pvegpu: {key}={url} is not reachable from the container ({r}): '\n"
@@ -173,48 +188,57 @@ REACH = (
 )
 
 
-def build_script(settings: Settings, plan: LockPlan, python_version: str | None,
-                 resolved_locks: list[str] = ()) -> str:
+#: Where the index credentials live in the container while pvegpu needs them (mode 0600; the
+#: netrc uv reads through $NETRC): never in a command line.
+NETRC = "/root/.config/pvegpu/netrc"
+
+
+def has_credentials(settings: Settings) -> bool:
+    return any(split_credentials(u)[1] for u in (settings.package_index_url,
+                                                 settings.torch_index_url))
+
+
+def reach_command(settings: Settings) -> str:
+    """The container-side check that both indexes answer (URLs without credentials)."""
+    package, _ = split_credentials(settings.package_index_url)
+    torch, _ = split_credentials(settings.torch_index_url)
+    return (
+        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(REACH)} "
+        f"{shlex.quote('package_index_url=' + package)} "
+        f"{shlex.quote('torch_index_base=' + torch)}"
+    )
+
+
+def build_script(settings: Settings, plan: LockPlan, python_version: str | None) -> str:
     """The one shell command that builds the selected build from scratch into ``<build>.next``.
 
-    It starts from an empty ``.building`` dir, installs offline from uv's cache when the cache
-    has everything (no index contacted), else checks the indexes answer and installs online,
+    It starts from an empty ``.building`` dir, syncs the lock offline from uv's cache when the
+    cache has everything (no index contacted), else checks the indexes answer and syncs online,
     then records the marker and renames the finished venv to ``.next``. Nothing outside
-    ``.building``/``.next``, uv's cache and the resolved-lock cache is touched.
+    ``.building``/``.next`` and uv's cache is touched.
     """
     V = settings.venvs_dir.rstrip("/")
     B = settings.build_venv
     T, N = f"{B}.building", f"{B}.next"
     uv = uv_bin(settings)
     env = uv_env(settings)
+    reach = reach_command(settings)
+    if has_credentials(settings):
+        env += f" NETRC={NETRC}"
+        reach = f"NETRC={NETRC} {reach}"
     py = f"{T}/bin/python"
-    inp, cons, lock = f"{T}/.pvegpu-input.txt", f"{T}/.pvegpu-constraints.txt", f"{T}/{LOCK_FILE}"
-    reach = (
-        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(REACH)} "
-        f"{shlex.quote('package_index_url=' + settings.package_index_url)} "
-        f"{shlex.quote('torch_index_base=' + settings.torch_index_url)}"
-    )
-    cached_lock = f"{LOCKS_CACHE}/{plan.sha256}.txt"
+    pyproject, lock = f"{T}/.pvegpu-sync/pyproject.toml", f"{T}/{LOCK_FILE}"
     lines = [
         "set -e",
-        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)} {LOCKS_CACHE}",
+        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
         f"rm -rf {shlex.quote(T)} {shlex.quote(N)}",
         f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
-        _file(inp, plan.text),
-        _file(cons, constraints(settings)),
+        f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
+        _file(lock, plan.text),
+        _file(pyproject, training_pyproject(settings, lock_requirements(plan.text))),
     ]
-    if plan.kind == "lock":
-        lines.append(f"cp {shlex.quote(inp)} {shlex.quote(lock)}")
-    elif f"{plan.sha256}.txt" in resolved_locks:
-        lines.append(f"cp {cached_lock} {shlex.quote(lock)}")
-    else:
-        lines += [
-            reach,
-            f"{env} {_q(compile_argv(settings, uv, py, inp, cons, lock))}",
-            f"cp {shlex.quote(lock)} {cached_lock}.tmp && mv -f {cached_lock}.tmp {cached_lock}",
-        ]
-    offline = f"{env} {_q(sync_argv(settings, uv, py, lock, cons, offline=True))}"
-    online = f"{env} {_q(sync_argv(settings, uv, py, lock, cons))}"
+    offline = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock, offline=True))}"
+    online = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock))}"
     lines += [
         f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' >&2;"
         f" else {reach}; {online}; fi",
@@ -255,8 +279,10 @@ def uv_error(lines: list[str]) -> str | None:
     return " ".join(picked) if picked else None
 
 
-def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -> FunctionCommand:
-    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix."""
+def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = (),
+                hints: dict[str, str] | None = None) -> FunctionCommand:
+    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix
+    (``hints``: a fix that replaces it when the reason contains the key)."""
 
     def step(state, host):
         for line in notes:
@@ -271,17 +297,38 @@ def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = ()) -
                 host.log_styled(line, fg="cyan", log_func=logger.info)
             return True
         for line in lines:
-            logger.debug(f"{host.name}: {line}")
+            logger.debug(f"{host.name}: {redact(line)}")
         reason = (ours[-1] if ours else None) or uv_error(lines) or next(
             (line.strip() for line in reversed(lines) if line.strip()), "no output"
         )
-        host.log_styled(f"{what} failed: {reason}; {fix}", fg="red", log_func=logger.error)
+        fix_now = next((h for key, h in (hints or {}).items() if key in reason), fix)
+        host.log_styled(redact(f"{what} failed: {reason}; {fix_now}"), fg="red",
+                        log_func=logger.error)
         return False
 
     return FunctionCommand(step, (), {})
 
 
 # --- operations ---------------------------------------------------------------------------------
+def index_credentials(settings: Settings) -> None:
+    """Put the indexes' credentials (from ``user:token@`` in ``package_index_url`` or
+    ``torch_index_base``) into the container as a 0600 netrc at ``NETRC``, for uv (``$NETRC``)
+    and pvegpu's own index checks: a file transfer (``pct push``), never a command line. Nothing
+    happens when no URL carries credentials.
+
+    .. code:: python
+
+        python_env.index_credentials(s)  # from tasks/python_env.py
+    """
+    text = netrc_text(settings)
+    if not text:
+        return
+    files.put(
+        name="Index credentials for uv in the container (netrc, mode 600)",
+        src=io.StringIO(text), dest=NETRC, mode="600", create_remote_dir=True,
+    )
+
+
 @operation()
 def uv_installed(settings: Settings):
     """Install the pinned uv from ``package_index_url`` into its own directory (never `curl | sh`,
@@ -296,9 +343,9 @@ def uv_installed(settings: Settings):
     if state.get("uv_version") == settings.uv_version:
         return
     args = {
-        "version": settings.uv_version, "index": settings.package_index_url,
+        "version": settings.uv_version, "index": split_credentials(settings.package_index_url)[0],
         "home": uv_home(settings), "hashes": uv_wheel_hashes(settings.uv_version),
-        "link": "/usr/local/bin/uv",
+        "link": "/usr/local/bin/uv", "netrc": NETRC if has_credentials(settings) else None,
     }
     yield remote_step(
         f"installing uv {settings.uv_version}",
@@ -313,11 +360,28 @@ def _python_problem(state: dict, settings: Settings) -> str | None:
         return (f"python_interpreter={settings.python_interpreter} does not run in the container: "
                 "install it (apt install python3) or set python_interpreter")
     want = settings.python_version
-    if found != want and python_minor(found) != want:
+    if want is not None and found != want and python_minor(found) != want:
         return (f"python_interpreter={settings.python_interpreter} is Python {found}, "
                 f"python_version={want}: point python_interpreter at a Python {want} or set "
                 f"python_version={python_minor(found)} (and make the locks for it)")
     return None
+
+
+_MAKING = Semaphore()
+
+
+def controller_lock(settings: Settings, python_version: str) -> LockPlan:
+    """The lock for ``python_version``, made now on the controller if no host of this run made
+    it yet (hosts run concurrently: one makes it, the others read it). Prints what it wrote."""
+    with _MAKING:
+        plan = make_lock(settings, python_version, run=gevent_subprocess.run)
+    if plan.made:
+        host.log_styled(
+            f"wrote {plan.source} ({plan.reason}; made on this machine from the configured "
+            "indexes): commit it; later deploys install exactly its files",
+            fg="yellow", log_func=logger.warning,
+        )
+    return plan
 
 
 @operation()
@@ -343,28 +407,38 @@ def venv_built(settings: Settings):
     if problem:
         yield fail(problem)
         return
-    plan = lock_plan(settings)
+    python_version = effective_python_version(settings, state)
+    plan = lock_plan(settings, python_version)
     if plan.error:
         yield fail(plan.error)
         return
+    if plan.kind == "make":
+        if not host.state.is_executing:
+            yield note(f"{plan.reason}: the deploy makes it on this machine")  # the preview
+            return
+        plan = controller_lock(settings, python_version)
+        if plan.error:
+            yield fail(plan.error)
+            return
     reasons = build_reasons(state, settings, plan)
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"
     notes = [f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name)
              else r for r in reasons]
-    if plan.warning:
-        notes.append(plan.warning)
     if state.get("uv_cache_same_fs") is False:
         notes.append(f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
                      f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking")
     yield remote_step(
         f"building {settings.build_venv}.next",
-        build_script(settings, plan, (state.get("python") or {}).get("version"),
-                     state.get("resolved_locks") or []),
+        build_script(settings, plan, (state.get("python") or {}).get("version")),
         f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
         "(the build restarts from scratch)",
         tuple(notes),
+        {"Hash mismatch": (
+            f"the index serves another file than {plan.source} records: refused; "
+            f"{settings.venv_path} still points at {live}, untouched; find out why the index "
+            "changed a released file (never edit the lock to match it)")},
     )
 
 

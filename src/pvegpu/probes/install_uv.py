@@ -1,15 +1,19 @@
 # Installer (not a probe, same transport): put the pinned uv into its own directory, with the
 # container's system python3 and the standard library only (no pip, no ensurepip, no curl | sh).
 # ARGS is prepended: {"version": "0.13.9", "index": "<package_index_url>", "home": "/opt/pvegpu/uv-0.13.9",
-#                     "hashes": {"<wheel file name>": "<sha256>"}, "link": "/usr/local/bin/uv"}
+#                     "hashes": {"<wheel file name>": "<sha256>"}, "link": "/usr/local/bin/uv",
+#                     "netrc": "<path>" or null}
+# The index URL carries no credentials: those are read from the netrc (basic auth), never argv.
 # It reads <index>/uv/ (PEP 503), picks the wheel of this machine (manylinux for glibc, else
 # musllinux) whose sha256 the project's uv.lock pins (or, for a version uv.lock does not know, the
 # index's #sha256), checks the download against it, and unpacks uv-<ver>.data/scripts/{uv,uvx}
 # into <home>/bin, then switches <link> to it. On failure it prints one line "pvegpu: ..." and
 # exits 1; nothing is left half-installed (the new home is renamed into place only when complete).
+import base64
 import hashlib
 import html
 import json
+import netrc
 import os
 import re
 import shutil
@@ -48,10 +52,23 @@ def platform_ok(tags):
     return False
 
 
+def request(url):
+    """A GET of url with basic auth from the netrc when it has the url's host."""
+    req = urllib.request.Request(url)
+    try:
+        auth = netrc.netrc(A["netrc"]).authenticators(urllib.parse.urlsplit(url).hostname)
+    except (KeyError, TypeError, OSError, netrc.NetrcParseError):
+        auth = None
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[2]}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    return req
+
+
 version, index, home = A["version"], A["index"].rstrip("/"), A["home"]
 page = f"{index}/uv/"
 try:
-    with urllib.request.urlopen(page, timeout=60) as r:
+    with urllib.request.urlopen(request(page), timeout=60) as r:
         body = r.read().decode("utf-8", "replace")
         page = r.geturl()
 except Exception as e:  # noqa: BLE001 - any failure is one line
@@ -82,7 +99,7 @@ try:
     wheel = os.path.join(tmp, name)
     h = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=300) as r, open(wheel, "wb") as f:
+        with urllib.request.urlopen(request(url), timeout=300) as r, open(wheel, "wb") as f:
             for chunk in iter(lambda: r.read(1 << 20), b""):
                 h.update(chunk)
                 f.write(chunk)
