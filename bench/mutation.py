@@ -142,7 +142,9 @@ def survivor(name: str, path: str, spans: dict, mutated: list[str], def_lines: d
     key = name.rpartition(".")[2]
     func = key.rpartition("__mutmut_")[0]
     (o0, o1), (m0, m1) = spans[f"{func}__mutmut_orig"], spans[key]
-    orig, mutant = mutated[o0 - 1:o1], mutated[m0 - 1:m1]
+    # the two copies differ in their def line's name too: compare without mutmut's suffixes
+    orig, mutant = ([re.sub(r"__mutmut_\w+", "", line) for line in mutated[a - 1:b]]
+                    for a, b in ((o0, o1), (m0, m1)))
     ops = [op for op in difflib.SequenceMatcher(None, orig, mutant).get_opcodes() if op[0] != "equal"]
     _, i1, i2, j1, j2 = ops[0] if ops else ("equal", 0, 0, 0, 0)
     old = " ".join(line.strip() for line in orig[i1:i2]) or "(nothing)"
@@ -195,12 +197,33 @@ def report(scores: list[ModuleScore]) -> None:
         print(f"\nnot killed in {s.path} (= listed as equivalent in {EQUIVALENTS.name}):")
         for v in s.survivors:
             mark = "=" if v.name in equivalents else " "
-            print(f" {mark} {s.path}:{v.line} {v.function}: - {_short(v.old)}  + {_short(v.new)}"
-                  f"  [{v.name.rpartition('.')[2]}]")
+            old, new = _window(v.old, v.new)
+            print(f" {mark} {s.path}:{v.line} {v.function} [{v.name.rpartition('_')[2]}]: "
+                  f"- {old}  + {new}")
 
 
-def _short(text: str, width: int = 70) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _window(old: str, new: str, context: int = 24) -> tuple[str, str]:
+    """The part of two long lines around where they differ.
+
+    >>> _window("x" * 40 + "old" + "y" * 40, "x" * 40 + "new" + "y" * 40, 3)
+    ('...xxxoldyyy...', '...xxxnewyyy...')
+    """
+    p = len(_common_prefix(old, new))
+    q = len(_common_prefix(old[p:][::-1], new[p:][::-1]))
+    start = max(0, p - context)
+
+    def cut(text: str) -> str:
+        end = min(len(text), len(text) - q + context)
+        return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+    return cut(old), cut(new)
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 def main(argv: list[str] | None = None) -> None:
