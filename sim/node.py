@@ -36,7 +36,8 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
             "USER": "root", "LOGNAME": "root"}
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
-               "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded")
+               "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
+               "template_kmod", "apt_mirror")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -133,7 +134,7 @@ class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version="8.4.1",
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1"):
+                 hostname="pve1", template_kmod=True, apt_mirror=None):
         self.state = Path(state_dir).resolve()
         self.cfg = {
             "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
@@ -142,6 +143,9 @@ class SimNode:
             "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
             "template": bool(template), "template_name": TEMPLATE_NAME,
             "driver_loaded": bool(driver_loaded),
+            # containers created from now on: kmod in the template or not; the apt mirror URL
+            # their sources name (None: no apt source at all; the site is air-gapped)
+            "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
         }
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
@@ -203,6 +207,10 @@ class SimNode:
             return self
         if os.geteuid() != 0:
             raise SimNodeError("SimNode needs root (mount/pid namespaces, overlayfs, mknod)")
+        if self.cfg["template_kmod"] and not os.path.exists("/var/lib/dpkg/info/kmod.list"):
+            # containers are overlays of this machine's /: the default template's kmod is ours
+            raise SimNodeError("this machine lacks Debian's kmod, which the simulated "
+                               "containers' template has: apt-get install kmod (.ci/setup does)")
         if self.state.exists() and any(self.state.iterdir()):
             raise SimNodeError(f"state dir {self.state} is not empty")
         _install_handlers()
