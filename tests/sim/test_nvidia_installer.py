@@ -32,9 +32,10 @@ def installed(node, vmid=200) -> bool:
     return node.ct_run(vmid, ["test", "-e", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]).returncode == 0
 
 
-def test_userspace_installs_where_every_utility_is_there(sim_node):
+@pytest.mark.parametrize("option", ["--no-kernel-modules", "--no-kernel-module"])  # + its alias
+def test_userspace_installs_where_every_utility_is_there(sim_node, option):
     node = ct(sim_node())
-    r = install(node, "--silent", "--no-kernel-modules")
+    r = install(node, "--silent", option)
     assert r.returncode == 0, r.stderr
     # the makeself stub's lines come even with --silent
     assert r.stdout.startswith("Verifying archive integrity... OK\nUncompressing NVIDIA")
@@ -71,9 +72,11 @@ def test_aborts_on_the_first_missing_utility_in_its_order(sim_node, tool, packag
     assert not installed(node)
 
 
-def test_without_no_kernel_modules_it_refuses_in_a_container(sim_node):
+# --no-kernel-module-source only skips installing the module's source: the modules are still due
+@pytest.mark.parametrize("options", [["--silent"], ["--silent", "--no-kernel-module-source"]])
+def test_without_no_kernel_modules_it_refuses_in_a_container(sim_node, options):
     node = ct(sim_node())
-    r = install(node, "--silent")
+    r = install(node, *options)
     assert r.returncode == 1
     assert "\nWARNING: An NVIDIA kernel module 'nvidia' appears to be already loaded" in r.stderr
     assert r.stderr.endswith(
@@ -109,3 +112,14 @@ def test_template_without_an_apt_source_cannot_install_anything(sim_node):
     r = node.ct_run(200, ["sh", "-c", "apt-get -q update && apt-get -q install -y kmod"])
     assert r.returncode == 100
     assert "E: Unable to locate package kmod" in r.stderr
+
+
+def test_refuses_unless_root(sim_node):
+    node = ct(sim_node())
+    r = node.ct_run(200, ["sh", "-c", "cp /root/x.run /tmp/x.run && setpriv --reuid 65534 "
+                          "--regid 65534 --clear-groups sh /tmp/x.run --silent --no-kernel-modules"])
+    assert r.returncode == 1
+    assert r.stderr == (
+        "nvidia-installer: Error opening log file '/var/log/nvidia-installer.log' for writing "
+        "(Permission denied); disabling logging.\n"
+        "\nERROR: nvidia-installer must be run as root\n\n")
