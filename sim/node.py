@@ -37,7 +37,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
                "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order")
+               "minor_order", "template_kmod", "apt_mirror")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -134,7 +134,7 @@ class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version="8.4.1",
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1", minor_order="pci"):
+                 hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None):
         if minor_order not in ("pci", "reverse"):
             raise ValueError(f"minor_order={minor_order!r}: use 'pci' or 'reverse'")
         self.state = Path(state_dir).resolve()
@@ -147,6 +147,9 @@ class SimNode:
             "driver_loaded": bool(driver_loaded),
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
+            # containers created from now on: kmod in the template or not; the apt mirror URL
+            # their sources name (None: no apt source at all; the site is air-gapped)
+            "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
         }
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
@@ -208,6 +211,10 @@ class SimNode:
             return self
         if os.geteuid() != 0:
             raise SimNodeError("SimNode needs root (mount/pid namespaces, overlayfs, mknod)")
+        if self.cfg["template_kmod"] and not os.path.exists("/var/lib/dpkg/info/kmod.list"):
+            # containers are overlays of this machine's /: the default template's kmod is ours
+            raise SimNodeError("this machine lacks Debian's kmod, which the simulated "
+                               "containers' template has: apt-get install kmod (.ci/setup does)")
         if self.state.exists() and any(self.state.iterdir()):
             raise SimNodeError(f"state dir {self.state} is not empty")
         _install_handlers()

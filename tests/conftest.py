@@ -1,1 +1,1 @@
-pytest_plugins = ["sim.fixtures_index"]
+pytest_plugins = ["sim.fixtures_index", "sim.fixtures_apt"]

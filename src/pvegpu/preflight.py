@@ -13,6 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from . import boot
 from .facts.proxmox import NodeState
+from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import training_path_problems
@@ -144,6 +145,9 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
         target = live.get("driver_version") or driver
         if libcuda != target and not state.get("installer"):
             problems.append(_installer_line(settings, node, vmid, target, libcuda or "none"))
+        action, missing = plan_tools(live.get("missing_tools"))
+        if libcuda != target and action == "fail":  # the installer would abort: say so now
+            problems.append(f"{node}: {missing_tools_line(vmid, missing)}")
     return problems, warnings
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..installer_tools import INSTALLER_TOOLS
 from .probe import ProbeFact
 
 
@@ -28,7 +29,8 @@ class NodeState(ProbeFact):
     - ``boot_files`` (sha256 per path), ``units`` (path(s), enabled, active), ``tools``;
     - ``containers[<vmid>]``: exists, config (main section), raw_lxc, pending, pending_delete, text,
       and by ``ct_detail``: status ("status"), plus ``live`` ("full": the container's own view —
-      driver_version from its /proc/driver/nvidia/version, libs, nvidia_smi, devices, unit_active).
+      driver_version from its /proc/driver/nvidia/version, libs, nvidia_smi, devices, unit_active,
+      missing_tools: the utilities NVIDIA's installer needs that it would not find there).
     """
 
     probe = "node_state"
@@ -38,7 +40,7 @@ class NodeState(ProbeFact):
         return self.command_for(
             vmids=list(vmids), installer_dir=installer_dir, data_dir=data_dir,
             boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
-            unit_name=unit_name,
+            unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS),
         )
 
     @staticmethod

@@ -15,6 +15,7 @@ from pyinfra.api import StringCommand, operation
 
 from .. import boot
 from ..facts.proxmox import NodeState
+from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
 from ..settings import Settings
 from .util import fail, note, run_point, write_file_command
@@ -282,7 +283,8 @@ def driver_userspace(vmid: int, settings: Settings):
     The target is the version the container itself sees in /proc/driver/nvidia/version (the
     node's module). libcuda, libnvidia-ml and nvidia-smi must match it to the patch level, or CUDA
     fails ("Driver/library version mismatch" / CUDA error 999). A mismatch is reported as a fact,
-    then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``.
+    then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``,
+    after checking the utilities that installer needs (kmod's are installed with apt).
     """
     state, ct = node_state(settings, vmid, "full")
     live = ct.get("live")
@@ -306,6 +308,18 @@ def driver_userspace(vmid: int, settings: Settings):
             f"{host.name}: copy the installer of the node's driver there"
         )
         return
+    # nvidia-installer aborts without these, even with --no-kernel-modules: check them first
+    # (read by the same container probe), install kmod's when only those are missing.
+    action, missing = plan_tools(live.get("missing_tools"))
+    if action == "fail":
+        yield fail(missing_tools_line(vmid, missing))
+        return
+    if action == "install_kmod":
+        yield note(f"CT {vmid} lacks {', '.join(missing)} (kmod), which the NVIDIA installer "
+                   f"needs: installing kmod from the container's apt sources")
+        yield StringCommand(
+            f"pct exec {vmid} -- sh -c {shlex.quote(install_kmod_script(vmid, missing))}"
+        )
     yield note(f"CT {vmid}: kernel module {target}, userspace {', '.join(wrong)}: reinstalling")
     name = installer.rsplit("/", 1)[-1]
     target_path = f"/root/{name}"

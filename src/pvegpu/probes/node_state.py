@@ -2,7 +2,8 @@
 # Runs on the node with its system python3 (stdlib only). ARGS (a JSON string) is prepended:
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
-#  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service"}
+#  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service",
+#  "installer_tools": ["ldconfig", "grep", ...]}
 #
 # ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
 # node): "none" reads only its config file; "status" adds `pct status`; "full" runs ONE `pct exec`
@@ -210,18 +211,27 @@ for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2
 echo "smi $(command -v nvidia-smi)"
 for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
 echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
+for t in %(tools)s; do
+  f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
+    [ -f "$d/$t" ] && [ -x "$d/$t" ] && f=1 && break; done; unset IFS
+  [ -n "$f" ] || echo "missing $t"; done
 echo "end"
 """
+# "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
+# does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
 
 
 def container_view(vmid, unit):
-    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service"}
+    tools = " ".join(t for t in A.get("installer_tools", []) if re.fullmatch(r"[\w.-]+", t))
+    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service",
+                          "tools": tools}
     code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
     if "not running" in err and code != 0:
         return "stopped", None
     if code != 0 or "\nend" not in "\n" + out:
         return None, None
-    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None}
+    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None,
+            "missing_tools": []}
     for line in out.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "module":
@@ -238,6 +248,8 @@ def container_view(vmid, unit):
                 view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
         elif tag == "unit":
             view["unit_active"] = rest.strip() or None
+        elif tag == "missing":
+            view["missing_tools"].append(rest.strip())
     return "running", view
 
 
