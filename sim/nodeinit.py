@@ -165,9 +165,9 @@ def install(state, root, cfg):
     put(os.path.join(D, "pve-guests.service"), "/lib/systemd/system/pve-guests.service", 0o644)
     for name in ("systemctl", "nvidia-smi", "nvidia-installer.run"):
         put(os.path.join(D, name), "/usr/lib/pve-sim/doubles/" + name)
-    for name in ("query-gpu-fields.txt", "query-compute-apps-fields.txt"):  # nvidia-smi's real lists
-        put(os.path.join(HERE, "nvidia-smi-fields", name), "/usr/lib/pve-sim/nvidia-smi-fields/" + name,
-            0o644)
+    for name in ("query-gpu-fields.txt", "query-compute-apps-fields.txt"):  # nvidia-smi's own
+        put(os.path.join(HERE, "nvidia-smi-fields", name),
+            "/usr/lib/pve-sim/nvidia-smi-fields/" + name, 0o644)
     put(os.path.join(HERE, "enter.py"), "/usr/lib/pve-sim/enter.py", 0o644)
     put(os.path.join(HERE, "simctl.py"), "/usr/lib/pve-sim/simctl.py", 0o644)
     put(os.path.join(HERE, "pvelxc.py"), "/usr/lib/pve-sim/pvelxc.py", 0o644)

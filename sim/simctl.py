@@ -136,7 +136,8 @@ def apply(boot=False):
     # --- /dev ---
     for name in os.listdir("/dev"):
         minors = {g["minor"] for g in gpus}
-        if name.startswith("nvidia") and name[6:].isdigit() and (not loaded or int(name[6:]) not in minors):
+        stray = name.startswith("nvidia") and name[6:].isdigit() and int(name[6:]) not in minors
+        if stray or (not loaded and name.startswith("nvidia") and name[6:].isdigit()):
             _rm("/dev/" + name)
     if loaded:
         for g in gpus:
