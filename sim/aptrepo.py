@@ -12,7 +12,7 @@ No InRelease/Release.gpg: a container names it ``deb [trusted=yes] <url> <codena
 
     deb = ensure_deb("kmod")                  # cached in ~/.cache/pvegpu-sim/debs
     with AptMirror([deb]) as mirror:
-        mirror.source_line                     # "deb [trusted=yes] http://127.0.0.1:PORT/debian ..."
+        mirror.source_line              # "deb [trusted=yes] http://127.0.0.1:PORT/debian ..."
         mirror.downloads()                     # .deb file names served by GET
 """
 

@@ -29,7 +29,8 @@ def install(node, *options, vmid=200):
 
 
 def installed(node, vmid=200) -> bool:
-    return node.ct_run(vmid, ["test", "-e", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]).returncode == 0
+    libcuda = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    return node.ct_run(vmid, ["test", "-e", libcuda]).returncode == 0
 
 
 @pytest.mark.parametrize("option", ["--no-kernel-modules", "--no-kernel-module"])  # + its alias
@@ -116,8 +117,8 @@ def test_template_without_an_apt_source_cannot_install_anything(sim_node):
 
 def test_refuses_unless_root(sim_node):
     node = ct(sim_node())
-    r = node.ct_run(200, ["sh", "-c", "cp /root/x.run /tmp/x.run && setpriv --reuid 65534 "
-                          "--regid 65534 --clear-groups sh /tmp/x.run --silent --no-kernel-modules"])
+    r = node.ct_run(200, ["sh", "-c", "cp /root/x.run /tmp/x.run && setpriv --reuid 65534 --regid "
+                          "65534 --clear-groups sh /tmp/x.run --silent --no-kernel-modules"])
     assert r.returncode == 1
     assert r.stderr == (
         "nvidia-installer: Error opening log file '/var/log/nvidia-installer.log' for writing "

@@ -230,8 +230,8 @@ def container_view(vmid, unit):
         return "stopped", None
     if code != 0 or "\nend" not in "\n" + out:
         return None, None
-    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None,
-            "missing_tools": []}
+    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {},
+            "unit_active": None, "missing_tools": []}
     for line in out.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "module":
