@@ -34,6 +34,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from ..facts.probe import probe_command
+from ..guard import delete_command, delete_refusal
 from ..facts.python_env import ContainerState
 from ..locks import LockPlan, constraints, lock_plan, uv_wheel_hashes
 from ..settings import Settings
@@ -198,7 +199,7 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None,
     lines = [
         "set -e",
         f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)} {LOCKS_CACHE}",
-        f"rm -rf {shlex.quote(T)} {shlex.quote(N)}",
+        delete_command([T, N], venvs_dir=V),
         f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
         _file(inp, plan.text),
         _file(cons, constraints(settings)),
@@ -471,7 +472,13 @@ def venvs_pruned(settings: Settings):
     if not remove:
         return
     V = settings.venvs_dir.rstrip("/")
-    yield StringCommand("rm -rf -- " + " ".join(shlex.quote(f"{V}/{name}") for name in remove))
+    for name in [n for n in remove if delete_refusal(f"{V}/{n}", V)]:
+        remove.remove(name)  # not a name pvegpu gives builds: never deleted
+        host.log_styled(f"keeping {V}/{name}: not a pvegpu build name", fg="yellow",
+                        log_func=logger.warning)
+    if not remove:
+        return
+    yield StringCommand(delete_command([f"{V}/{name}" for name in remove], venvs_dir=V))
     remember(lambda doc: [doc.get("venvs", {}).pop(name, None) for name in remove])
 
 
