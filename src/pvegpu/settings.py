@@ -30,8 +30,8 @@ UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,199}$")
 # Paths end up in shell commands, Proxmox property strings and the systemd unit: only characters
 # none of them treats specially (no space, quote, $, %, \\, ',', '=', ';'), so no escaping can fail.
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
-# PYTORCH_CUDA_ALLOC_CONF: key:value pairs split by ',', e.g. roundup_power2_divisions:[256:1,>:8]
-ALLOC_CONF_RE = re.compile(r"^[A-Za-z0-9_.:,\[\]>]*$")
+# PYTORCH_CUDA_ALLOC_CONF: key:value pairs split by ",", e.g. roundup_power2_divisions:[256:1,512:2]
+ALLOC_CONF_RE = re.compile(r"^[A-Za-z0-9_.:,\[\]]*$")
 # RFC 1123 host name (what pct's dns-name format accepts, with RFC 1123's label and name lengths).
 HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # Paths in the container and on the node (the rest of the path settings are controller paths).
@@ -225,7 +225,7 @@ class Settings:
         if not ALLOC_CONF_RE.match(self.pytorch_cuda_alloc_conf):
             errs.append(
                 f"pytorch_cuda_alloc_conf={self.pytorch_cuda_alloc_conf!r} has characters outside "
-                "letters, digits and _ . : , [ ] >: write it like expandable_segments:True"
+                "letters, digits and _ . : , [ ]: write it like expandable_segments:True"
             )
         errs.extend(self._container_problems())
         errs.extend(self._control_character_problems())
@@ -404,13 +404,19 @@ def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
 
 
 def load_all(hosts) -> dict[str, Settings]:
-    """Validate every host's data; raise one SettingsError listing every problem of every host."""
+    """Validate every host's data, and the training unit it renders (``unit.unit_problems``:
+    systemd-analyze verify on the controller); raise one SettingsError listing every problem of
+    every host."""
+    from .unit import unit_problems  # here: unit imports this module
+
     result, errors = {}, []
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)
         except SettingsError as e:
             errors.extend(f"{h.name}: {line}" for line in str(e).splitlines())
+            continue
+        errors.extend(f"{h.name}: {line}" for line in unit_problems(result[h.name]))
     if errors:
         raise SettingsError("bad settings, nothing was changed:\n" + "\n".join(errors))
     return result
