@@ -108,7 +108,7 @@ def delete_refusal(path, venvs_dir=None):
         parent, name = path.rsplit("/", 1)
         parent = parent or "/"
         if venvs_dir and parent == venvs_dir and path_problem(venvs_dir) is None \
-                and BUILD_NAME_RE.match(name):
+                and system_dir(venvs_dir, PROXMOX_DIRS) is None and BUILD_NAME_RE.match(name):
             return None
         if any(path.startswith(own + "/") for own in OWN_DIRS):
             return None
