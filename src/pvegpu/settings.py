@@ -258,7 +258,7 @@ class Settings:
             if problem is None and not SAFE_PATH_RE.match(path):
                 problem = "has a character outside letters, digits and / . _ - + @"
             if problem is None and path == "/":
-                problem = "is /"
+                problem = "is the root directory /"
             if problem:
                 errs.append(f"{key}={path!r} {problem}: fix it in group_data/all.py or --data")
         if errs:
