@@ -221,7 +221,8 @@ class Settings:
         if self.verify_level not in ("basic", "compile"):
             errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
         if not UNIT_NAME_RE.match(self.training_unit_name):
-            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: use letters, digits, - _ . @ (not first)")
+            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: "
+                        "use letters, digits, - _ . @ (not first)")
         if not ALLOC_CONF_RE.match(self.pytorch_cuda_alloc_conf):
             errs.append(
                 f"pytorch_cuda_alloc_conf={self.pytorch_cuda_alloc_conf!r} has characters outside "
@@ -287,7 +288,8 @@ class Settings:
         node = self.data_dir_node
         if system_dir(node, PROXMOX_DIRS) or _in_tree(node, SYSTEM_TREES + PROXMOX_DIRS):
             errs.append(f"data_dir_node={node!r} is a system directory of the node (it would be "
-                        f"bind-mounted into the container): use a data directory, e.g. /tank/dflash")
+                        "bind-mounted into the container): use a data directory, e.g. "
+                        "/tank/dflash")
         return errs
 
     def _container_problems(self) -> list[str]:

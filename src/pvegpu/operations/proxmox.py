@@ -110,7 +110,8 @@ def data_mount_current(config: dict, key: str | None, settings: Settings) -> boo
     if key is None:
         return False
     source, opts = parse_mount(config[key])
-    return source == settings.data_dir_node and opts.get("mp", "").rstrip("/") == settings.data_dir_ct
+    target = opts.get("mp", "").rstrip("/")
+    return source == settings.data_dir_node and target == settings.data_dir_ct
 
 
 def settings_args(config: dict, settings: Settings) -> list[str]:
