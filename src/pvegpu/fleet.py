@@ -49,11 +49,60 @@ class Node:
         return data
 
 
-def _int(name: str, value, where: str) -> int:
+def _int(name: str, value, where: str, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an integer in ``low..high``, else one FleetError line naming it.
+
+    >>> _int("PVE_SSH_PORT", "99999", "the environment", 1, 65535)
+    Traceback (most recent call last):
+    ...
+    pvegpu.fleet.FleetError: PVE_SSH_PORT=99999 in the environment is outside 1..65535: fix it
+    """
     try:
-        return int(value)
+        if isinstance(value, (bool, float)):
+            raise ValueError  # YAML's yes/no or 2.5 is not a whole number
+        number = int(value)
     except (TypeError, ValueError):
         raise FleetError(f"{name}={value!r} in {where} is not a number: fix it") from None
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise FleetError(f"{name}={number} in {where} is outside {low}..{high}: fix it")
+    return number
+
+
+def _port(name: str, value, where: str) -> int:
+    return _int(name, value, where, 1, 65535)
+
+
+def _vmid(name: str, value, where: str) -> int:
+    # pve-common's pve-vmid format: 100..999999999 (ids below 100 are reserved by Proxmox).
+    return _int(name, value, where, 100, 999999999)
+
+
+def _key_file(name: str, value, where: str) -> str | None:
+    """The SSH private key path, checked to exist on the controller (a missing key is one line,
+    not a traceback from the SSH library)."""
+    if not value:
+        return None
+    path = os.path.expanduser(str(value))
+    if not os.path.isfile(path):
+        raise FleetError(f"{name}={value} in {where} does not exist or is not a file: point it at "
+                         "the private key that logs in to the node")
+    return str(value)
+
+
+def _check_unique(nodes: list["Node"], where: str) -> list["Node"]:
+    """Each node once, each container once: a node or CT listed twice would be deployed twice,
+    side by side."""
+    seen: set[str] = set()
+    for node in nodes:
+        if node.address in seen:
+            raise FleetError(f"node {node.address} is listed twice in {where}: list it once, "
+                             "with all its containers")
+        seen.add(node.address)
+        twice = sorted({v for v in node.containers if node.containers.count(v) > 1})
+        if twice:
+            raise FleetError(f"CT {twice[0]} of node {node.address} is listed twice in {where}: "
+                             "list each container once")
+    return nodes
 
 
 def fleet_from_env(env: Mapping[str, str]) -> list[Node]:
@@ -64,11 +113,11 @@ def fleet_from_env(env: Mapping[str, str]) -> list[Node]:
     return [
         Node(
             address=address,
-            ssh_port=_int("PVE_SSH_PORT", env.get("PVE_SSH_PORT", "22"), "the environment"),
+            ssh_port=_port("PVE_SSH_PORT", env.get("PVE_SSH_PORT", "22"), "the environment"),
             ssh_user=env.get("PVE_SSH_USER", "root") or "root",
-            ssh_key=env.get("PVE_SSH_KEY") or None,
+            ssh_key=_key_file("PVE_SSH_KEY", env.get("PVE_SSH_KEY"), "the environment"),
             ssh_known_hosts_file=env.get("PVE_SSH_KNOWN_HOSTS") or None,
-            containers=(_int("CT_ID", env.get("CT_ID", "200"), "the environment"),),
+            containers=(_vmid("CT_ID", env.get("CT_ID", "200"), "the environment"),),
         )
     ]
 
@@ -92,14 +141,14 @@ def fleet_from_file(path: Path) -> list[Node]:
         nodes.append(
             Node(
                 address=str(entry["address"]),
-                ssh_port=_int("ssh_port", entry.get("ssh_port", 22), where),
+                ssh_port=_port("ssh_port", entry.get("ssh_port", 22), where),
                 ssh_user=str(entry.get("ssh_user", "root")),
-                ssh_key=entry.get("ssh_key"),
+                ssh_key=_key_file("ssh_key", entry.get("ssh_key"), where),
                 ssh_known_hosts_file=entry.get("ssh_known_hosts_file"),
-                containers=tuple(_int("containers", c, where) for c in containers),
+                containers=tuple(_vmid("containers", c, where) for c in containers),
             )
         )
-    return nodes
+    return _check_unique(nodes, str(path))
 
 
 def load_fleet(env: Mapping[str, str], project_dir: Path) -> list[Node]:

@@ -21,11 +21,29 @@ from typing import Any, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 
+from .guard import OWN_DIRS, PROXMOX_DIRS, is_within, overlaps, path_problem, system_dir
 from .variants import VARIANTS, Variant
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 PIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
-UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,199}$")
+# Paths end up in shell commands, Proxmox property strings and the systemd unit: only characters
+# none of them treats specially (no space, quote, $, %, \\, ',', '=', ';'), so no escaping can fail.
+SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
+# PYTORCH_CUDA_ALLOC_CONF: key:value pairs split by ",", e.g. roundup_power2_divisions:[256:1,512:2]
+ALLOC_CONF_RE = re.compile(r"^[A-Za-z0-9_.:,\[\]]*$")
+# RFC 1123 host name (what pct's dns-name format accepts, with RFC 1123's label and name lengths).
+HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Paths in the container and on the node (the rest of the path settings are controller paths).
+CT_PATHS = ("python_interpreter", "venv_path", "venvs_dir", "uv_cache_dir", "data_dir_ct",
+            "training_script", "training_workdir", "dataset_dir", "checkpoint_dir")
+NODE_PATHS = ("data_dir_node", "nvidia_installer_dir")
+# Where pvegpu deletes (builds) or replaces (the live link): kept apart from data and each other.
+DELETE_REACH = ("venv_path", "venvs_dir", "uv_cache_dir")
+# Trees no mount point and no data dir may be in (their contents are the operating system's).
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib*", "/proc", "/run", "/sbin", "/sys", "/usr")
+# pct's ranges (pve-container src/PVE/LXC/Config.pm): cores 1..8192, memory >= 16 MiB, swap >= 0.
+CT_RANGES = {"ct_cores": (1, 8192), "ct_memory_mib": (16, None), "ct_swap_mib": (0, None)}
 # Training settings a variant may override (variant_overrides).
 OVERRIDABLE = ("token_budget", "max_batch_size")
 
@@ -187,14 +205,7 @@ class Settings:
             errs.append("locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)")
         if not VERSION_RE.match(self.uv_version or ""):
             errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
-        for key in ("python_interpreter", "venv_path", "venvs_dir", "uv_cache_dir", "data_dir_node",
-                    "data_dir_ct", "nvidia_installer_dir", "training_script", "training_workdir",
-                    "dataset_dir", "checkpoint_dir"):
-            path = getattr(self, key)
-            if not path.startswith("/") or path.rstrip("/") == "":
-                errs.append(f"{key}={path!r} must be an absolute path below /: fix it in group_data/all.py or --data")
-        if self.venv_path.rstrip("/").startswith(self.venvs_dir.rstrip("/") + "/"):
-            errs.append(f"venv_path={self.venv_path!r} is inside venvs_dir: keep the live link outside it")
+        errs.extend(self._path_problems())
         if self.keep_venvs < 1:
             errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
         if self.expected_gpu_count < 1:
@@ -212,7 +223,15 @@ class Settings:
         if self.verify_level not in ("basic", "compile"):
             errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
         if not UNIT_NAME_RE.match(self.training_unit_name):
-            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: use letters, digits, - _ . @")
+            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: "
+                        "use letters, digits, - _ . @ (not first)")
+        if not ALLOC_CONF_RE.match(self.pytorch_cuda_alloc_conf):
+            errs.append(
+                f"pytorch_cuda_alloc_conf={self.pytorch_cuda_alloc_conf!r} has characters outside "
+                "letters, digits and _ . : , [ ]: write it like expandable_segments:True"
+            )
+        errs.extend(self._container_problems())
+        errs.extend(self._control_character_problems())
         for key in ("token_budget", "max_batch_size"):
             for variant in sorted(set(VARIANTS) | set(self.variant_overrides)):
                 value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
@@ -230,9 +249,77 @@ class Settings:
         for key in ("training_stop_timeout_s", "training_restart_delay_s", "training_restart_burst"):
             if getattr(self, key) <= 0:
                 errs.append(f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data")
-        for key in ("ct_cores", "ct_memory_mib"):
-            if getattr(self, key) <= 0:
-                errs.append(f"{key}={getattr(self, key)} must be positive: set a positive value")
+        return errs
+
+    def _path_problems(self) -> list[str]:
+        """Paths: well-formed, and placed so that no delete or mount of pvegpu reaches data, the
+        system or another of them (one line each)."""
+        errs = []
+        for key in (*CT_PATHS, *NODE_PATHS):
+            path = getattr(self, key)
+            problem = path_problem(path)
+            if problem is None and not SAFE_PATH_RE.match(path):
+                problem = "has a character outside letters, digits and / . _ - + @"
+            if problem is None and path == "/":
+                problem = "is the root directory /"
+            if problem:
+                errs.append(f"{key}={path!r} {problem}: fix it in group_data/all.py or --data")
+        if errs:
+            return errs  # the placement checks below need well-formed paths
+        data = self.data_dir_ct
+        data_ok = not (system_dir(data) or _in_tree(data, SYSTEM_TREES + OWN_DIRS))
+        if not data_ok:
+            errs.append(f"data_dir_ct={data!r} is a system directory of the container (the mount "
+                        f"would hide it): use a directory of its own, e.g. /data")
+        for key in DELETE_REACH:
+            path = getattr(self, key)
+            if system_dir(path):
+                errs.append(f"{key}={path!r} is a system directory: use a directory of its own, "
+                            f"e.g. the default {_DEFAULT_HINT[key]}")
+            elif data_ok and overlaps(path, data):
+                errs.append(f"{key}={path!r} overlaps data_dir_ct={data!r} (a rebuild could reach "
+                            f"the data): keep them apart (defaults: {key}={_DEFAULT_HINT[key]}, "
+                            "data_dir_ct=/data)")
+        for i, a in enumerate(DELETE_REACH):
+            for b in DELETE_REACH[i + 1:]:
+                pa, pb = getattr(self, a), getattr(self, b)
+                if overlaps(pa, pb) and not (system_dir(pa) or system_dir(pb)):
+                    errs.append(f"{a}={pa!r} and {b}={pb!r} overlap (deleting one would reach "
+                                f"the other): keep them apart, e.g. {a}={_DEFAULT_HINT[a]} "
+                                f"{b}={_DEFAULT_HINT[b]}")
+        node = self.data_dir_node
+        if system_dir(node, PROXMOX_DIRS) or _in_tree(node, SYSTEM_TREES + PROXMOX_DIRS):
+            errs.append(f"data_dir_node={node!r} is a system directory of the node (it would be "
+                        "bind-mounted into the container): use a data directory, e.g. "
+                        "/tank/dflash")
+        return errs
+
+    def _container_problems(self) -> list[str]:
+        """The container's hostname (RFC 1123) and pct's ranges for cores, memory and swap."""
+        errs = []
+        name = self.ct_hostname
+        if len(name) > 253 or not all(HOST_LABEL_RE.match(label) for label in name.split(".")):
+            errs.append(f"ct_hostname={name!r} is not a valid host name (RFC 1123: letters, "
+                        f"digits and inner '-', dot-separated labels): e.g. dflash-train")
+        for key, (low, high) in CT_RANGES.items():
+            value = getattr(self, key)
+            if value < low or (high is not None and value > high):
+                span = f"{low}..{high}" if high is not None else f">= {low}"
+                errs.append(f"{key}={value} is outside pct's range {span}: set a value in range")
+        return errs
+
+    def _control_character_problems(self) -> list[str]:
+        """No string setting may carry a newline or control character (one line could become
+        two in a unit file, a config line or a command)."""
+        errs = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if f.name in (*CT_PATHS, *NODE_PATHS, *STRICT_STRINGS):
+                continue  # checked more strictly elsewhere
+            if any(isinstance(v, str) and CONTROL_RE.search(v) for v in values):
+                errs.append(f"{f.name}={value!r} contains a newline or control character: "
+                            "remove it")
         return errs
 
     def _gpu_problems(self) -> list[str]:
@@ -255,6 +342,26 @@ class Settings:
                 f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a drafter"
             )
         return errs
+
+
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# String settings with a character rule of their own (no control character passes it).
+STRICT_STRINGS = ("pytorch_cuda_alloc_conf", "training_unit_name", "ct_hostname", "torch_version",
+                  "torch_variant")
+_DEFAULT_HINT = {"venv_path": "/root/venv", "venvs_dir": "/root/venvs",
+                 "uv_cache_dir": "/root/.cache/uv"}
+
+
+def _in_tree(path: str, trees) -> bool:
+    """``path`` is one of ``trees`` or below one (an entry ending in ``*`` is a prefix)."""
+    for tree in trees:
+        if tree.endswith("*"):
+            first = path.split("/")[1] if path.count("/") else path
+            if ("/" + first).startswith(tree[:-1]):
+                return True
+        elif is_within(path, tree):
+            return True
+    return False
 
 
 def _coerce(name: str, typ: Any, raw: Any) -> Any:
@@ -301,13 +408,19 @@ def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
 
 
 def load_all(hosts) -> dict[str, Settings]:
-    """Validate every host's data; raise one SettingsError listing every problem of every host."""
+    """Validate every host's data, and the training unit it renders (``unit.unit_problems``:
+    systemd-analyze verify on the controller); raise one SettingsError listing every problem of
+    every host."""
+    from .unit import unit_problems  # here: unit imports this module
+
     result, errors = {}, []
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)
         except SettingsError as e:
             errors.extend(f"{h.name}: {line}" for line in str(e).splitlines())
+            continue
+        errors.extend(f"{h.name}: {line}" for line in unit_problems(result[h.name]))
     if errors:
         raise SettingsError("bad settings, nothing was changed:\n" + "\n".join(errors))
     return result

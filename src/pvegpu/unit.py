@@ -17,12 +17,17 @@ compares that with what a start now would run, to tell whether a restart is pend
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import jinja2
 
-from .settings import Settings, defaults  # noqa: F401 (defaults: doctest)
+from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
@@ -82,13 +87,79 @@ def unit_context(settings: Settings) -> dict:
     }
 
 
+# What a value rendered into the unit may hold. systemd (systemd.syntax(7), systemd.service(5)
+# "COMMAND LINES", systemd.unit(5) "SPECIFIERS") splits on whitespace, unquotes '...' and "...",
+# expands C escapes after \\, % specifiers, $VAR/${VAR}, and ';' separates commands; a newline
+# ends the directive. The values also sit inside sh -c '...'. None of those characters may pass,
+# so the unit needs no escaping and cannot be rewritten by a value.
+UNIT_VALUE_RE = re.compile(r"^[A-Za-z0-9_./@+:,\[\]-]*$")
+
+
+def unit_value(value):
+    """A value as rendered into the unit, or SettingsError when it holds a character systemd or
+    the shell would interpret (a newline, a space, a quote, $, %, \\, ;, ...).
+
+    >>> unit_value("/data/x.py"), unit_value(48)
+    ('/data/x.py', 48)
+    >>> unit_value("a\\nExecStartPre=/bin/touch /tmp/INJECTED")
+    Traceback (most recent call last):
+    ...
+    pvegpu.settings.SettingsError: 'a\\nExecStartPre=/bin/touch /tmp/INJECTED' cannot be written into a systemd unit (newline, space, quote, $, %, \\ or ; would be interpreted): fix the setting it comes from
+    """
+    if isinstance(value, (bool, int)) or UNIT_VALUE_RE.match(str(value)):
+        return value
+    raise SettingsError(
+        f"{str(value)!r} cannot be written into a systemd unit (newline, space, quote, $, %, \\ "
+        "or ; would be interpreted): fix the setting it comes from"
+    )
+
+
 def render_unit(settings: Settings, templates: Path = TEMPLATES) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        finalize=unit_value,  # every {{ value }} passes the check, whatever its source
     )
     return env.get_template("training.service.j2").render(**unit_context(settings))
+
+
+@functools.lru_cache(maxsize=32)  # every host of a fleet usually renders the same unit
+def verify_problems(text: str, unit_name: str) -> tuple[str, ...]:
+    """What ``systemd-analyze verify`` says about a rendered unit, one line each (empty: none, or
+    no systemd-analyze on this controller). It reports many bad values on stderr and still exits
+    0 ("..., ignoring"), so every line naming the unit is a problem, and so is a failing exit.
+    The unit is checked here, on the controller, before anything is installed anywhere."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return ()
+    with tempfile.TemporaryDirectory(prefix="pvegpu-unit-") as d:
+        path = Path(d) / f"{unit_name}.service"
+        path.write_text(text)
+        p = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True,
+                           timeout=120)
+    lines = [line.strip().replace(str(path), path.name) for line in p.stderr.splitlines()
+             if path.name in line]
+    if p.returncode != 0 and not lines:
+        lines = [line.strip() for line in p.stderr.splitlines() if line.strip()][-1:] or [
+            f"exit status {p.returncode}"]
+    return tuple(lines)
+
+
+def unit_problems(settings: Settings, templates: Path = TEMPLATES) -> list[str]:
+    """One line per reason the training unit of ``settings`` cannot be installed: a value it
+    cannot hold, or what ``systemd-analyze verify`` rejects.
+
+    >>> unit_problems(Settings.from_data(defaults()))
+    []
+    """
+    try:
+        text = render_unit(settings, templates)
+    except SettingsError as e:
+        return [str(e)]
+    return [f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
+            "fix the setting or templates/training.service.j2"
+            for line in verify_problems(text, settings.training_unit_name)]
 
 
 def digest(text: str) -> str:

@@ -137,3 +137,29 @@ def test_ssh_data_given_with_cli_data_applies_to_node_and_container(node):
     assert p.returncode == 0, out
     assert "[127.0.0.1]          pve1" in out
     assert "[@pct/127.0.0.1/200] t" in out
+
+
+def test_put_file_to_a_hostile_name_creates_exactly_that_file_and_runs_nothing(ct, node):
+    assert run(ct, StringCommand("rm -rf /tmp/putbox /tmp/INJ /root/INJ /INJ && mkdir /tmp/putbox"))[0]
+    # The row: the name's directory part ("/tmp/x$(touch /tmp") does not exist, so the
+    # upload fails loudly, and the $(...) never runs.
+    with pytest.raises(IOError, match="upload to"):
+        ct.put_file(io.BytesIO(b"payload"), "/tmp/x$(touch /tmp/INJ)y")
+    name = "x$(touch INJ)y`touch INJ`;touch INJ"
+    assert ct.put_file(io.BytesIO(b"payload"), f"/tmp/putbox/{name}")
+    found = node.ct_run(200, ["sh", "-c", "ls -A /tmp/putbox; ls /tmp/INJ /root/INJ /INJ 2>&1"])
+    assert found.stdout.splitlines()[0] == name
+    assert "INJ:" not in found.stdout.replace(name, "") and found.stdout.count("No such file") == 3
+    assert node.ct_run(200, ["cat", f"/tmp/putbox/{name}"]).stdout == "payload"
+
+
+@pytest.mark.parametrize("name", TRICKY)
+def test_put_file_and_get_file_round_trip_unusual_names(ct, node, name):
+    assert run(ct, StringCommand("rm -rf /tmp/putbox && mkdir /tmp/putbox"))[0]
+    data = name.encode() + bytes(range(256))
+    assert ct.put_file(io.BytesIO(data), f"/tmp/putbox/{name}")
+    listing = node.ct_run(200, ["python3", "-c", "import os; print(os.listdir('/tmp/putbox'))"])
+    assert listing.stdout.strip() == repr([name])
+    back = io.BytesIO()
+    assert ct.get_file(f"/tmp/putbox/{name}", back)
+    assert back.getvalue() == data

@@ -2,12 +2,15 @@
 real shell with a `pct` stand-in that executes what follows `--` (as lxc-attach does)."""
 
 import os
+import shlex
 import subprocess
 
 import pytest
 from pyinfra.api import QuoteString, StringCommand
 
-from pvegpu.connectors.pct import explain_pct_error, parse_pct_name, pct_exec_argv
+from pvegpu.connectors.pct import (
+    explain_pct_error, get_command, parse_pct_name, pct_exec_argv, put_command,
+)
 from pyinfra.api.exceptions import InventoryError
 from tests.tricky_strings import TRICKY
 
@@ -50,3 +53,34 @@ def test_names_and_errors():
     assert "does not exist on node n1" in explain_pct_error(
         "n1", 200, "Configuration file 'nodes/pve1/lxc/200.conf' does not exist")
     assert explain_pct_error("n1", 200, "sh: 1: foo: not found") is None
+
+
+def node_shell(fake_pct, inner: str, data: bytes = b"", cwd=None):
+    """Run what ``PctConnector._exec_bytes`` sends over SSH (the node's shell runs it)."""
+    command = shlex.join(pct_exec_argv(200, inner))
+    env = {"PATH": f"{fake_pct}:/usr/bin:/bin"}
+    return subprocess.run(["sh", "-c", command], env=env, input=data, capture_output=True, cwd=cwd)
+
+
+def test_put_to_a_hostile_name_creates_exactly_that_file_and_runs_nothing(fake_pct, tmp_path):
+    box = tmp_path / "box"
+    box.mkdir()
+    dest = f"{box}/x$(touch INJ)y`touch INJ2`;touch INJ3"  # an injection would land in box
+    assert node_shell(fake_pct, put_command(dest), b"payload", cwd=box).returncode == 0
+    assert sorted(os.listdir(box)) == [os.path.basename(dest)]
+    assert (box / os.path.basename(dest)).read_bytes() == b"payload"
+
+
+@pytest.mark.parametrize("name", TRICKY + ["'", '"', "a'b\"c$d", "--", "*"])
+def test_file_names_round_trip_through_put_and_get(fake_pct, tmp_path, name):
+    box = tmp_path / "box"
+    box.mkdir()
+    data = name.encode() + b"\x00\xff" + bytes(range(256))
+    # Relative to the working directory too, where a leading dash would read as an option.
+    for dest, cwd in ((f"{box}/{name}", None), (name, box)):
+        put = node_shell(fake_pct, put_command(dest), data, cwd=cwd)
+        assert put.returncode == 0, put.stderr
+        assert sorted(os.listdir(box)) == [name]
+        got = node_shell(fake_pct, get_command(dest), cwd=cwd)
+        assert got.returncode == 0 and got.stdout == data, got.stderr
+        (box / name).unlink()

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,11 @@ from pvegpu.fleet import FleetError, inventory_groups, load_fleet
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_env_configures_one_node_and_container():
+def test_env_configures_one_node_and_container(key):
     nodes = load_fleet({"PVE_HOST": "127.0.0.1", "PVE_SSH_PORT": "2222", "CT_ID": "201",
-                        "PVE_SSH_KEY": "/k"}, ROOT)
+                        "PVE_SSH_KEY": key}, ROOT)
     pve, cts = inventory_groups(nodes)
-    assert pve == [("127.0.0.1", {"ssh_port": 2222, "ssh_user": "root", "ssh_key": "/k",
+    assert pve == [("127.0.0.1", {"ssh_port": 2222, "ssh_user": "root", "ssh_key": key,
                                   "pve_ct_ids": [201]})]
     assert cts[0][0] == "@pct/127.0.0.1/201"
     assert cts[0][1]["ssh_port"] == 2222
@@ -27,7 +28,7 @@ def test_fleet_file(tmp_path):
     assert [h for h, _ in cts] == ["@pct/127.0.0.2/200", "@pct/127.0.0.2/201"]
 
 
-def test_example_fleet_file_parses_but_is_never_a_default(tmp_path):
+def test_example_fleet_file_parses_but_is_never_a_default(tmp_path, key):
     nodes = load_fleet({"PVE_FLEET": str(ROOT / "fleet.example.yaml")}, tmp_path)
     assert nodes[0].containers == (200,)
     with pytest.raises(FleetError, match="no Proxmox node configured"):
@@ -47,7 +48,7 @@ def test_bad_fleet_files(tmp_path, text, fragment):
         load_fleet({}, tmp_path)
 
 
-def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path):
+def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path, key):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
     # debug-inventory loads the inventory only; a connection attempt would show as "Connecting".
     p = subprocess.run(
@@ -60,3 +61,55 @@ def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path):
     assert "python -m sim demo" in out
     example_node = load_fleet({"PVE_FLEET": str(ROOT / "fleet.example.yaml")}, ROOT)[0].address
     assert "Connecting" not in out and example_node not in out
+
+
+@pytest.fixture
+def key(tmp_path, monkeypatch):
+    """A private key file, and a HOME whose ~/.ssh/id_ed25519 exists (as fleet.example.yaml says)."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("key\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return str(tmp_path / ".ssh" / "id_ed25519")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"PVE_SSH_PORT": "99999"}, "PVE_SSH_PORT=99999 in the environment is outside 1..65535"),
+    ({"PVE_SSH_PORT": "0"}, "PVE_SSH_PORT=0 in the environment is outside 1..65535"),
+    ({"PVE_SSH_PORT": "22x"}, "PVE_SSH_PORT='22x' in the environment is not a number"),
+    ({"CT_ID": "99"}, "CT_ID=99 in the environment is outside 100..999999999"),
+    ({"PVE_SSH_KEY": "/no/such/key"}, "PVE_SSH_KEY=/no/such/key in the environment does not exist"),
+])
+def test_bad_environment_is_one_line(env, fragment):
+    with pytest.raises(FleetError) as e:
+        load_fleet({"PVE_HOST": "127.0.0.1", **env}, ROOT)
+    assert str(e.value).splitlines() == [str(e.value)] and fragment in str(e.value)
+
+
+def test_an_existing_key_file_is_accepted(key):
+    assert load_fleet({"PVE_HOST": "127.0.0.1", "PVE_SSH_KEY": "~/.ssh/id_ed25519"}, ROOT)[0].ssh_key
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("nodes:\n  - address: 127.0.0.1\n    containers: [200, 201, 200]\n",
+     "CT 200 of node 127.0.0.1 is listed twice"),
+    ("nodes:\n  - address: 127.0.0.1\n  - address: 127.0.0.1\n    containers: [201]\n",
+     "node 127.0.0.1 is listed twice"),
+    ("nodes:\n  - address: 127.0.0.1\n    ssh_port: 70000\n", "ssh_port=70000 in"),
+    ("nodes:\n  - address: 127.0.0.1\n    ssh_key: /no/such/key\n", "ssh_key=/no/such/key in"),
+    ("nodes:\n  - address: 127.0.0.1\n    containers: [2.5]\n", "containers=2.5 in"),
+])
+def test_duplicates_and_bad_values_in_the_fleet_file(tmp_path, text, fragment):
+    f = tmp_path / "fleet.yaml"
+    f.write_text(text)
+    with pytest.raises(FleetError, match=re.escape(fragment)):
+        load_fleet({}, tmp_path)
+
+
+def test_a_bad_port_stops_pyinfra_with_one_line_and_no_traceback(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
+    env.update(PVE_HOST="127.0.0.1", PVE_SSH_PORT="99999")
+    p = subprocess.run([sys.executable, "-m", "pyinfra", "inventory.py", "debug-inventory"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "PVE_SSH_PORT=99999 in the environment is outside 1..65535" in out
+    assert "Traceback" not in out and "Connecting" not in out

@@ -229,7 +229,7 @@ def test_build_script_builds_beside_the_live_venv_offline_first():
     script = build_script(s, lock_of(s), "3.11.2")
     lines = script.splitlines()
     assert lines[0] == "set -e"
-    assert "rm -rf /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next" in script
+    assert "rm -rf -- /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next" in script
     assert lines[-1] == "mv /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next"
     # nothing but .building/.next of this build is removed; the live link is never touched
     assert [l for l in lines if "rm " in l] == [lines[2]]

@@ -58,3 +58,59 @@ def test_missing_variable_names_the_defaults_file():
     del data["venv_path"]
     with pytest.raises(SettingsError, match="venv_path is not set: define it in group_data/all.py"):
         Settings.from_data(data)
+
+
+@pytest.mark.parametrize("over, line", [
+    ({"venvs_dir": "/data"}, "venvs_dir='/data' overlaps data_dir_ct='/data'"),
+    ({"venvs_dir": "/data/venvs"}, "venvs_dir='/data/venvs' overlaps data_dir_ct='/data'"),
+    ({"uv_cache_dir": "/data/.cache/uv"}, "uv_cache_dir='/data/.cache/uv' overlaps data_dir_ct"),
+    ({"data_dir_ct": "/root/venvs"}, "venvs_dir='/root/venvs' overlaps data_dir_ct='/root/venvs'"),
+    ({"venv_path": "/root"}, "venv_path='/root' is a system directory"),
+    ({"venvs_dir": "/usr"}, "venvs_dir='/usr' is a system directory"),
+    ({"uv_cache_dir": "/etc"}, "uv_cache_dir='/etc' is a system directory"),
+    ({"venvs_dir": "/"}, "venvs_dir='/' is the root directory"),
+    ({"venv_path": "/root/venvs/live"}, "venv_path='/root/venvs/live' and venvs_dir='/root/venvs' overlap"),
+    ({"uv_cache_dir": "/root/venvs/cache"}, "venvs_dir='/root/venvs' and uv_cache_dir='/root/venvs/cache' overlap"),
+    ({"venvs_dir": "/root/venvs/"}, "venvs_dir='/root/venvs/' is not normalised: write /root/venvs"),
+    ({"venvs_dir": "/root/x/../venvs"}, "is not normalised: write /root/venvs"),
+    ({"venvs_dir": "//root/venvs"}, "is not normalised: write /root/venvs"),
+    ({"data_dir_ct": "/root"}, "data_dir_ct='/root' is a system directory of the container"),
+    ({"data_dir_ct": "/usr/local"}, "data_dir_ct='/usr/local' is a system directory of the container"),
+    ({"data_dir_ct": "/opt/pvegpu/d"}, "data_dir_ct='/opt/pvegpu/d' is a system directory"),
+    ({"data_dir_ct": "/data,ro=1"}, "data_dir_ct='/data,ro=1' contains ','"),
+    ({"data_dir_ct": "/data=x"}, "data_dir_ct='/data=x' has a character outside"),
+    ({"data_dir_node": "/etc"}, "data_dir_node='/etc' is a system directory of the node"),
+    ({"data_dir_node": "/"}, "data_dir_node='/' is the root directory"),
+    ({"data_dir_node": "/etc/pve/data"}, "data_dir_node='/etc/pve/data' is a system directory"),
+    ({"data_dir_node": "/var/lib/vz"}, "data_dir_node='/var/lib/vz' is a system directory"),
+    ({"data_dir_node": "/lib64"}, "data_dir_node='/lib64' is a system directory"),
+    ({"data_dir_node": "/root"}, "data_dir_node='/root' is a system directory"),
+    ({"data_dir_node": "/tank/dflash,ro=1"}, "data_dir_node='/tank/dflash,ro=1' contains ','"),
+    ({"data_dir_node": "/tank/d\nx"}, "data_dir_node='/tank/d\\nx' contains a newline"),
+    ({"ct_hostname": "x;id $(id)"}, "ct_hostname='x;id $(id)' is not a valid host name"),
+    ({"ct_hostname": "-x"}, "ct_hostname='-x' is not a valid host name"),
+    ({"ct_hostname": "a" * 64}, "is not a valid host name"),
+    ({"ct_memory_mib": 1}, "ct_memory_mib=1 is outside pct's range >= 16"),
+    ({"ct_swap_mib": -1}, "ct_swap_mib=-1 is outside pct's range >= 0"),
+    ({"ct_cores": 0}, "ct_cores=0 is outside pct's range 1..8192"),
+    ({"ct_cores": 8193}, "ct_cores=8193 is outside pct's range 1..8192"),
+    ({"ct_net0": "name=eth0\nlxc.x=1"}, "ct_net0='name=eth0\\nlxc.x=1' contains a newline"),
+    ({"training_unit_name": "-x"}, "training_unit_name='-x' is not a valid unit name"),
+])
+def test_container_and_path_rules(over, line):
+    with pytest.raises(SettingsError) as e:
+        make(**over)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 1 and line in lines[0], lines
+
+
+@pytest.mark.parametrize("over", [
+    {"ct_memory_mib": 16, "ct_swap_mib": 0, "ct_cores": 8192},
+    {"ct_hostname": "gpu-01.lab.example"},
+    {"data_dir_node": "/root/data", "nvidia_installer_dir": "/root"},
+    {"data_dir_ct": "/mnt/data", "training_script": "/mnt/data/t.py", "training_workdir": "/mnt/data"},
+    {"venvs_dir": "/srv/venvs", "venv_path": "/srv/venv", "uv_cache_dir": "/srv/uv-cache"},
+    {"pytorch_cuda_alloc_conf": "expandable_segments:True,roundup_power2_divisions:[256:1,512:2]"},
+])
+def test_reasonable_values_pass(over):
+    make(**over)

@@ -2,8 +2,10 @@
 `systemd-analyze verify` on the controller.
 
 Regenerate the golden files after an intended template change with
-PVEGPU_UPDATE_GOLDEN=1 uv run pytest tests/unit/test_unit_render.py (and review the diff)."""
+PVEGPU_UPDATE_GOLDEN=1 uv run pytest tests/unit/test_unit_render.py: the golden test then rewrites
+them and fails (a run that rewrites never passes), so review the diff and run the tests again."""
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -11,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.settings import Settings, SettingsError, defaults
+from pvegpu.settings import Settings, SettingsError, defaults, load_all
 from pvegpu.unit import (
-    desired_start, digest, parse_started_record, pending_reasons, render_unit, training_argv_prefix,
-    training_matcher,
+    TEMPLATES, desired_start, digest, parse_started_record, pending_reasons, render_unit,
+    training_argv_prefix, training_matcher, unit_problems,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -32,9 +34,40 @@ def render(**over):
 def test_rendered_unit_matches_the_golden_file(variant):
     text = render(torch_variant=variant)
     golden = GOLDEN / f"dflash-train.{variant}.service"
-    if os.environ.get("PVEGPU_UPDATE_GOLDEN"):
+    if os.environ.get("PVEGPU_UPDATE_GOLDEN") and text != golden.read_text():
         golden.write_text(text)
+        pytest.fail(f"rewrote {golden.name}: review the diff, then run the tests again without "
+                    "PVEGPU_UPDATE_GOLDEN")
     assert text == golden.read_text()
+
+
+def service_directives(text):
+    """{key: [values]} of the [Service] section, continuation lines joined."""
+    section, out, lines = None, {}, text.replace("\\\n", " ").splitlines()
+    for line in lines:
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("variant", ["cu128", "cu130"])
+def test_safety_directives_are_exactly_what_protects_the_training(variant):
+    d = service_directives(render(torch_variant=variant))
+    # The whole cgroup is stopped together (no orphaned dataloader workers holding GPUs), with
+    # SIGTERM first and the checkpoint window before SIGKILL; restarts only on failure, backed off.
+    assert d["KillMode"] == ["control-group"]
+    assert d["KillSignal"] == ["SIGTERM"]
+    assert d["TimeoutStopSec"] == ["900s"]
+    assert d["Restart"] == ["on-failure"] and d["RestartSec"] == ["30s"]
+    assert d["Type"] == ["simple"]
+    # The start record may fail without blocking the start: the leading "-".
+    assert len(d["ExecStartPre"]) == 1 and d["ExecStartPre"][0].startswith("-/bin/sh -c '")
+    assert len(d["ExecStart"]) == 1 and "ExecStop" not in d
+    assert d["WorkingDirectory"] == ["/data/dflash"]
+    assert "SendSIGKILL" not in d and "KillMode=none" not in render(torch_variant=variant)
 
 
 def test_cu130_gets_its_smaller_budget_and_own_caches():
@@ -138,3 +171,56 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path, variant):
 def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path):
     _, problems = analyze_verify(tmp_path, render().replace("Restart=on-failure", "Restart=sometimes"))
     assert any("Failed to parse service restart specifier" in line for line in problems), problems
+
+
+@pytest.mark.parametrize("over, fragment", [
+    ({"pytorch_cuda_alloc_conf": "a\nExecStartPre=/bin/touch /tmp/INJECTED"},
+     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' has characters outside"),
+    ({"training_script": "/data/dflash/my train.py"}, "training_script='/data/dflash/my train.py' has a"),
+    ({"training_script": "/data/dflash/it's.py"}, "training_script=\"/data/dflash/it's.py\" has a"),
+    ({"training_script": "/data/dflash/$(id).py"}, "training_script='/data/dflash/$(id).py' has a"),
+    ({"training_script": "/data/dflash/%n.py"}, "training_script='/data/dflash/%n.py' has a"),
+    ({"checkpoint_dir": "/data/ck\n[Install]"}, "checkpoint_dir='/data/ck\\n[Install]' contains a newline"),
+    ({"training_unit_name": "x\nExecStartPre=/bin/true"}, "is not a valid unit name"),
+])
+def test_no_value_can_rewrite_or_break_the_unit(over, fragment):
+    with pytest.raises(SettingsError) as e:
+        settings(**over)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 1 and fragment in lines[0], lines
+
+
+@pytest.mark.parametrize("key, value", [
+    ("pytorch_cuda_alloc_conf", "a\nExecStartPre=/bin/touch /tmp/INJECTED"),
+    ("training_script", "/data/it's here.py"),
+    ("checkpoint_dir", "/data/$(id)"),
+])
+def test_the_renderer_refuses_what_settings_would_have_refused(key, value):
+    # A second line of defence: even a value that bypassed validation never reaches the unit.
+    s = dataclasses.replace(settings(), **{key: value})
+    with pytest.raises(SettingsError, match="cannot be written into a systemd unit"):
+        render_unit(s)
+    assert unit_problems(s)[0].startswith(repr(value))
+
+
+@needs_systemd_analyze
+def test_a_unit_systemd_analyze_rejects_fails_the_settings_check(tmp_path):
+    broken = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, broken)
+    unit = broken / "training.service.j2"
+    unit.write_text(unit.read_text().replace("--resume{% endif %}'", "--resume{% endif %}"))
+    problems = unit_problems(settings(), templates=broken)
+    assert problems and all(p.startswith("dflash-train.service as rendered is rejected by "
+                                         "systemd-analyze verify: ") for p in problems), problems
+    assert unit_problems(settings()) == []
+
+
+def test_load_all_reports_unit_problems_per_host(monkeypatch):
+    import pvegpu.unit
+
+    class Host:
+        name, data = "@pct/127.0.0.1/200", defaults()
+
+    monkeypatch.setattr(pvegpu.unit, "unit_problems", lambda s: ["bad unit: fix it"])
+    with pytest.raises(SettingsError, match=r"@pct/127.0.0.1/200: bad unit: fix it"):
+        load_all([Host()])

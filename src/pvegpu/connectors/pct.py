@@ -89,6 +89,26 @@ def pct_exec_argv(vmid: int, command: str) -> list[str]:
     return ["pct", "exec", str(vmid), "--", "env", "-i", *CONTAINER_ENV, "sh", "-c", command]
 
 
+def put_command(path: str) -> str:
+    """The container shell command writing stdin to ``path``: beside the target, then renamed, so
+    a reader never sees half a file. Every name is one shell word, whatever it holds.
+
+    >>> print(put_command("/tmp/a b"))
+    cat > '/tmp/a b.pvegpu-tmp' && mv -f -- '/tmp/a b.pvegpu-tmp' '/tmp/a b'
+    """
+    tmp = shlex.quote(f"{path}.pvegpu-tmp")
+    return f"cat > {tmp} && mv -f -- {tmp} {shlex.quote(path)}"
+
+
+def get_command(path: str) -> str:
+    """The container shell command printing ``path`` (``--``: a name may start with a dash).
+
+    >>> get_command("-n x")
+    "cat -- '-n x'"
+    """
+    return f"cat -- {shlex.quote(path)}"
+
+
 def explain_pct_error(node: str, vmid: int, stderr: str) -> str | None:
     """Turn pct's own failure into one line naming node, vmid and the fix (None if not pct's).
 
@@ -209,11 +229,7 @@ class PctConnector(BaseConnector):
             data = file_io.read()
         if isinstance(data, str):
             data = data.encode()
-        # Write beside the target and rename, so a reader never sees half a file.
-        script = 'cat > "$1.pvegpu-tmp" && mv -f "$1.pvegpu-tmp" "$1"'
-        code, _, stderr = self._exec_bytes(
-            f"{script.replace('$1', shlex.quote(remote_filename))}", stdin=data
-        )
+        code, _, stderr = self._exec_bytes(put_command(remote_filename), stdin=data)
         if code != 0:
             message = stderr.decode(errors="replace").strip()
             raise IOError(
@@ -232,7 +248,7 @@ class PctConnector(BaseConnector):
         **arguments,
     ) -> bool:
         """Stream a file out of the container byte for byte."""
-        code, data, stderr = self._exec_bytes(f"cat {shlex.quote(remote_filename)}")
+        code, data, stderr = self._exec_bytes(get_command(remote_filename))
         if code != 0:
             message = stderr.decode(errors="replace").strip()
             raise IOError(
@@ -262,4 +278,5 @@ def inherit_node_ssh_data(state: "State", host: "Host") -> None:
             host.host_data[key] = node_host.data.get(key)
 
 
-__all__ = ["PctConnector", "parse_pct_name", "pct_exec_argv", "explain_pct_error"]
+__all__ = ["PctConnector", "parse_pct_name", "pct_exec_argv", "put_command", "get_command",
+           "explain_pct_error"]

@@ -22,7 +22,12 @@ from pyinfra.api.exceptions import FactProcessError
 
 
 def probe_source(name: str) -> str:
-    return resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
+    """The probe's source; a probe that deletes (calls ``remove_tree``) gets the delete guard's
+    source (pvegpu/guard.py, plain Python) in front: pvegpu is not installed where probes run."""
+    text = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
+    if "remove_tree(" in text:
+        text = resources.files("pvegpu").joinpath("guard.py").read_text() + "\n" + text
+    return text
 
 
 def probe_command(name: str, args: dict, python: str = "python3") -> str:

@@ -81,16 +81,38 @@ def create_args(settings: Settings, vmid: int) -> list[str]:
     ]
 
 
+def parse_mount(value: str) -> tuple[str, dict]:
+    """``(source, options)`` of an mpN value (a Proxmox property string)."""
+    parts = value.split(",")
+    return parts[0].rstrip("/"), dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+
+
 def data_mount_key(config: dict, settings: Settings) -> str | None:
-    """The mpN entry bind-mounting the data dir, if any."""
-    for key, value in config.items():
-        if key.startswith("mp") and key[2:].isdigit():
-            parts = value.split(",")
-            opts = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
-            if parts[0].rstrip("/") == settings.data_dir_node.rstrip("/") and \
-                    opts.get("mp", "").rstrip("/") == settings.data_dir_ct.rstrip("/"):
-                return key
+    """The one mpN entry that is the data mount: a bind mount (node path source) of
+    ``data_dir_node`` or at ``data_dir_ct``. When either setting changes, this entry is edited,
+    never a second one added beside it.
+
+    >>> from pvegpu.settings import defaults
+    >>> data_mount_key({"mp0": "local-lvm:vm-200-disk-1,mp=/data", "mp3": "/tank/dflash,mp=/old"},
+    ...                Settings.from_data(defaults()))
+    'mp3'
+    """
+    mps = sorted((int(k[2:]), k) for k in config if k.startswith("mp") and k[2:].isdigit())
+    for _, key in mps:
+        source, opts = parse_mount(config[key])
+        if source.startswith("/") and (source == settings.data_dir_node.rstrip("/") or
+                                       opts.get("mp", "").rstrip("/") == settings.data_dir_ct):
+            return key
     return None
+
+
+def data_mount_current(config: dict, key: str | None, settings: Settings) -> bool:
+    """The data mount entry mounts ``data_dir_node`` at ``data_dir_ct``."""
+    if key is None:
+        return False
+    source, opts = parse_mount(config[key])
+    target = opts.get("mp", "").rstrip("/")
+    return source == settings.data_dir_node and target == settings.data_dir_ct
 
 
 def settings_args(config: dict, settings: Settings) -> list[str]:
@@ -116,9 +138,10 @@ def settings_args(config: dict, settings: Settings) -> list[str]:
             args += [f"--{key}", value]
     if settings.ct_protection and config.get("protection") != "1":
         args += ["--protection", "1"]
-    if data_mount_key(config, settings) is None:
-        free = next(n for n in range(256) if f"mp{n}" not in config)
-        args += [f"--mp{free}", mount_spec(settings)]
+    key = data_mount_key(config, settings)
+    if not data_mount_current(config, key, settings):
+        key = key or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
+        args += [f"--{key}", mount_spec(settings)]
     return args
 
 

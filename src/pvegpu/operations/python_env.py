@@ -39,6 +39,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.operations import files
 
 from ..facts.probe import probe_command
+from ..guard import delete_command, delete_refusal
 from ..facts.python_env import ContainerState
 from ..locks import (
     LockPlan, index_args, lock_plan, make_lock, netrc_text, parse_pins, redact, split_credentials,
@@ -231,7 +232,7 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     lines = [
         "set -e",
         f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
-        f"rm -rf {shlex.quote(T)} {shlex.quote(N)}",
+        delete_command([T, N], venvs_dir=V),
         f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
         f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
         _file(lock, plan.text),
@@ -545,7 +546,13 @@ def venvs_pruned(settings: Settings):
     if not remove:
         return
     V = settings.venvs_dir.rstrip("/")
-    yield StringCommand("rm -rf -- " + " ".join(shlex.quote(f"{V}/{name}") for name in remove))
+    for name in [n for n in remove if delete_refusal(f"{V}/{n}", V)]:
+        remove.remove(name)  # not a name pvegpu gives builds: never deleted
+        host.log_styled(f"keeping {V}/{name}: not a pvegpu build name", fg="yellow",
+                        log_func=logger.warning)
+    if not remove:
+        return
+    yield StringCommand(delete_command([f"{V}/{name}" for name in remove], venvs_dir=V))
     remember(lambda doc: [doc.get("venvs", {}).pop(name, None) for name in remove])
 
 

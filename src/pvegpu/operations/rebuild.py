@@ -15,6 +15,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from ..facts.pollution import Pollution
+from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
 from ..venvs import LOCK_FILE
@@ -79,9 +80,15 @@ def venvs_removed(settings: Settings):
     """
     if settings.rebuild != "venv":
         return
-    venvs = shlex.quote(settings.venvs_dir)
+    # Through the delete guard: only build dirs pvegpu named, never venvs_dir itself (a wrong
+    # venvs_dir must not cost data); the live link goes only when it is a link.
+    V = settings.venvs_dir.rstrip("/")
+    builds = [f"{V}/{name}" for name in sorted(container_state(settings).get("venvs") or {})]
+    builds = [path for path in builds if delete_refusal(path, V) is None]
+    link = shlex.quote(settings.venv_path)
+    delete = f"{delete_command(builds, venvs_dir=V)}; " if builds else ""
     yield StringCommand(
-        f"{refuse_while_training(settings, '')}rm -rf {venvs} {shlex.quote(settings.venv_path)}"
+        f"{refuse_while_training(settings, '')}{delete}if [ -L {link} ]; then rm -f -- {link}; fi"
     )
 
 

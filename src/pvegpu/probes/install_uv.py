@@ -16,7 +16,6 @@ import json
 import netrc
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -127,11 +126,10 @@ try:
         die(f"the unpacked uv does not run or is not {version}: {got.stdout.strip()} {got.stderr.strip()}")
     with open(os.path.join(new, "WHEEL-SHA256"), "w") as f:
         f.write(f"{name} {want}\n")
-    if os.path.lexists(home):
-        shutil.rmtree(home) if os.path.isdir(home) and not os.path.islink(home) else os.unlink(home)
+    remove_tree(home)  # the delete guard (pvegpu/guard.py, prepended): only under /opt/pvegpu
     os.rename(new, home)
 finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp, ignore_errors=True)
 link = A.get("link")
 if link:
     os.makedirs(os.path.dirname(link), exist_ok=True)

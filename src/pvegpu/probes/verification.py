@@ -13,7 +13,6 @@
 import glob
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 
@@ -145,7 +144,7 @@ if doc["present"]:
     if A.get("compile_inner") and doc["torch"].get("available"):
         # A fresh, private compile cache: the check really compiles (a warm cache would hide the
         # race), never touches the training's per-build cache, and leaves nothing behind.
-        scratch = tempfile.mkdtemp(prefix="pvegpu-compile-check-")
+        scratch = tempfile.mkdtemp(prefix="pvegpu-compile-check-", dir="/tmp")
         try:
             doc["compile"] = run_inner(
                 python,
@@ -158,5 +157,5 @@ if doc["present"]:
                 },
             )
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch, ignore_errors=True)  # the delete guard, prepended
 print(json.dumps(doc, sort_keys=True))

@@ -1,0 +1,51 @@
+"""Issue 11's table, the rows about settings: each bad value is refused with one line naming it,
+before any change to the node or the container (the sim's tree digest, which covers the node's
+data dir and the container, is unchanged), and never with a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+# (--data values, the line that must be printed)
+FRESH_NODE_ROWS = [
+    (["ct_hostname=x;id $(touch /tmp/INJ)"], "ct_hostname='x;id $(touch /tmp/INJ)' is not a valid host name"),
+    (["ct_memory_mib=1"], "ct_memory_mib=1 is outside pct's range >= 16"),
+    (["ct_swap_mib=-1"], "ct_swap_mib=-1 is outside pct's range >= 0"),
+    (["data_dir_node=/etc"], "data_dir_node='/etc' is a system directory of the node"),
+    (["data_dir_node=/tank/dflash,ro=1"], "data_dir_node='/tank/dflash,ro=1' contains ','"),
+]
+DEPLOYED_ROWS = [
+    (["venvs_dir=/data", "rebuild=venv", "restart_training=true"],
+     "venvs_dir='/data' overlaps data_dir_ct='/data'"),
+    (["venv_path=/root"], "venv_path='/root' is a system directory"),
+    (["pytorch_cuda_alloc_conf=a\nExecStartPre=/bin/touch /tmp/INJECTED", "restart_training=true"],
+     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' has characters outside"),
+    (["training_script=/data/dflash/my train.py"], "training_script='/data/dflash/my train.py' has a"),
+    (["training_script=/data/dflash/it's.py"], "training_script=\"/data/dflash/it's.py\" has a"),
+    (["training_script=/data/dflash/$(touch INJ).py"], "training_script='/data/dflash/$(touch INJ).py'"),
+    (["data_dir_ct=/root"], "data_dir_ct='/root' is a system directory of the container"),
+    (["data_dir_node=/etc"], "data_dir_node='/etc' is a system directory of the node"),
+]
+
+
+def assert_refused_without_change(site, rows):
+    before = site.node.tree_digest()
+    for data, line in rows:
+        run = site.deploy(*data)
+        assert run.rc != 0, (data, run.output[-3000:])
+        assert line in run.output, (data, run.output[-3000:])
+        assert "Traceback" not in run.output, run.output[-3000:]
+        assert site.node.tree_digest() == before, data
+
+
+def test_bad_settings_on_a_fresh_node_change_nothing(site):
+    assert_refused_without_change(site, FRESH_NODE_ROWS)
+
+
+def test_bad_settings_on_a_deployed_node_cost_no_data(deployed):
+    site = deployed
+    for name in ("my train.py", "it's.py", "$(touch INJ).py"):  # the scripts exist
+        site.node.run(["cp", "/tank/dflash/dflash/train.py", f"/tank/dflash/dflash/{name}"],
+                      check=True)
+    assert_refused_without_change(site, DEPLOYED_ROWS)
+    assert site.ct("test", "-L", "/root/venv").returncode == 0
