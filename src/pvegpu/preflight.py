@@ -16,6 +16,7 @@ from .facts.proxmox import NodeState
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import training_path_problems
+from .unit import renamed_unit_line, running_other_units
 from .variants import driver_fit
 
 
@@ -139,6 +140,9 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
                 f"{unit} is running in it: stop the training first, or pass --data "
                 f"restart_training=true to restart it anyway"
             )
+    running_old = running_other_units((live or {}).get("other_units"))
+    if running_old and not settings.restart_training:
+        problems.append(renamed_unit_line(settings, f"{node}: CT {vmid}", running_old))
     if live and driver:
         libcuda = (live.get("libs") or {}).get("libcuda.so.1")
         target = live.get("driver_version") or driver

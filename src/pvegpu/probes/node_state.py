@@ -20,6 +20,9 @@ import subprocess
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
+# under another name are earlier training_unit_names (a rename must not run two trainers).
+UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
@@ -177,18 +180,24 @@ for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2
 echo "smi $(command -v nvidia-smi)"
 for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
 echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
+for f in /etc/systemd/system/*.service; do
+  [ -f "$f" ] && [ ! -L "$f" ] && [ "${f##*/}" != %(unit)s ] || continue
+  case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
+    echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
+done
 echo "end"
 """
 
 
 def container_view(vmid, unit):
-    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service"}
+    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service", "marker": UNIT_MARKER}
     code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
     if "not running" in err and code != 0:
         return "stopped", None
     if code != 0 or "\nend" not in "\n" + out:
         return None, None
-    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None}
+    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {}, "unit_active": None,
+            "other_units": {}}
     for line in out.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "module":
@@ -205,6 +214,9 @@ def container_view(vmid, unit):
                 view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
         elif tag == "unit":
             view["unit_active"] = rest.strip() or None
+        elif tag == "other":
+            name, _, active = rest.partition(" ")
+            view["other_units"][name] = active.strip() or None
     return "running", view
 
 

@@ -1,0 +1,77 @@
+"""Safety end to end (issue 11): no setting, fault or second deploy stops a running training
+without consent or leaves the node without a working venv.
+
+- a renamed training unit needs consent, and leftover cleanup ends only the restarted unit's
+  processes;
+- one deploy at a time per node (a lock on the node);
+- rebuild=venv builds beside the live venv: a deploy killed mid-rebuild leaves the old one live.
+"""
+
+from __future__ import annotations
+
+UNIT = "dflash-train.service"
+NEW = "dflash-train2.service"
+RECORD = "/run/pvegpu-dflash-train/started"
+CGROUP = "0::/lxc/200/ns/system.slice/{}"
+TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
+            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
+            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+
+
+def show(site, prop, unit):
+    return site.ct("systemctl", "show", "-p", prop, "--value", unit).stdout.strip()
+
+
+def alive(site, pid):
+    return site.node.run(["sh", "-c", f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"]
+                         ).returncode == 0
+
+
+def unit_verbs(calls, unit):
+    return [c["argv"][0] for c in calls if unit in c["argv"]
+            and c["argv"][0] in ("start", "stop", "restart", "enable", "disable")]
+
+
+def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(deployed):
+    site, node = deployed, deployed.node
+    trainer = node.spawn_gpu_process(0, TRAINING, used_mib=40000, cgroup=CGROUP.format(UNIT))
+    started = (show(site, "MainPID", UNIT), show(site, "ExecMainStartTimestamp", UNIT),
+               site.ct("cat", RECORD).stdout)
+    before = node.tree_digest()
+
+    # Without consent: one line naming both units, before anything changes.
+    refused = site.deploy("training_unit_name=dflash-train2")
+    assert refused.rc != 0
+    lines = [ln for ln in refused.output.splitlines()
+             if f"{UNIT} is running, but training_unit_name=dflash-train2" in ln]
+    assert len(lines) == 1 and NEW in lines[0] and "restart_training=true" in lines[0], \
+        refused.output[-3000:]
+    assert node.tree_digest() == before
+    assert (show(site, "MainPID", UNIT), show(site, "ExecMainStartTimestamp", UNIT),
+            site.ct("cat", RECORD).stdout) == started
+    assert alive(site, trainer)
+
+    # With consent: the old unit is stopped (its leftover ended) and disabled, then the new starts.
+    calls = node.systemctl_calls(200)
+    run = site.deploy("training_unit_name=dflash-train2", "restart_training=true")
+    assert run.rc == 0, run.output[-4000:]
+    new_calls = node.systemctl_calls(200)[len(calls):]
+    order = [(c["argv"][0], c["argv"][-1]) for c in new_calls
+             if c["argv"][0] in ("stop", "disable", "start") and c["argv"][-1] in (UNIT, NEW)]
+    assert order == [("stop", UNIT), ("disable", UNIT), ("start", NEW)], order
+    assert show(site, "ActiveState", UNIT) == "inactive"
+    assert site.ct("systemctl", "is-enabled", UNIT).stdout.strip() == "disabled"
+    assert show(site, "ActiveState", NEW) == "active"
+    assert not alive(site, trainer)
+    again = site.deploy("training_unit_name=dflash-train2")
+    assert again.rc == 0 and again.changed == 0, again.output[-3000:]
+
+    # Cleanup before a start ends only the started unit's processes: the same training command
+    # run by another service of the container is not a leftover of dflash-train2.
+    other = node.spawn_gpu_process(1, TRAINING, used_mib=1000, cgroup=CGROUP.format("hand.service"))
+    site.ct("systemctl", "stop", NEW)
+    restart = site.deploy("training_unit_name=dflash-train2")
+    assert restart.rc == 0, restart.output[-3000:]
+    assert show(site, "ActiveState", NEW) == "active"
+    assert alive(site, other)
+    assert f"not {NEW}'s training, left alone" in restart.output
