@@ -9,6 +9,16 @@ without consent or leaves the node without a working venv.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sim.__main__ import site_env
+
+from tests.e2e.stall_proxy import StallProxy
+
+ROOT = Path(__file__).resolve().parents[2]
 UNIT = "dflash-train.service"
 NEW = "dflash-train2.service"
 RECORD = "/run/pvegpu-dflash-train/started"
@@ -75,3 +85,37 @@ def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(de
     assert show(site, "ActiveState", NEW) == "active"
     assert alive(site, other)
     assert f"not {NEW}'s training, left alone" in restart.output
+
+
+def test_deploy_killed_mid_rebuild_leaves_the_previous_build_live(deployed, tmp_path):
+    site, node = deployed, deployed.node
+    torch_of = ["/root/venv/bin/python", "-c", "import torch; print(torch.__version__)"]
+    live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+    assert site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
+    # Without uv's cache the fresh build downloads torch: the proxy holds that download, and the
+    # deploy is SIGKILLed while it waits (mid-rebuild, after the old code deleted every build).
+    site.ct("rm", "-rf", "/root/.cache/uv")
+    held = lambda path: "/files/" in path and "torch-" in path  # noqa: E731
+    with StallProxy(site.index.url, held) as proxy:
+        argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y",
+                "--data", f"torch_index_base={proxy.url}/whl",
+                "--data", f"package_index_url={proxy.url}/simple",
+                "--data", "training_requirements=[]",
+                "--data", "rebuild=venv", "--data", "restart_training=true"]
+        with open(tmp_path / "killed.log", "w") as log:
+            deploy = subprocess.Popen(argv, cwd=ROOT, env=site_env(node), stdout=log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                assert proxy.reached.wait(900), (tmp_path / "killed.log").read_text()[-3000:]
+            finally:
+                deploy.send_signal(signal.SIGKILL)
+                deploy.wait()
+        assert site.ct("readlink", "-f", "/root/venv").stdout.strip() == live
+        assert site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
+        assert show(site, "ActiveState", UNIT) == "active"
+        # The next deploy (the held download still hanging) finishes the rebuild and switches.
+        run = site.deploy("rebuild=venv", "restart_training=true")
+        assert run.rc == 0, run.output[-4000:]
+        new = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+        assert new != live and site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
+        assert site.ct("test", "-e", live).returncode != 0  # replaced: deleted after the switch
