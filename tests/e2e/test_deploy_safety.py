@@ -9,9 +9,12 @@ without consent or leaves the node without a working venv.
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from sim.__main__ import site_env
@@ -54,8 +57,7 @@ def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(de
     assert refused.rc != 0
     lines = [ln for ln in refused.output.splitlines()
              if f"{UNIT} is running, but training_unit_name=dflash-train2" in ln]
-    assert len(lines) == 1 and NEW in lines[0] and "restart_training=true" in lines[0], \
-        refused.output[-3000:]
+    assert lines and NEW in lines[0] and "restart_training=true" in lines[0], refused.output[-3000:]
     assert node.tree_digest() == before
     assert (show(site, "MainPID", UNIT), show(site, "ExecMainStartTimestamp", UNIT),
             site.ct("cat", RECORD).stdout) == started
@@ -119,3 +121,70 @@ def test_deploy_killed_mid_rebuild_leaves_the_previous_build_live(deployed, tmp_
         new = site.ct("readlink", "-f", "/root/venv").stdout.strip()
         assert new != live and site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
         assert site.ct("test", "-e", live).returncode != 0  # replaced: deleted after the switch
+
+
+LOCK = "/run/lock/pvegpu-deploy.lock"
+HOLDER = "/run/lock/pvegpu-deploy.holder"
+
+
+@contextlib.contextmanager
+def lock_held_by_test(node):
+    """Hold the node's deploy lock from the test (as another deploy would) until the block ends."""
+    script = (f"mkdir -p /run/lock && exec 9>>{LOCK} && flock 9 && "
+              f"echo \"pid $$ since now: the test's holder\" > {HOLDER} && echo held && "
+              "exec cat >/dev/null")
+    holder = subprocess.Popen(node.ssh_argv("sh", "-c", shlex.quote(script)), text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait()
+
+
+def start_deploy(site, log: Path, *data: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y", *site.base_data]
+    for kv in data:
+        argv += ["--data", kv]
+    with open(log, "w") as out:
+        return subprocess.Popen(argv, cwd=ROOT, env=site_env(site.node), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def wait_for_line(log: Path, text: str, proc: subprocess.Popen):
+    """Until ``text`` is in the log (the process is blocked there) or the process ended."""
+    for _ in range(6000):
+        if text in log.read_text():
+            return
+        assert proc.poll() is None, f"ended before {text!r}:\n" + log.read_text()[-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared:\n" + log.read_text()[-3000:])
+
+
+def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
+    site, node = deployed, deployed.node
+    before = node.tree_digest()
+    with lock_held_by_test(node):
+        # A second deploy waits deploy_lock_wait_s, then refuses naming the holder, changing nothing.
+        refused = site.deploy("torch_variant=cu128", "deploy_lock_wait_s=0")
+        assert refused.rc != 0
+        assert ("127.0.0.1: another deploy holds the node (pid " in refused.output
+                and "the test's holder" in refused.output), refused.output[-3000:]
+        assert node.tree_digest() == before
+        # verify.py takes no lock: it reads beside a deploy.
+        assert site.pyinfra("verify.py").rc == 0
+        # Two deploys at once (a swap, another requirement): both wait for the lock ...
+        a = start_deploy(site, tmp_path / "a.log", "torch_variant=cu128")
+        b = start_deploy(site, tmp_path / "b.log", 'training_requirements=["transformers==5.6.0"]')
+        for proc, log in ((a, tmp_path / "a.log"), (b, tmp_path / "b.log")):
+            wait_for_line(log, "waiting up to 600s for the deploy lock", proc)
+    # ... and then run one after the other: the venv is what the last one asked for.
+    assert a.wait() == 0, (tmp_path / "a.log").read_text()[-3000:]
+    assert b.wait() == 0, (tmp_path / "b.log").read_text()[-3000:]
+    last = node.read(HOLDER)
+    listed = site.ct("/usr/local/bin/uv", "pip", "list", "--python", "/root/venv/bin/python").stdout
+    if "torch_variant=cu128" in last:
+        assert "2.11.0+cu128" in listed and "transformers" not in listed, listed
+    else:
+        assert "2.11.0+cu130" in listed and "transformers" in listed, listed
