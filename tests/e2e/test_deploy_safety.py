@@ -188,3 +188,20 @@ def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
         assert "2.11.0+cu128" in listed and "transformers" not in listed, listed
     else:
         assert "2.11.0+cu130" in listed and "transformers" in listed, listed
+
+
+def test_an_extra_package_alone_is_repaired_not_only_reported(deployed):
+    site = deployed
+    uv, py = "/usr/local/bin/uv", "/root/venv/bin/python"
+    junk = site.ct(uv, "pip", "install", "--python", py, "--index-url",
+                   site.index.package_index_url, "sglang-junk==0.1.0")
+    assert junk.returncode == 0, junk.stderr
+    live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+    repair = site.deploy()
+    assert repair.rc == 0, repair.output[-4000:]
+    assert "sglang-junk 0.1.0 is installed but not in the lock (extra)" in repair.output
+    assert site.ct(py, "-c", "import sglang_junk").returncode != 0
+    assert site.ct(py, "-c", "import torch; print(torch.__version__)").stdout.strip() == \
+        "2.11.0+cu130"
+    assert site.ct("readlink", "-f", "/root/venv").stdout.strip() != live
+    assert site.deploy().changed == 0
