@@ -32,6 +32,7 @@ barrier(name="Nodes and containers ready")
 if "training_cts" in host.groups:
     local.include("tasks/rebuild_venv.py")
     local.include("tasks/python_env.py")
-    local.include("tasks/rebuild_cleanup.py")
     local.include("tasks/verify.py")
     local.include("tasks/training_unit.py")
+    # last: a restarted unit no longer uses the builds rebuild=venv replaced
+    local.include("tasks/rebuild_cleanup.py")

@@ -1,5 +1,5 @@
-# rebuild=venv, in each training container, after the python env stage switched to the fresh
-# build: delete the builds it replaced (never the live one, never one a running process uses).
+# rebuild=venv, in each training container, after the switch to the fresh build (and the unit's
+# restart, when asked): delete the builds it replaced (never the live one, never one in use).
 from pyinfra import host
 
 from pvegpu.deploy_context import settings
