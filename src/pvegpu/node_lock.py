@@ -44,7 +44,9 @@ def redact(text: str) -> str:
 
 def this_run() -> str:
     """What the holder record says this run is: its command line and where the controller runs."""
-    argv = ["pyinfra", *sys.argv[1:]] if "pyinfra" in (sys.argv[0] if sys.argv else "") else sys.argv
+    argv = list(sys.argv)
+    if argv and "pyinfra" in argv[0]:
+        argv[0] = "pyinfra"
     command = " ".join(shlex.quote(a) for a in argv)
     return redact(f"{command} (controller {socket.gethostname()} pid {os.getpid()})")
 

@@ -36,8 +36,8 @@ def show(site, prop, unit):
 
 
 def alive(site, pid):
-    return site.node.run(["sh", "-c", f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"]
-                         ).returncode == 0
+    check = f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"
+    return site.node.run(["sh", "-c", check]).returncode == 0
 
 
 def unit_verbs(calls, unit):
@@ -166,7 +166,7 @@ def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
     site, node = deployed, deployed.node
     before = node.tree_digest()
     with lock_held_by_test(node):
-        # A second deploy waits deploy_lock_wait_s, then refuses naming the holder, changing nothing.
+        # A second deploy waits deploy_lock_wait_s, then refuses naming the holder; no change.
         refused = site.deploy("torch_variant=cu128", "deploy_lock_wait_s=0")
         assert refused.rc != 0
         assert ("127.0.0.1: another deploy holds the node (pid " in refused.output

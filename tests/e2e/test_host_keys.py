@@ -1,5 +1,5 @@
-"""Host keys (issue 11 item 7): a node's key pinned in a known_hosts file is checked strictly; without
-one, the first key is recorded once, however many connections the run opens to the node."""
+"""Host keys (issue 11 item 7): a node's key pinned in a known_hosts file is checked strictly;
+without one, the first key is recorded once, however many connections the run opens to the node."""
 
 from __future__ import annotations
 

@@ -190,7 +190,8 @@ echo "end"
 
 
 def container_view(vmid, unit):
-    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service", "marker": UNIT_MARKER}
+    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service",
+                          "marker": UNIT_MARKER}
     code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
     if "not running" in err and code != 0:
         return "stopped", None
