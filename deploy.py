@@ -1,17 +1,22 @@
 # The whole converge, in order: node -> container -> python env -> verify -> training unit.
 #   pyinfra inventory.py deploy.py [--data torch_variant=cu128] [--data rebuild=venv|container] [-y]
-# Settings of every host and the GPUs of every node are checked first (pvegpu.preflight): a bad
-# value or an unfit node stops the run before anything changes.
+# Settings of every host are checked first (pvegpu.preflight): a bad value stops the run before
+# anything changes. Then each node's deploy lock is taken (one deploy at a time per node, held
+# until the run ends) and its GPUs are checked: an unfit or busy node stops only its own hosts.
 #
 # pyinfra runs the ready operations of different hosts side by side, so the stages of different
 # host groups are ordered by barriers: one operation every host runs, that none passes before all
 # hosts finished what comes before it.
 from pyinfra import host, local
 
-from pvegpu.deploy_context import settings
+from pvegpu.deploy_context import node_problems, settings
+from pvegpu.operations.fleet import node_ready
 from pvegpu.operations.util import barrier
 
 s = settings(host)
+# A node that failed its preflight, or whose deploy lock another deploy holds, stops here with its
+# containers, before any change; the other nodes go on. One summary line per node at the end.
+node_ready(name="Preflight of this host's node passed", problems=node_problems(host))
 
 if s.rebuild and "training_cts" in host.groups:
     local.include("tasks/rebuild_report.py")
@@ -29,3 +34,5 @@ if "training_cts" in host.groups:
     local.include("tasks/python_env.py")
     local.include("tasks/verify.py")
     local.include("tasks/training_unit.py")
+    # last: a restarted unit no longer uses the builds rebuild=venv replaced
+    local.include("tasks/rebuild_cleanup.py")

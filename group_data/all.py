@@ -82,10 +82,14 @@ data_dir_node = "/tank/dflash"
 data_dir_ct = "/data"
 
 # --- rebuild / restarts -------------------------------------------------------------------------
-# None, "venv" (rebuild every venv from scratch) or "container" (destroy and re-create the CT).
+# None, "venv" (build the selected venv from scratch beside the live one, switch, then delete the
+# old builds) or "container" (destroy and re-create the CT).
 rebuild = None
 # A deploy never restarts a running training service unless this is True.
 restart_training = False
+# One deploy at a time per node (an flock on the node): how many seconds a deploy waits for
+# another one to finish before it refuses, naming the holder.
+deploy_lock_wait_s = 600
 
 # --- verification -------------------------------------------------------------------------------
 # "basic" or "compile" (adds the concurrent torch.compile check, one thread per GPU).

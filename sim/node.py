@@ -134,9 +134,14 @@ class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version="8.4.1",
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None):
+                 hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
+                 host="127.0.0.1"):
         if minor_order not in ("pci", "reverse"):
             raise ValueError(f"minor_order={minor_order!r}: use 'pci' or 'reverse'")
+        # host: the loopback address sshd listens on (127.0.0.2, ... for a second node in one run)
+        if not host.startswith("127."):
+            raise SimNodeError(f"host={host!r}: the simulated node listens on loopback only")
+        self.host = host
         self.state = Path(state_dir).resolve()
         self.cfg = {
             "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
@@ -159,7 +164,6 @@ class SimNode:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ properties
-    host = "127.0.0.1"
 
     @property
     def port(self) -> int:
@@ -195,7 +199,7 @@ class SimNode:
         """argv for the real ssh client logging into the node (for tests)."""
         return ["ssh", "-i", self.key_path, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-                "-o", "LogLevel=ERROR", "-p", str(self.port), "root@127.0.0.1", *command]
+                "-o", "LogLevel=ERROR", "-p", str(self.port), f"root@{self.host}", *command]
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self):
@@ -238,7 +242,7 @@ class SimNode:
         self._port = _free_port()
         (ssh / "sshd_config").write_text(f"""\
 Port {self._port}
-ListenAddress 127.0.0.1
+ListenAddress {self.host}
 HostKey /etc/pve-sim/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
@@ -259,7 +263,7 @@ Subsystem sftp internal-sftp
 LogLevel ERROR
 """)
         hostkey = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
-        (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self._port} {hostkey[0]} {hostkey[1]}\n")
+        (ssh / "known_hosts").write_text(f"[{self.host}]:{self._port} {hostkey[0]} {hostkey[1]}\n")
         (self.state / "node.json").write_text(json.dumps(self.cfg, indent=1, sort_keys=True))
 
     def _launch(self, timeout):
@@ -291,7 +295,7 @@ LogLevel ERROR
         self._mntns = os.stat(f"/proc/{self._pid}/ns/mnt").st_ino
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self._port), timeout=1):
+                with socket.create_connection((self.host, self._port), timeout=1):
                     break
             except OSError:
                 if time.monotonic() > deadline:

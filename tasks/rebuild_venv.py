@@ -1,5 +1,6 @@
 # In each training container: the package baseline (for later pollution reports), and, with
-# rebuild=venv, every venv build deleted so the python env stage builds from scratch.
+# rebuild=venv, the refusal while the training unit runs without restart_training=true. The
+# fresh build itself is made by the python env stage beside the live one (tasks/python_env.py).
 from pyinfra import host
 
 from pvegpu.deploy_context import settings
@@ -7,5 +8,5 @@ from pvegpu.operations import rebuild
 
 s = settings(host)
 
+rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", settings=s)
 rebuild.baseline_recorded(name="Record the container's package baseline", settings=s)
-rebuild.venvs_removed(name="Delete every venv build for rebuild=venv", settings=s)

@@ -45,8 +45,46 @@ class Node:
         if self.ssh_key:
             data["ssh_key"] = os.path.expanduser(self.ssh_key)
         if self.ssh_known_hosts_file:
+            # A pinned key: checked strictly (a wrong or missing key refuses the connection).
             data["ssh_known_hosts_file"] = os.path.expanduser(self.ssh_known_hosts_file)
+            data["ssh_strict_host_key_checking"] = "yes"
         return data
+
+
+def known_hosts_problem(path: str | None, where: str) -> None:
+    """Refuse (FleetError, one line) a known_hosts file that is given but cannot be read."""
+    if path and not os.path.isfile(os.path.expanduser(path)):
+        raise FleetError(
+            f"{where}={path} is not a readable file: point it at the node's pinned known_hosts "
+            "(see README, Host keys), or unset it to record the key on first connect"
+        )
+
+
+def record_new_host_keys_once() -> None:
+    """Without a pinned known_hosts file, pyinfra accepts a node's first key and appends it to
+    ~/.ssh/known_hosts (``accept-new``) but not to its in-memory copy, so every other connection
+    of the same run to that node (each container host opens one) appends it again. Record a
+    first key once: in memory too, and not again when another connection already did."""
+    from pyinfra.connectors.sshuserclient import client as ssh_client
+
+    policy = ssh_client.AcceptNewPolicy
+    if getattr(policy, "_pvegpu_once", False):
+        return
+    append = policy.missing_host_key
+
+    def missing_host_key(self, client, hostname, key):
+        with ssh_client.HOST_KEYS_LOCK:
+            known = client._host_keys.lookup(hostname) or {}
+            if key.get_name() in known:
+                if known[key.get_name()] != key:
+                    raise ssh_client.SSHException(f"Host key for {hostname} does not match.")
+                return  # another connection of this run recorded it a moment ago
+            client._host_keys.add(hostname, key.get_name(), key)
+        append(self, client, hostname, key)
+
+    policy.missing_host_key = missing_host_key
+    policy._pvegpu_once = True
+
 
 
 def _int(name: str, value, where: str, low: int | None = None, high: int | None = None) -> int:
@@ -110,6 +148,7 @@ def fleet_from_env(env: Mapping[str, str]) -> list[Node]:
     address = env["PVE_HOST"].strip()
     if not address:
         raise FleetError("PVE_HOST is empty: set it to the node's address")
+    known_hosts_problem(env.get("PVE_SSH_KNOWN_HOSTS"), "PVE_SSH_KNOWN_HOSTS")
     return [
         Node(
             address=address,
@@ -135,6 +174,7 @@ def fleet_from_file(path: Path) -> list[Node]:
         where = f"{path} node {i + 1}"
         if not isinstance(entry, dict) or not entry.get("address"):
             raise FleetError(f"{where} has no address: add `address: <node address>`")
+        known_hosts_problem(entry.get("ssh_known_hosts_file"), f"{where} ssh_known_hosts_file")
         containers = entry.get("containers", [200])
         if not isinstance(containers, list) or not containers:
             raise FleetError(f"{where} containers={containers!r} must be a list of vmids, e.g. [200]")
@@ -165,6 +205,7 @@ def load_fleet(env: Mapping[str, str], project_dir: Path) -> list[Node]:
 
 def inventory_groups(nodes: list[Node]) -> tuple[list, list]:
     """The pyinfra groups (pve_hosts, training_cts) for a fleet."""
+    record_new_host_keys_once()
     pve_hosts, training_cts = [], []
     for node in nodes:
         data = node.ssh_data()

@@ -11,12 +11,13 @@ from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import boot
+from . import boot, node_lock, summary
 from .facts.proxmox import NodeState
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import training_path_problems
+from .unit import renamed_unit_line, running_other_units
 from .variants import driver_fit
 
 
@@ -140,6 +141,9 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
                 f"{unit} is running in it: stop the training first, or pass --data "
                 f"restart_training=true to restart it anyway"
             )
+    running_old = running_other_units((live or {}).get("other_units"))
+    if running_old and not settings.restart_training:
+        problems.append(renamed_unit_line(settings, f"{node}: CT {vmid}", running_old))
     if live and driver:
         libcuda = (live.get("libs") or {}).get("libcuda.so.1")
         target = live.get("driver_version") or driver
@@ -160,12 +164,14 @@ def _installer_line(settings: Settings, node: str, vmid, driver: str, found: str
 
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
-    """Validate settings of every host and the GPUs of every node, once per run (cached on the
-    run's State).
+    """Validate settings of every host, take every node's deploy lock, and check the GPUs of
+    every node, once per run (cached on the run's State).
 
     pyinfra loads deploy.py for every host side by side (gevent greenlets): the first host runs
     the checks while the others wait on a lock for its result (or its error), so the node's facts
-    are read once, not once per host.
+    are read once, not once per host. A bad setting stops the whole run (it is the same input for
+    every node); a node that fails its checks or whose lock is held is recorded in
+    ``node_failures`` and only its own hosts stop (deploy.py's first operation fails them).
     """
     lock = state.__dict__.setdefault("pvegpu_preflight_lock", Semaphore())
     with lock:
@@ -179,13 +185,31 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
             raise
 
 
+def node_failures(state) -> dict[str, list[str]]:
+    """{node name: problem lines} of the nodes that must not be touched in this run."""
+    return getattr(state, "pvegpu_node_failures", None) or {}
+
+
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     cached = getattr(state, "pvegpu_settings", None)
     if cached is not None:
         return cached
     settings = load_all(list(inventory))
-    problems = []
-    for node_host in inventory.get_group("pve_hosts", []):
+    summary.register(state)
+    failures: dict[str, list[str]] = {}
+    held = state.__dict__.setdefault("pvegpu_node_locks", {})
+    nodes = list(inventory.get_group("pve_hosts", []))
+    for node_host in nodes:
+        if node_host.name not in held:
+            channel, problem = node_lock.acquire(
+                node_host, settings[node_host.name].deploy_lock_wait_s)
+            if problem:
+                failures[node_host.name] = [problem]
+            else:
+                held[node_host.name] = channel
+    for node_host in nodes:
+        if node_host.name in failures:
+            continue
         s = settings[node_host.name]
         vmids = node_host.data.get("pve_ct_ids") or []
         facts = node_host.get_fact(
@@ -194,14 +218,21 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
             ct_detail="full", unit_name=f"{s.training_unit_name}.service",
         )
         if not facts:
-            problems.append(f"{node_host.name}: node facts could not be read: check SSH to the node")
+            failures[node_host.name] = [
+                f"{node_host.name}: node facts could not be read: check SSH to the node"]
             continue
         found, warnings = node_problems(s, facts, node_host.name, vmids)
-        problems += found
+        if found:
+            failures[node_host.name] = found
         for line in warnings:
             logger.warning(f"--> warning: {line}")
-    problems += training_path_problems(inventory, settings)
-    if problems:
-        raise PreflightError("preflight failed, nothing was changed:\n" + "\n".join(problems))
+    for line in training_path_problems(inventory, settings):
+        node = next((n.name for n in nodes if line.startswith(f"{n.name}: ")), "")
+        failures.setdefault(node, []).append(line)
+    state.pvegpu_node_failures = failures
+    for node, lines in failures.items():
+        logger.error(f"--> {node or 'fleet'}: preflight failed, nothing will be changed there:")
+        for line in lines:
+            logger.error(f"    {line}")
     state.pvegpu_settings = settings
     return settings

@@ -90,6 +90,7 @@ class Settings:
     data_dir_ct: str
     rebuild: str | None
     restart_training: bool
+    deploy_lock_wait_s: int
     verify_level: str
     verify_report: str | None
     training_unit_name: str
@@ -206,6 +207,11 @@ class Settings:
         if not VERSION_RE.match(self.uv_version or ""):
             errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
         errs.extend(self._path_problems())
+        if self.venv_path.rstrip("/").startswith(self.venvs_dir.rstrip("/") + "/"):
+            errs.append(f"venv_path={self.venv_path!r} is inside venvs_dir: keep the live link outside it")
+        if not 0 <= self.deploy_lock_wait_s <= 86400:
+            errs.append(f"deploy_lock_wait_s={self.deploy_lock_wait_s} must be 0..86400: the "
+                        "seconds a deploy waits for another one on the same node")
         if self.keep_venvs < 1:
             errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
         if self.expected_gpu_count < 1:

@@ -33,6 +33,9 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
 RUNNING = ("active", "activating", "reloading", "deactivating")
+# The first line of every rendered training unit: the probes recognise pvegpu's units by it, so a
+# unit left under an earlier training_unit_name is found (and never runs beside the new one).
+UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 # Name of the marker file every built venv carries (written by operations.python_env).
 BUILD_MARKER = ".pvegpu-build.json"
 
@@ -186,6 +189,37 @@ def training_matcher(settings: Settings) -> dict:
         "pythons": [f"{settings.venv_path}/bin/python"],
         "python_under": [settings.venvs_dir.rstrip("/") + "/"],
     }
+
+
+def running_other_units(others: dict | None) -> list[str]:
+    """The other pvegpu training units that run, from a fact's ``{name: active}`` or
+    ``{name: {"active": ...}}``.
+
+    >>> running_other_units({"a.service": "active", "b.service": {"active": "inactive"}})
+    ['a.service']
+    """
+    names = []
+    for name, state in sorted((others or {}).items()):
+        active = state.get("active") if isinstance(state, dict) else state
+        if active in RUNNING:
+            names.append(name)
+    return names
+
+
+def renamed_unit_line(settings: Settings, where: str, running: list[str]) -> str:
+    """The one line that refuses a renamed unit while the old one runs.
+
+    >>> from pvegpu.settings import defaults
+    >>> renamed_unit_line(Settings.from_data(defaults()), "CT 200", ["old.service"])[:60]
+    'CT 200: old.service is running, but training_unit_name=dflas'
+    """
+    old = ", ".join(running)
+    return (
+        f"{where}: {old} is running, but training_unit_name={settings.training_unit_name} asks for "
+        f"{unit_file(settings)}: a renamed unit would be a second trainer on the same GPUs; pass "
+        f"--data restart_training=true to stop and disable {old} and start {unit_file(settings)}, "
+        f"or set training_unit_name back"
+    )
 
 
 def parse_started_record(text: str | None) -> dict | None:

@@ -422,6 +422,9 @@ def venv_built(settings: Settings):
             yield fail(plan.error)
             return
     reasons = build_reasons(state, settings, plan)
+    if settings.rebuild == "venv" and not reasons:
+        # Built beside the live one like any build; the old builds go only after the switch.
+        reasons = [f"rebuild=venv: a fresh {settings.build_name} from scratch"]
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"

@@ -1,7 +1,8 @@
 """Rebuilding a polluted venv or container in one command, losing no data.
 
-``--data rebuild=venv`` deletes every venv build (uv's cache stays, so nothing is downloaded
-again) and the python env stage builds the selected one from scratch. ``--data
+``--data rebuild=venv`` builds the selected build from scratch beside the live one (uv's cache
+stays, so nothing is downloaded again), switches to it, and only then deletes the old builds
+(never one a running process uses): an interrupted rebuild leaves the previous build live. ``--data
 rebuild=container`` destroys the container (lifting its protection first) and the container
 stage re-creates it from the template; the bind-mounted data dir is never touched by `pct destroy`.
 Both refuse while the training unit runs, unless ``restart_training=true``.
@@ -10,6 +11,7 @@ Both refuse while the training unit runs, unless ``restart_training=true``.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
@@ -18,9 +20,11 @@ from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
-from ..venvs import LOCK_FILE
+from ..unit import RUNNING
+from ..venvs import LOCK_FILE, prune_plan
 from ..settings import Settings
 from .python_env import BASELINE, container_state, remember, uv_bin
+from .util import fail
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
@@ -71,25 +75,49 @@ def pollution_report(settings: Settings):
 
 
 @operation()
-def venvs_removed(settings: Settings):
-    """With ``rebuild=venv``, delete every venv build (not uv's cache, not compile caches).
+def venv_rebuild_allowed(settings: Settings):
+    """With ``rebuild=venv``, refuse (one line, nothing changed) while the training unit runs,
+    unless ``restart_training=true``. The rebuild itself never deletes the live venv: the python
+    env stage builds the fresh one beside it and switches; ``old_builds_removed`` deletes the old
+    builds only after that switch.
 
     .. code:: python
 
-        rebuild.venvs_removed(name="Delete every venv build", settings=s)
+        rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", settings=s)
+    """
+    if settings.rebuild != "venv" or settings.restart_training:
+        return
+    unit = f"{settings.training_unit_name}.service"
+    if container_state(settings).get("unit_active") in RUNNING:
+        yield fail(f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+                   "--data restart_training=true")
+
+
+@operation()
+def old_builds_removed(settings: Settings):
+    """With ``rebuild=venv``, after the switch to the fresh build: delete every other pvegpu
+    build (not uv's cache, not compile caches), never the live one, never one in use.
+
+    .. code:: python
+
+        rebuild.old_builds_removed(name="Delete the builds rebuild=venv replaced", settings=s)
     """
     if settings.rebuild != "venv":
         return
-    # Through the delete guard: only build dirs pvegpu named, never venvs_dir itself (a wrong
-    # venvs_dir must not cost data); the live link goes only when it is a link.
+    state = container_state(settings)
+    remove, in_use = prune_plan(state, replace(settings, keep_venvs=1))
+    for name in in_use:
+        host.log_styled(f"keeping {settings.venvs_dir}/{name}: a running process uses it",
+                        fg="yellow", log_func=logger.warning)
+    if not remove:
+        return
     V = settings.venvs_dir.rstrip("/")
-    builds = [f"{V}/{name}" for name in sorted(container_state(settings).get("venvs") or {})]
-    builds = [path for path in builds if delete_refusal(path, V) is None]
-    link = shlex.quote(settings.venv_path)
-    delete = f"{delete_command(builds, venvs_dir=V)}; " if builds else ""
-    yield StringCommand(
-        f"{refuse_while_training(settings, '')}{delete}if [ -L {link} ]; then rm -f -- {link}; fi"
-    )
+    # Through the delete guard: only build dirs pvegpu named (a wrong venvs_dir must not cost data).
+    paths = [f"{V}/{name}" for name in remove if delete_refusal(f"{V}/{name}", V) is None]
+    if not paths:
+        return
+    yield StringCommand(delete_command(paths, venvs_dir=V))
+    remember(lambda doc: [doc.get("venvs", {}).pop(name, None) for name in remove])
 
 
 @operation()

@@ -28,10 +28,11 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
 from ..unit import (
-    RUNNING, digest, render_unit, training_matcher, unit_file, unit_path, unit_plan,
+    RUNNING, digest, render_unit, renamed_unit_line, running_other_units, training_matcher,
+    unit_file, unit_path, unit_plan,
 )
 from .python_env import container_state, remember
-from .util import write_file_command
+from .util import fail, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
 LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
@@ -53,15 +54,17 @@ def notice(*lines: str) -> None:
         host.log_styled(line, fg="yellow", log_func=logger.warning)
 
 
-def stop_and_wait_command(settings: Settings) -> StringCommand:
-    """Stop the unit and wait until systemd reports it down (`systemctl stop` blocks through the
-    stop timeout and SIGKILL; the loop makes sure nothing is still deactivating)."""
-    unit = shlex.quote(unit_file(settings))
+def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> StringCommand:
+    """Stop the unit (``unit_name``, default the training unit) and wait until systemd reports
+    it down (`systemctl stop` blocks through the stop timeout and SIGKILL; the loop makes sure
+    nothing is still deactivating)."""
+    name = unit_name or unit_file(settings)
+    unit = shlex.quote(name)
     return StringCommand(
         f"systemctl stop {unit} && for i in $(seq 1 60); do "
         f"case $(systemctl show -p ActiveState --value {unit}) in "
         "active|activating|deactivating|reloading) sleep 1 ;; *) exit 0 ;; esac; done; "
-        f"echo {shlex.quote(unit_file(settings) + ' did not stop')} >&2; exit 1"
+        f"echo {shlex.quote(name + ' did not stop')} >&2; exit 1"
     )
 
 
@@ -72,8 +75,10 @@ def start_command(settings: Settings, state: dict) -> str:
     return f"{reset}systemctl start {unit}"
 
 
-def clear_leftovers_command(settings: Settings) -> FunctionCommand:
-    """End leftover training processes on the training GPUs, on the container's node."""
+def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
+    """End leftover training processes of ``unit_name`` (default: the training unit) on the
+    training GPUs, on the container's node. Processes of any other service are left alone."""
+    unit = unit_name or unit_file(settings)
 
     def clear(state, host):
         node_name = host.data.get("pct_node")
@@ -86,7 +91,7 @@ def clear_leftovers_command(settings: Settings) -> FunctionCommand:
             return False
         args = {
             "vmid": int(host.data.get("pct_vmid")),
-            "unit": unit_file(settings),
+            "unit": unit,
             "gpus": sorted(settings.training_gpus),
             "match": training_matcher(settings),
             "term_wait_s": 30,
@@ -110,7 +115,7 @@ def clear_leftovers_command(settings: Settings) -> FunctionCommand:
         for p in doc["foreign"]:
             host.log_styled(
                 f"GPU {gpu_list(p['gpus'])} is also used by process {p['pid']} "
-                f"({' '.join(p['argv']) or '?'}): not the training command, left alone",
+                f"({' '.join(p['argv']) or '?'}): not {unit}'s training, left alone",
                 fg="yellow", log_func=logger.warning,
             )
         for p in doc["remaining"]:
@@ -149,6 +154,21 @@ def unit_installed(settings: Settings):
         remember(lambda doc: doc.update(unit_digest=digest(text)))
 
 
+def old_units_retired(settings: Settings, state: dict):
+    """Commands that stop and disable the training units of an earlier ``training_unit_name``
+    (found by their pvegpu marker), before the new unit starts: a running one only with consent
+    (``unit_running`` refuses without), stopped, cleared of its own leftovers, then disabled."""
+    for name, found in sorted((state.get("other_units") or {}).items()):
+        if found.get("active") in RUNNING:
+            notice(f"{name} was the training unit before training_unit_name="
+                   f"{settings.training_unit_name}: stopping and disabling it "
+                   "(restart_training=true)")
+            yield stop_and_wait_command(settings, name)
+            yield clear_leftovers_command(settings, name)
+        if found.get("enabled") == "enabled":
+            yield f"systemctl disable {shlex.quote(name)}"
+
+
 @operation()
 def unit_running(settings: Settings):
     """Enable the unit; start it when it is not running; restart it only when asked.
@@ -157,6 +177,8 @@ def unit_running(settings: Settings):
 
         training.unit_running(name="Enable and start dflash-train.service", settings=s)
 
+    - another pvegpu training unit (an earlier ``training_unit_name``) runs: refuse without
+      ``restart_training=true``; with it, stop it, clear its leftovers and disable it first;
     - not running: clear leftover training processes on the training GPUs, then start;
     - running what a start now would run: nothing;
     - running an outdated unit or venv build: leave it running and print that a restart is
@@ -165,8 +187,13 @@ def unit_running(settings: Settings):
     """
     unit = unit_file(settings)
     state = container_state(settings)
+    running_old = running_other_units(state.get("other_units"))
+    if running_old and not settings.restart_training:
+        yield fail(renamed_unit_line(settings, host.name, running_old))
+        return
     if state.get("unit_enabled") != "enabled":
         yield f"systemctl enable {shlex.quote(unit)}"
+    yield from old_units_retired(settings, state)
     active, reasons = start_state(settings, state)
     if active not in RUNNING:
         yield clear_leftovers_command(settings)

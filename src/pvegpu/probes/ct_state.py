@@ -18,6 +18,8 @@ A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
 LOCK = ".pvegpu-lock.txt"
 SELECTED = ".pvegpu-selected"
+# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER).
+UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 
 
 def run(argv):
@@ -222,6 +224,25 @@ def same_fs(a, b):
     return None if da is None or db is None else da == db
 
 
+def other_units(unit_path, unit_name):
+    """{name: {"active", "enabled"}} of the other training units pvegpu rendered beside
+    unit_path (an earlier training_unit_name): a renamed unit must not run beside the new one."""
+    found = {}
+    where = os.path.dirname(unit_path)
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return found
+    for name in names:
+        path = os.path.join(where, name)
+        if name == unit_name or not name.endswith(".service") or os.path.islink(path):
+            continue
+        if (text(path) or "").startswith(UNIT_MARKER):
+            found[name] = {"active": run(["systemctl", "is-active", name])[1] or None,
+                           "enabled": run(["systemctl", "is-enabled", name])[1] or None}
+    return found
+
+
 uv_bin = A["uv_bin"]
 code, out = run([uv_bin, "--version"]) if os.path.exists(uv_bin) else (127, "")
 link = A["venv_path"]
@@ -240,6 +261,7 @@ doc = {
     "unit_digest": digest(A["unit_path"]) if A.get("unit_path") else None,
     "unit_active": run(["systemctl", "is-active", unit])[1] if unit else None,
     "unit_enabled": run(["systemctl", "is-enabled", unit])[1] if unit else None,
+    "other_units": other_units(A["unit_path"], unit) if A.get("unit_path") else {},
     # what the running training unit started with (its ExecStartPre writes it; see pvegpu.unit)
     "unit_started": text(A["started_path"]) if A.get("started_path") else None,
     "cache_dir_exists": os.path.isdir(cache) if cache else None,

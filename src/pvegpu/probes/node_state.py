@@ -21,6 +21,9 @@ import subprocess
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
+# under another name are earlier training_unit_names (a rename must not run two trainers).
+UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
@@ -215,6 +218,11 @@ for t in %(tools)s; do
   f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
     [ -f "$d/$t" ] && [ -x "$d/$t" ] && f=1 && break; done; unset IFS
   [ -n "$f" ] || echo "missing $t"; done
+for f in /etc/systemd/system/*.service; do
+  [ -f "$f" ] && [ ! -L "$f" ] && [ "${f##*/}" != %(unit)s ] || continue
+  case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
+    echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
+done
 echo "end"
 """
 # "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
@@ -224,14 +232,14 @@ echo "end"
 def container_view(vmid, unit):
     tools = " ".join(t for t in A.get("installer_tools", []) if re.fullmatch(r"[\w.-]+", t))
     script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service",
-                          "tools": tools}
+                          "tools": tools, "marker": UNIT_MARKER}
     code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
     if "not running" in err and code != 0:
         return "stopped", None
     if code != 0 or "\nend" not in "\n" + out:
         return None, None
     view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {},
-            "unit_active": None, "missing_tools": []}
+            "unit_active": None, "missing_tools": [], "other_units": {}}
     for line in out.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "module":
@@ -250,6 +258,9 @@ def container_view(vmid, unit):
             view["unit_active"] = rest.strip() or None
         elif tag == "missing":
             view["missing_tools"].append(rest.strip())
+        elif tag == "other":
+            name, _, active = rest.partition(" ")
+            view["other_units"][name] = active.strip() or None
     return "running", view
 
 

@@ -10,10 +10,10 @@
 # the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran,
 # /proc/<pid>/cgroup names the container and unit (PVE: 0::/lxc/<vmid>/ns/system.slice/<unit>).
 # A process is a leftover only when it holds a training GPU, its cgroup names no other container,
-# and it is the training command (the script run by the venv's python or a build's: also a
-# stalled run started by hand)
-# or a process of this container's training unit (its cgroup). It is called only while the unit is
-# stopped, so either is a leftover. Each pid is checked again right before each signal.
+# and it is a process of this container's training unit (its cgroup), or the training command
+# (the script run by the venv's python or a build's: also a stalled run started by hand) that no
+# other service of this container runs: a renamed or second unit's trainer is never ours to end.
+# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again right before each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
 # appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
 import json
@@ -74,11 +74,29 @@ def in_unit(pid):
     return any(f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines)
 
 
+def other_unit(pid):
+    """The name of another service of this container whose cgroup holds pid, else None."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        path = line.rstrip().rsplit(":", 1)[-1]
+        if f"/lxc/{A['vmid']}/" not in path + "/":
+            continue
+        last = path.rsplit("/", 1)[-1]
+        if last.endswith(".service") and last != A["unit"]:
+            return last
+    return None
+
+
 def is_training(pid):
     if other_container(pid) is not None:
         return False
-    argv = argv_of(pid)
-    return is_training_argv(argv or []) or in_unit(pid)
+    if in_unit(pid):
+        return True
+    return other_unit(pid) is None and is_training_argv(argv_of(pid) or [])
 
 
 def alive(pid):

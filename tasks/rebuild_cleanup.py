@@ -1,0 +1,10 @@
+# rebuild=venv, in each training container, after the switch to the fresh build (and the unit's
+# restart, when asked): delete the builds it replaced (never the live one, never one in use).
+from pyinfra import host
+
+from pvegpu.deploy_context import settings
+from pvegpu.operations import rebuild
+
+s = settings(host)
+
+rebuild.old_builds_removed(name="Delete the venv builds rebuild=venv replaced", settings=s)
