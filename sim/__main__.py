@@ -86,7 +86,8 @@ def demo(args) -> int:
             for title, script, extra in steps:
                 print(f"\n==> {title}: pyinfra inventory.py {script}")
                 rc = subprocess.run(
-                    pyinfra_argv(script, *extra, *site_data(index, Path(tmp) / "locks"), *args.data_args), cwd=ROOT, env=env
+                    pyinfra_argv(script, *extra, *site_data(index, Path(tmp) / "locks"),
+                                 *args.data_args), cwd=ROOT, env=env
                 ).returncode
                 if rc != 0:
                     print(f"\n==> {script} failed (exit {rc})")

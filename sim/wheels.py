@@ -189,10 +189,9 @@ def build_dependency_wheels(out_dir) -> tuple[dict[str, Path], dict[str, Path]]:
     for name, (new, old) in TORCH_INDEX_COPIES.items():
         module = _escape(name)
         for version, where, sub in ((new, fresh, out), (old, stale, out / "torch-index-copies")):
-            where[name] = build_wheel(
-                name, version, {f"{module}.py": f'"""{name} double."""\n__version__ = "{version}"\n'},
-                sub, summary=f"pvegpu simulation: {name} double",
-            )
+            source = f'"""{name} double."""\n__version__ = "{version}"\n'
+            where[name] = build_wheel(name, version, {f"{module}.py": source}, sub,
+                                      summary=f"pvegpu simulation: {name} double")
     name, version = TRAINER_UTILS
     fresh[name] = build_wheel(
         name, version, {"trainer_utils/__init__.py": f'__version__ = "{version}"\n'}, out,

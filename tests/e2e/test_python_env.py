@@ -208,7 +208,14 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
     assert index.downloads() == [] and torch_of(site) == "2.11.0+cu130"
     assert site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split() == warm
 
-    # the index goes empty mid-way: the new build fails, the live venv still runs the old one
+    # the index goes empty mid-way (after the cu128 lock was made): the new build fails, the
+    # live venv still runs the old one
+    s128 = Settings.from_data({
+        **defaults(), "torch_variant": "cu128", "training_requirements": [],
+        "package_index_url": index.package_index_url, "torch_index_base": index.torch_index_base,
+        "locks_dir": str(tmp_path / "locks")})
+    assert make_lock(s128, "3.11", uv=uv_package.find_uv_bin()).made
+    site.ct("rm", "-rf", "/root/.cache/uv")  # the hand install above cached the cu128 wheel
     index.set_mode("empty")
     failed = site.deploy("torch_variant=cu128")
     assert failed.rc != 0

@@ -60,7 +60,8 @@ def node_host_of(h):
     return h.inventory.get_host(name, None) if name else None
 
 
-def lock_for(settings: Settings, ct: dict | None = None) -> tuple[dict[str, str] | None, str | None]:
+def lock_for(settings: Settings,
+             ct: dict | None = None) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
     usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
 
