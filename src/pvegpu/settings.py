@@ -207,8 +207,6 @@ class Settings:
         if not VERSION_RE.match(self.uv_version or ""):
             errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
         errs.extend(self._path_problems())
-        if self.venv_path.rstrip("/").startswith(self.venvs_dir.rstrip("/") + "/"):
-            errs.append(f"venv_path={self.venv_path!r} is inside venvs_dir: keep the live link outside it")
         if not 0 <= self.deploy_lock_wait_s <= 86400:
             errs.append(f"deploy_lock_wait_s={self.deploy_lock_wait_s} must be 0..86400: the "
                         "seconds a deploy waits for another one on the same node")

@@ -9,7 +9,7 @@ from pvegpu.venvs import build_reasons, marker
 
 def test_an_extra_package_alone_makes_the_build_stale():
     s = Settings.from_data({**defaults(), "training_requirements": []})
-    plan = lock_plan(s)
+    plan = lock_plan(s, "3.11")
     real = f"{s.build_name}.b1"
     entry = {"path": f"/root/venvs/{real}", "build": marker(s, plan, "3.11.2"), "python_ok": True,
              "installed": {"torch": "2.11.0+cu130", "sglang-junk": "0.1.0"},
