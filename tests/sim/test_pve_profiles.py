@@ -122,3 +122,13 @@ def test_a_devn_that_is_no_device_is_refused_with_pve_containers_message(nodes):
     fresh_ct(node, 305, T9, start=False)
     r = pct(node, "set", "305", "--dev0", "/dev/pts")
     assert (r.returncode, r.stderr) == (255, "/dev/pts is not a device\n")
+
+
+def test_pve_guests_unit_is_pve_managers(nodes):
+    # proxmox/pve-manager services/pve-guests.service (unchanged from 8.4.1 to 9.x)
+    for node in nodes.values():
+        lines = node.read("/lib/systemd/system/pve-guests.service").splitlines()
+        for line in ("Type=oneshot", "RemainAfterExit=yes", "WantedBy=multi-user.target",
+                     "ExecStart=/usr/bin/pvesh --nooutput create /nodes/localhost/startall",
+                     "After=lxc.service", "TimeoutSec=infinity"):
+            assert line in lines
