@@ -58,8 +58,9 @@ passthrough_mode = "auto"
 nvidia_installer_dir = "/root"
 
 # --- container ----------------------------------------------------------------------------------
-# Template `pct create` uses when the container is missing (storage:vztmpl/file).
-ct_template = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+# Template `pct create` uses when the container is missing (storage:vztmpl/file). None: the
+# newest debian-<N>-standard in local storage, N following the node (12 on PVE 8, 13 on PVE 9).
+ct_template = None
 # Container hostname, CPU cores, memory and swap (MiB), root disk (storage:GiB), network.
 ct_hostname = "dflash-train"
 ct_cores = 32

@@ -75,7 +75,7 @@ def pyinfra_argv(script: str, *extra: str) -> list[str]:
 def demo(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-demo-") as tmp:
         print("==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes")
-        with simulated_site(Path(tmp)) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
             env = site_env(node)
             print(f"    node ssh 127.0.0.1:{node.port}, indexes {index.url}")
             steps = [
@@ -102,7 +102,7 @@ def demo(args) -> int:
 
 def up(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
-        with simulated_site(Path(tmp)) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
             env = node.inventory_env()
             print("# simulated node is up; in another shell:")
             for key, value in env.items():
@@ -125,7 +125,10 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="full deploy against the simulated node, then tear down")
     d.add_argument("--data", dest="data", action="append", default=[],
                    help="extra pyinfra --data key=value (e.g. torch_variant=cu128)")
-    sub.add_parser("up", help="start the simulated node and wait")
+    u = sub.add_parser("up", help="start the simulated node and wait")
+    for p in (d, u):
+        p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
+                       help="Proxmox VE release the node plays (sim/README.md, Profiles)")
     args = parser.parse_args(argv)
     args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
     return demo(args) if args.cmd == "demo" else up(args)

@@ -31,7 +31,38 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 NODEINIT = HERE / "nodeinit.py"
 PYTHON = "/usr/bin/python3"  # Debian's python: the one a real node and container have
-TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"  # the PVE 8 profile's template
+# A profile is a Proxmox VE release as the sim plays it: `pveversion`, the template in local
+# storage and the tree that template unpacks to (None: this machine's own Debian 12 root), and
+# pct's behaviour by version (sim/doubles/pct: create defaults, devN hot-plug).
+# Template names: proxmox/dab-pve-appliances <dir>/dab.conf (Name_Version_amd64.tar.zst).
+PROFILES = {
+    "pve8": {"pve_version": "8.4.1"},
+    "pve9": {"pve_version": "9.1.1"},
+}
+TEMPLATES = {  # by PVE major: (file name in local storage, Debian release of its tree)
+    8: ("debian-12-standard_12.7-1_amd64.tar.zst", None),
+    9: ("debian-13-standard_13.1-2_amd64.tar.zst", "trixie"),
+}
+TREES_IN_NODE = "/var/lib/pve-sim/trees"
+
+
+def profile_template(pve_version: str) -> tuple[str, str | None]:
+    """(template file name, Debian release of its tree or None) of a PVE version.
+
+    >>> profile_template("9.1.1"), profile_template("8.4.1")[0]
+    (('debian-13-standard_13.1-2_amd64.tar.zst', 'trixie'), 'debian-12-standard_12.7-1_amd64.tar.zst')
+    """
+    major = int(pve_version.split(".")[0])
+    return TEMPLATES[max(m for m in TEMPLATES if m <= major)] if major >= 8 else TEMPLATES[8]
+
+
+def template_text(cfg: dict) -> str:
+    """The simulated template file: a marker naming the tree `pct create` unpacks (its lower)."""
+    text = f"SIMULATED LXC TEMPLATE {cfg['template_name'].split('_')[0]}\n"
+    if cfg.get("template_release"):
+        text += f"lower: {TREES_IN_NODE}/{cfg['template_release']}\n"
+    return text
 NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
             "USER": "root", "LOGNAME": "root"}
 
@@ -131,11 +162,17 @@ class SimNodeError(RuntimeError):
 
 
 class SimNode:
-    def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version="8.4.1",
+    def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
-                 host="127.0.0.1"):
+                 host="127.0.0.1", profile="pve8"):
+        """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
+        (the template follows the version's major)."""
+        if profile not in PROFILES:
+            raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
+        pve_version = pve_version or PROFILES[profile]["pve_version"]
+        template_name, template_release = profile_template(pve_version)
         if minor_order not in ("pci", "reverse"):
             raise ValueError(f"minor_order={minor_order!r}: use 'pci' or 'reverse'")
         # host: the loopback address sshd listens on (127.0.0.2, ... for a second node in one run)
@@ -148,7 +185,8 @@ class SimNode:
             "pve_version": pve_version, "gpu_name": gpu_name, "gpu_memory_mib": int(gpu_memory_mib),
             "compute_cap": compute_cap, "nvidia_major": 195, "uvm_major": int(uvm_major),
             "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
-            "template": bool(template), "template_name": TEMPLATE_NAME,
+            "template": bool(template), "template_name": template_name,
+            "template_release": template_release, "template_tree": None,
             "driver_loaded": bool(driver_loaded),
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
@@ -262,6 +300,10 @@ AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
 LogLevel ERROR
 """)
+        if self.cfg["template_release"]:
+            # Built by .ci/setup (or here, on first use); the node bind-mounts it read-only.
+            from sim.rootfs import ensure_tree
+            self.cfg["template_tree"] = str(ensure_tree(self.cfg["template_release"]))
         hostkey = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
         (ssh / "known_hosts").write_text(f"[{self.host}]:{self._port} {hostkey[0]} {hostkey[1]}\n")
         (self.state / "node.json").write_text(json.dumps(self.cfg, indent=1, sort_keys=True))
@@ -410,11 +452,11 @@ LogLevel ERROR
         if changes.get("uvm_nodes_at_boot") is True:
             args.append("--boot")
         self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", *args], check=True)
-        tpl = f"/var/lib/vz/template/cache/{TEMPLATE_NAME}"
+        tpl = f"/var/lib/vz/template/cache/{self.cfg['template_name']}"
         if "template" in changes:
             if changes["template"]:
-                self.run(["sh", "-c", f"mkdir -p /var/lib/vz/template/cache && "
-                                      f"echo 'SIMULATED LXC TEMPLATE debian-12-standard' > {tpl}"], check=True)
+                self.run(["sh", "-c", f"mkdir -p /var/lib/vz/template/cache && cat > {tpl}"],
+                         input=template_text(self.cfg), check=True)
             else:
                 self.run(["rm", "-f", tpl], check=True)
 
@@ -536,10 +578,12 @@ def main(argv=None):
     up.add_argument("state", nargs="?")
     up.add_argument("--gpus", type=int, default=8)
     up.add_argument("--driver-version", default="580.95.05")
-    up.add_argument("--pve-version", default="8.4.1")
+    up.add_argument("--profile", default="pve8", choices=sorted(PROFILES))
+    up.add_argument("--pve-version", default=None)
     a = ap.parse_args(argv)
     state = a.state or tempfile.mkdtemp(prefix="pve-sim-")
-    with SimNode(state, gpus=a.gpus, driver_version=a.driver_version, pve_version=a.pve_version) as node:
+    with SimNode(state, gpus=a.gpus, driver_version=a.driver_version, pve_version=a.pve_version,
+                 profile=a.profile) as node:
         for k, v in node.inventory_env().items():
             print(f"export {k}={v}")
         print(f"# ssh: {' '.join(node.ssh_argv())}", flush=True)

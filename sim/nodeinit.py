@@ -102,6 +102,12 @@ def main():
     os.makedirs(ctdir, exist_ok=True)
     os.makedirs(os.path.join(state, "ct"), exist_ok=True)
     mount(os.path.join(state, "ct"), ctdir, flags=["--bind"])
+    # The template's base tree (a cached debootstrap tree, sim/rootfs.py), read-only.
+    if cfg.get("template_tree"):
+        tree = R(f"/var/lib/pve-sim/trees/{cfg['template_release']}")
+        os.makedirs(tree, exist_ok=True)
+        mount(cfg["template_tree"], tree, flags=["--bind"])
+        mount("none", tree, opts="remount,bind,ro")
 
     # /proc views: /proc/devices is a bind-mounted regular file, /proc/driver a tmpfs.
     with open(R("/run/pve-sim/proc-devices"), "w") as f:
@@ -189,8 +195,10 @@ def install(state, root, cfg):
     if cfg.get("template", True):
         tdir = R("/var/lib/vz/template/cache")
         os.makedirs(tdir, exist_ok=True)
-        with open(os.path.join(tdir, cfg["template_name"]), "wb") as f:
-            f.write(b"SIMULATED LXC TEMPLATE debian-12-standard\n")
+        sys.path.insert(0, os.path.dirname(HERE))
+        from sim.node import template_text
+        with open(os.path.join(tdir, cfg["template_name"]), "w") as f:
+            f.write(template_text(cfg))
 
     # ssh: our own host key, config and authorized key (copied from the state dir).
     sshdir = R("/etc/pve-sim/ssh")

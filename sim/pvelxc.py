@@ -217,6 +217,15 @@ def set_state(vmid, state):
         f.write(state + "\n")
 
 
+def lower(vmid):
+    """The container's base tree (what its template unpacked to): `pct create` records it."""
+    try:
+        with open(ct_dir(vmid) + "/lower") as f:
+            return f.read().strip() or HOSTROOT
+    except FileNotFoundError:
+        return HOSTROOT
+
+
 def ensure_rootfs(vmid):
     """Mount the container's root (overlay: pristine host root + the container's upper dir) in the
     node's mount namespace, with a /run tmpfs that lives as long as the container runs."""
@@ -226,7 +235,7 @@ def ensure_rootfs(vmid):
         return r
     for sub in ("upper", "work", "rootfs"):
         os.makedirs(f"{d}/{sub}", exist_ok=True)
-    sys_mount("overlay", r, "overlay", 0, f"lowerdir={HOSTROOT},upperdir={d}/upper,workdir={d}/work")
+    sys_mount("overlay", r, "overlay", 0, f"lowerdir={lower(vmid)},upperdir={d}/upper,workdir={d}/work")
     os.makedirs(r + "/run", exist_ok=True)
     sys_mount("tmpfs", r + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     os.makedirs(r + "/run/lock", exist_ok=True)
@@ -282,7 +291,7 @@ def compute_devices(conf, lxc):
         except OSError:
             raise PveError(f"Device {path} does not exist")
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-            raise PveError(f"Path {path} is not a device")
+            raise PveError(f"{path} is not a device")
         mode = int(d["mode"], 8) if "mode" in d else stat.S_IMODE(st.st_mode)
         out.append({"kind": "mknod", "dst": path, "type": "c" if stat.S_ISCHR(st.st_mode) else "b",
                     "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev), "mode": mode,

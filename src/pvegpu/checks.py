@@ -248,11 +248,17 @@ def process_owner(app: dict, vmid: int, unit: str | None) -> str:
     'ct 201'
     >>> process_owner({"cmdline": "python train.py"}, 200, "dflash-train.service")
     'node'
+
+    PVE 8 and 9 both set ``lxc.cgroup.dir.container = lxc/<vmid>`` (+ ``.inner = ns``); plain
+    LXC's default payload cgroup ``lxc.payload.<name>`` is read the same way:
+
+    >>> process_owner({"cgroup": "0::/lxc.payload.201/system.slice/x.service"}, 200, None)
+    'ct 201'
     """
     owner = "node"
     for line in (app.get("cgroup") or "").splitlines():
         path = line.strip().split(":", 2)[-1]
-        m = re.search(r"/lxc/(\d+)(/|$)", path)
+        m = re.search(r"/lxc(?:\.payload)?[./](\d+)(/|$)", path)
         if not m:
             continue
         if int(m.group(1)) != vmid:

@@ -106,30 +106,54 @@ def current_dev_entries(config: dict) -> dict[int, str]:
 def dev_set_args(config: dict, paths: list[str]) -> list[str]:
     """`pct set` arguments that make the devN entries exactly ``paths`` ([] when they already are).
 
-    Non-NVIDIA devN entries are kept; NVIDIA ones not wanted any more are deleted.
+    Non-NVIDIA devN entries are kept; NVIDIA entries still wanted keep their index (an edited
+    entry waits for a restart even where an added one is hot-plugged), new paths take indices no
+    entry uses, NVIDIA ones not wanted any more are deleted.
 
     >>> dev_set_args({"dev0": "/dev/nvidia0"}, ["/dev/nvidia0", "/dev/nvidiactl"])
     ['--dev1', '/dev/nvidiactl']
     >>> dev_set_args({"dev0": "/dev/nvidia0", "dev1": "/dev/nvidia1"}, ["/dev/nvidia0"])
     ['--delete', 'dev1']
+    >>> dev_set_args({"dev0": "/dev/nvidia-uvm"}, ["/dev/nvidia0", "/dev/nvidia-uvm"])
+    ['--dev1', '/dev/nvidia0']
     """
     current = current_dev_entries(config)
     ours = {n: p for n, p in current.items() if p.startswith("/dev/nvidia")}
     if sorted(ours.values()) == sorted(paths) and len(ours) == len(paths):
         return []
-    foreign = {n for n, p in current.items() if n not in ours}
-    free = (n for n in range(0, 256) if n not in foreign)
+    kept: dict[int, str] = {}
+    for n, path in sorted(ours.items()):
+        if path in paths and path not in kept.values():
+            kept[n] = path
+    free = (n for n in range(0, 256) if n not in current)
     args: list[str] = []
-    target: dict[int, str] = {}
     for path in paths:
-        target[next(free)] = path
-    for n, path in sorted(target.items()):
-        if current.get(n) != path:
-            args += [f"--dev{n}", path]
-    stale = sorted(n for n in ours if n not in target)
+        if path not in kept.values():
+            args += [f"--dev{next(free)}", path]
+    stale = sorted(n for n in ours if n not in kept)
     if stale:
         args += ["--delete", ",".join(f"dev{n}" for n in stale)]
     return args
+
+
+def hotplug_additions(config: dict, set_args: list[str]) -> list[str] | None:
+    """The paths ``set_args`` only adds as new devN keys (what pve-container >= 6.0.4 hot-plugs
+    into a running container), or None when it also edits or deletes an entry (those wait for
+    the next start).
+
+    >>> hotplug_additions({"dev0": "/dev/nvidia0"}, ["--dev1", "/dev/nvidia1"])
+    ['/dev/nvidia1']
+    >>> hotplug_additions({"dev0": "/dev/nvidia0"}, ["--dev0", "/dev/nvidia1"]) is None
+    True
+    """
+    added = []
+    it = iter(set_args)
+    for flag in it:
+        value = next(it, "")
+        if flag == "--delete" or flag[2:] in config:
+            return None
+        added.append(value.split(",")[0])
+    return added
 
 
 def raw_lxc_lines(paths: list[str], node_devices: dict, majors: dict) -> list[tuple[str, str]]:
@@ -299,10 +323,17 @@ class Plan:
     pending: list[str] = field(default_factory=list)  # our devN changes waiting for a start
     stale: list[str] = field(default_factory=list)  # live device differences in a running CT
     running: bool = False
+    hotplug: list[str] = field(default_factory=list)  # added devN paths a running CT gets at once
 
     @property
     def changes_config(self) -> bool:
         return bool(self.set_args) or self.new_text is not None
+
+    @property
+    def needs_start_for_config(self) -> bool:
+        """A config change that a running container only sees after a restart (everything but
+        devN additions that the node hot-plugs)."""
+        return self.new_text is not None or (bool(self.set_args) and not self.hotplug)
 
     @property
     def restart_reasons(self) -> list[str]:
@@ -310,7 +341,7 @@ class Plan:
         if not self.running:
             return []
         reasons = []
-        if self.changes_config:
+        if self.needs_start_for_config:
             reasons.append("its GPU passthrough config changes")
         if self.pending:
             reasons.append(f"pending {', '.join(self.pending)} apply only at start")
@@ -328,6 +359,22 @@ def select_mode(setting: str, pve_version: str | None) -> str:
     parts = re.findall(r"\d+", pve_version or "")
     version = tuple(int(x) for x in parts[:2]) if len(parts) >= 2 else (0, 0)
     return "dev" if version >= (8, 2) else "lxc"
+
+
+def device_hotplug(state: dict) -> bool:
+    """Whether the node hot-plugs a devN added to a running container: pve-container >= 6.0.4
+    (commit "implement device hotplug", PVE 9); by the PVE major when pve-container is unknown.
+
+    >>> device_hotplug({"pve_container": "6.0.18"}), device_hotplug({"pve_container": "5.2.6"})
+    (True, False)
+    >>> device_hotplug({"pve_version": "9.0.3"}), device_hotplug({"pve_version": "8.4.1"})
+    (True, False)
+    """
+    container = re.findall(r"\d+", state.get("pve_container") or "")
+    if len(container) >= 3:
+        return tuple(int(x) for x in container[:3]) >= (6, 0, 4)
+    major = re.match(r"(\d+)", state.get("pve_version") or "")
+    return bool(major) and int(major.group(1)) >= 9
 
 
 def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
@@ -351,11 +398,16 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
         if any(is_our_raw_line(k, v, majors) for k, v in raw):
             plan.new_text = rewrite_config(text, [], majors, False)
         plan.pending = pending_ours(ct)
+        if plan.running and plan.set_args and device_hotplug(state):
+            plan.hotplug = hotplug_additions(ct.get("config", {}), plan.set_args) or []
     else:
         lines = raw_lxc_lines(paths, devices, majors)
         dev_left = any(DEV_KEY.match(k) and OUR_DEV.match(v) for k, v in config.items())
         if not raw_lines_match(raw, lines, majors) or dev_left:
             plan.new_text = rewrite_config(text, lines, majors, True)
     if plan.running:
-        plan.stale = stale_live_devices(paths, devices, majors, ct.get("live"))
+        stale = stale_live_devices(paths, devices, majors, ct.get("live"))
+        # hot-plugged nodes appear in the container with the `pct set`
+        arriving = {f"{p} is missing in the container" for p in plan.hotplug}
+        plan.stale = [line for line in stale if line not in arriving]
     return plan

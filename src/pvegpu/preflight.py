@@ -12,6 +12,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import boot, node_lock, summary
+from .ct_template import default_template
 from .facts.proxmox import NodeState
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
@@ -108,11 +109,13 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
     if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run
-        template = settings.ct_template.split("/")[-1]
+        volid = default_template(settings.ct_template, state.get("pve_version"),
+                                 state.get("templates", []))
+        template = volid.split("/")[-1]
         why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
         if template not in state.get("templates", []):
             problems.append(
-                f"{node}: CT {vmid} {why} and its template {settings.ct_template} is not on the "
+                f"{node}: CT {vmid} {why} and its template {volid} is not on the "
                 f"node: download it with `pveam download local {template}` or set ct_template"
             )
         if driver and not state.get("installer"):

@@ -75,7 +75,7 @@ class Settings:
     passthrough_extra_devices: tuple[str, ...]
     passthrough_mode: str
     nvidia_installer_dir: str
-    ct_template: str
+    ct_template: str | None
     ct_hostname: str
     ct_cores: int
     ct_memory_mib: int
@@ -163,6 +163,7 @@ class Settings:
             values.setdefault("rebuild", None)
             values.setdefault("verify_report", None)
             values.setdefault("python_version", None)
+            values.setdefault("ct_template", None)
             settings = cls(**values)
             errors = settings.problems()
         if errors:

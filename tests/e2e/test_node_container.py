@@ -70,7 +70,9 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
 
     # Container: created with explicit flags, the data mount and protection, running, GPUs in.
     conf = node.read("/etc/pve/lxc/200.conf")
-    for line in ("unprivileged: 0", "features: nesting=1", "protection: 1", "onboot: 1",
+    # `--unprivileged 0` writes no line: pve-container writes `unprivileged: 1` only when true
+    assert not any(line.startswith("unprivileged:") for line in conf.splitlines()), conf
+    for line in ("features: nesting=1", "protection: 1", "onboot: 1",
                  "mp0: /tank/dflash,mp=/data,backup=0", "hostname: dflash-train", "cores: 32"):
         assert line in conf.splitlines(), conf
     devs = sorted(v for k, v in (l.split(": ", 1) for l in conf.splitlines() if ": " in l)

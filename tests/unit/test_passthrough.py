@@ -182,3 +182,22 @@ def test_switching_modes_removes_the_other_modes_entries():
 def test_extras_only_when_configured():
     plan = plan_passthrough("auto", ("nvidia-modeset", "nvidia-caps"), state(), ct({}, status="stopped"))
     assert "/dev/nvidia-modeset" in plan.paths and "/dev/nvidia-caps/nvidia-cap1" in plan.paths
+
+
+def test_an_added_entry_is_hotplugged_on_pve9_but_restarts_on_pve8():
+    # pve-container >= 6.0.4 hot-plugs a devN *added* to a running CT ("implement device
+    # hotplug"); an edited or deleted one, and every change on 5.x, waits for the next start.
+    config = dev_config()
+    del config["dev10"]
+    live = live_view()
+    del live["devices"]["/dev/nvidia-uvm-tools"]
+    nine = dict(state(), pve_version="9.1.1", pve_container="6.0.18")
+    plan = plan_passthrough("auto", (), nine, ct(config, live=live))
+    assert plan.set_args == ["--dev10", "/dev/nvidia-uvm-tools"]
+    assert plan.hotplug == ["/dev/nvidia-uvm-tools"] and plan.restart_reasons == []
+    eight = dict(state(), pve_version="8.4.1", pve_container="5.2.6")
+    assert plan_passthrough("auto", (), eight, ct(config, live=live)).restart_reasons == [
+        "its GPU passthrough config changes", "/dev/nvidia-uvm-tools is missing in the container"]
+    edited = dict(dev_config(), dev10="/dev/nvidia-modeset")
+    plan = plan_passthrough("auto", (), nine, ct(edited, live=live_view()))
+    assert plan.hotplug == [] and "its GPU passthrough config changes" in plan.restart_reasons

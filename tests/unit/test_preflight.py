@@ -109,8 +109,8 @@ def test_container_stage_blockers_are_found_before_anything_changes():
     state = node(templates=[], installer=None, containers={"200": {"exists": False}})
     problems, _ = node_problems(settings(), state, "n1", [200])
     assert problems == [
-        "n1: CT 200 is missing and its template local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst "
-        "is not on the node: download it with `pveam download local debian-12-standard_12.7-1_amd64"
+        "n1: CT 200 is missing and its template local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst "
+        "is not on the node: download it with `pveam download local debian-12-standard_12.12-1_amd64"
         ".tar.zst` or set ct_template",
         "n1: CT 200 needs NVIDIA userspace 580.95.05 (has none (new container)), but "
         "NVIDIA-Linux-x86_64-580.95.05.run is not in /root on the node: copy the installer of the "

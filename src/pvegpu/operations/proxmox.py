@@ -14,6 +14,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from .. import boot
+from ..ct_template import default_template
 from ..facts.proxmox import NodeState
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
@@ -62,10 +63,11 @@ def mount_spec(settings: Settings) -> str:
     return f"{settings.data_dir_node},mp={settings.data_dir_ct},backup=0"
 
 
-def create_args(settings: Settings, vmid: int) -> list[str]:
-    """`pct create` argv. ``--unprivileged`` is always explicit: its default flipped in PVE 9."""
+def create_args(settings: Settings, vmid: int, template: str) -> list[str]:
+    """`pct create` argv. ``--unprivileged`` is always explicit: its default flipped in PVE 9
+    (pve-container 6, "api: create: default to unprivileged containers")."""
     return [
-        "pct", "create", str(vmid), settings.ct_template,
+        "pct", "create", str(vmid), template,
         "--hostname", settings.ct_hostname,
         "--cores", str(settings.ct_cores),
         "--memory", str(settings.ct_memory_mib),
@@ -228,14 +230,16 @@ def container_present(vmid: int, settings: Settings):
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
-    template_file = settings.ct_template.split("/")[-1]
+    template = default_template(settings.ct_template, state.get("pve_version"),
+                                state.get("templates", []))
+    template_file = template.split("/")[-1]
     if state and template_file not in state.get("templates", []):
         yield fail(
-            f"template {settings.ct_template} is not on node {host.name}: download it with "
+            f"template {template} is not on node {host.name}: download it with "
             f"`pveam download local {template_file}` or set ct_template"
         )
         return
-    yield StringCommand(*(shlex.quote(a) for a in create_args(settings, vmid)))
+    yield StringCommand(*(shlex.quote(a) for a in create_args(settings, vmid, template)))
 
 
 def restart_blocker(vmid: int, settings: Settings, ct: dict, reasons: list[str]) -> str | None:
