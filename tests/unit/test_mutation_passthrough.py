@@ -74,13 +74,16 @@ def test_dev_entries_with_options_or_other_numbers_are_left_alone():
 
 
 def test_dev_entries_swap_a_path_and_delete_every_stale_one():
+    # wanted entries keep their index and a new path takes the first free one, so on PVE 9 the
+    # addition is hot-plugged (an edited devN would wait for a restart)
     config = {"dev0": "/dev/nvidia0", "dev1": "/dev/nvidia1", "dev2": "/dev/nvidia2",
               "dev3": "/dev/nvidia3", "dev4": "/dev/dri/renderD128"}
     assert dev_set_args(config, ["/dev/nvidia0", "/dev/nvidiactl"]) == [
-        "--dev1", "/dev/nvidiactl", "--delete", "dev2,dev3"]
+        "--dev5", "/dev/nvidiactl", "--delete", "dev1,dev2,dev3"]
     # same number of entries, one other path: not converged
     config = {"dev0": "/dev/nvidia0", "dev1": "/dev/nvidia1"}
-    assert dev_set_args(config, ["/dev/nvidia0", "/dev/nvidia2"]) == ["--dev1", "/dev/nvidia2"]
+    assert dev_set_args(config, ["/dev/nvidia0", "/dev/nvidia2"]) == [
+        "--dev2", "/dev/nvidia2", "--delete", "dev1"]
 
 
 def test_effective_config_applies_pending_values_and_deletions():
