@@ -1,7 +1,8 @@
 """The whole lifecycle on both Proxmox VE profiles (issue 10, item 5): a deploy, a no-op
 re-deploy, verify, a swap to cu128 and back, rebuild=venv and rebuild=container, then the
-bad-input and unfit-node refusals, which change nothing. One node per profile, steps in order,
-as few pyinfra runs as the steps need."""
+bad-input and unfit-node refusals, which change nothing. One node per profile, its GPU device
+minors in reverse PCI order (as on real nodes, index != minor), steps in order, as few pyinfra
+runs as the steps need."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from sim.node import SimNode
 
 from tests.e2e.conftest import Site
 
-# PVE 9 containers run Debian 13's Python 3.13 (debian-13-standard). Until python_version
-# follows the container's Python, the PVE 9 run names it.
+# PVE 9 containers run Debian 13's Python 3.13 (debian-13-standard); python_version follows the
+# container's Python, so no run names it.
 PROFILES = {"pve8": ("debian-12-standard", "3.11", []),
-            "pve9": ("debian-13-standard", "3.13", ["python_version=3.13"])}
+            "pve9": ("debian-13-standard", "3.13", [])}
 
 
 @pytest.fixture(scope="module", params=sorted(PROFILES))
@@ -28,7 +29,8 @@ def lifecycle_site(request, tmp_path_factory, wheelhouse):
     index = PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi())
     index.start()
     try:
-        with SimNode(tmp_path_factory.mktemp(profile) / "node", profile=profile) as node:
+        with SimNode(tmp_path_factory.mktemp(profile) / "node", profile=profile,
+                     minor_order="reverse") as node:
             seed_training_code(node)
             extra = [x for kv in PROFILES[profile][2] for x in ("--data", kv)]
             yield profile, Site(node, index, [*site_data(index), "--data",
