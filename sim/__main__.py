@@ -55,17 +55,15 @@ def site_env(node: SimNode) -> dict:
     return env
 
 
-def site_data(index: PackageIndex, locks_dir=None) -> list[str]:
+def site_data(index: PackageIndex, locks_dir) -> list[str]:
     """--data overrides that point the deploy at the loopback indexes (and nothing else), and at
     a scratch ``locks_dir``: locks made against the loopback index never land in the repo's
     locks/."""
-    data = [
+    return [
         "--data", f"torch_index_base={index.torch_index_base}",
         "--data", f"package_index_url={index.package_index_url}",
+        "--data", f"locks_dir={locks_dir}",
     ]
-    if locks_dir is not None:
-        data += ["--data", f"locks_dir={locks_dir}"]
-    return data
 
 
 def pyinfra_argv(script: str, *extra: str) -> list[str]:

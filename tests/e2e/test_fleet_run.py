@@ -35,7 +35,7 @@ def test_a_failing_node_does_not_stop_the_other(tmp_path, package_index):
         before = old.tree_digest()
         run = subprocess.run(
             [sys.executable, "-m", "pyinfra", "-y", "inventory.py", "deploy.py",
-             *site_data(package_index), "--data", "training_requirements=[]"],
+             *site_data(package_index, tmp_path / "locks"), "--data", "training_requirements=[]"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
             stdin=subprocess.DEVNULL)
         output = run.stdout + run.stderr

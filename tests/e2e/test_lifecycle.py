@@ -33,7 +33,8 @@ def lifecycle_site(request, tmp_path_factory, wheelhouse):
                      minor_order="reverse") as node:
             seed_training_code(node)
             extra = [x for kv in PROFILES[profile][2] for x in ("--data", kv)]
-            yield profile, Site(node, index, [*site_data(index), "--data",
+            locks = tmp_path_factory.mktemp(f"{profile}-locks")
+            yield profile, Site(node, index, [*site_data(index, locks), "--data",
                                               "training_requirements=[]", *extra])
     finally:
         index.stop()
