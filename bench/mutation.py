@@ -40,6 +40,7 @@ LOG = MUTANTS / "mutmut-run.log"
 KILLED = {1, 3, 24, -24, 36, 37, 152, 255}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+NOT_EQUIVALENT = "## Survivors that are not equivalent"
 MUTANT_NAME = re.compile(r"pvegpu\.[\w.ǁ]+__mutmut_\d+")
 
 
@@ -198,8 +199,12 @@ def _natural(name: str):
 
 
 def known_equivalents() -> set[str]:
-    """Mutant names explained in bench/mutation-equivalents.md."""
-    return set(MUTANT_NAME.findall(EQUIVALENTS.read_text())) if EQUIVALENTS.exists() else set()
+    """Mutant names explained in bench/mutation-equivalents.md (before its section of survivors
+    that are not equivalent)."""
+    if not EQUIVALENTS.exists():
+        return set()
+    text = EQUIVALENTS.read_text().split(NOT_EQUIVALENT, 1)[0]
+    return set(MUTANT_NAME.findall(text))
 
 
 def report(scores: list[ModuleScore]) -> None:

@@ -139,6 +139,8 @@ def test_compile_failures_name_the_first_gpu_and_count_the_rest():
         "concurrent torch.compile", "flex_attention compiles on all 8 GPUs",
         "GPU 2: CUDA error: an illegal memory access",
         "check the GPU and the torch build (run the check again with -v for the facts)")]
+    assert compile_problems(failing({2, 5}))[0].found == (
+        "GPU 2: CUDA error: an illegal memory access (+1 more)")
     doc = failing({2, 5, 6})
     doc["serial"] = {"ok": True, "seconds": 3.5}
     (p,) = compile_problems(doc)
