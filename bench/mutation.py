@@ -163,7 +163,8 @@ def survivor(name: str, spans: dict, mutated: list[str], def_lines: dict) -> Sur
     # the two copies differ in their def line's name too: compare without mutmut's suffixes
     orig, mutant = ([re.sub(r"__mutmut_\w+", "", line) for line in mutated[a - 1:b]]
                     for a, b in ((o0, o1), (m0, m1)))
-    ops = [op for op in difflib.SequenceMatcher(None, orig, mutant).get_opcodes() if op[0] != "equal"]
+    opcodes = difflib.SequenceMatcher(None, orig, mutant).get_opcodes()
+    ops = [op for op in opcodes if op[0] != "equal"]
     _, i1, i2, j1, j2 = ops[0] if ops else ("equal", 0, 0, 0, 0)
     old = " ".join(line.strip() for line in orig[i1:i2]) or "(nothing)"
     new = " ".join(line.strip() for line in mutant[j1:j2]) or "(removed)"

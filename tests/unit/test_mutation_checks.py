@@ -72,7 +72,8 @@ def cuda_fix(error):
 EXACT = "run deploy.py: it installs the node driver's exact userspace into the container"
 NO_DRIVER = ("run deploy.py: CT 200 needs libcuda.so.1 from the node driver's .run installer and "
              "/dev/nvidiactl passed through")
-UVM = "pass /dev/nvidia-uvm through to CT 200 (on the node: nvidia-modprobe -u -c 0), then run deploy.py"
+UVM = ("pass /dev/nvidia-uvm through to CT 200 (on the node: nvidia-modprobe -u -c 0), then run "
+       "deploy.py")
 
 
 @pytest.mark.parametrize("error, fix", [
@@ -126,7 +127,8 @@ def test_compile_race_names_the_build_that_raced_and_what_the_serial_retry_showe
     expected = "flex_attention compiles from 8 threads at once (one per GPU, as the trainer does)"
     (p,) = compile_problems(race, version="2.11.0+cu128")
     assert (p.expected, p.found) == (expected, found)
-    assert p.fix == LOCK_FIX + "; compiling under a lock, one device at a time, worked here in 0.2 s"
+    assert p.fix == (LOCK_FIX + "; compiling under a lock, one device at a time, worked here "
+                     "in 0.2 s")
     race["serial"] = {"ok": False, "error": "RuntimeError: boom"}
     assert compile_problems(race)[0].fix == LOCK_FIX + "; compiling under a lock also failed: " \
         "RuntimeError: boom"
