@@ -1,6 +1,7 @@
 """Mutation testing of the pure modules: a score per module and the surviving mutants.
 
-    nice -n 19 uv run python bench/mutation.py [MODULE ...] [--max-children N] [--no-run]
+    nice -n 19 uv run python bench/mutation.py [MODULE ...] [--exclude FUNCTION ...]
+                                               [--max-children N] [--no-run]
 
 MODULE is a module of ``[tool.mutmut] only_mutate`` in pyproject.toml, by name (``variants``),
 dotted name (``pvegpu.variants``) or path (``src/pvegpu/variants.py``); none = all of them.
@@ -9,7 +10,8 @@ time in those modules (``<`` for ``<=``, ``"XXokXX"`` for ``"ok"``, a dropped ar
 runs the unit tests that touch the changed function (tests/unit only: no sim node, no e2e). A
 mutant is killed when a test fails (or it runs past mutmut's time limit); one that survives marks
 a behaviour no test pins. Every run re-tests the chosen modules' mutants; ``--no-run`` only reports
-the last results. It asserts nothing and is not part of the test run: it takes minutes.
+the last results; ``--exclude verify`` leaves a function (``Class.method`` for a method) out of
+both. It asserts nothing and is not part of the test run: it takes minutes.
 
 Score = killed / total per module. Survivors are listed as ``path:line function: - old / + new``;
 those explained in bench/mutation-equivalents.md (they cannot change behaviour) are marked ``=``.
@@ -38,6 +40,7 @@ LOG = MUTANTS / "mutmut-run.log"
 KILLED = {1, 3, 24, -24, 36, 37, 152, 255}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+NOT_EQUIVALENT = "## Survivors that are not equivalent"
 MUTANT_NAME = re.compile(r"pvegpu\.[\w.ǁ]+__mutmut_\d+")
 
 
@@ -53,6 +56,7 @@ class Survivor:
 @dataclass
 class ModuleScore:
     path: str
+    partial: bool = False  # some functions excluded
     statuses: dict[str, int] = field(default_factory=dict)
     survivors: list[Survivor] = field(default_factory=list)
 
@@ -97,11 +101,25 @@ def choose(args: list[str], paths: list[str]) -> list[str]:
     return chosen or paths
 
 
-def run_mutmut(paths: list[str], max_children: int) -> None:
+def function_key(name: str) -> str:
+    """mutmut's key of a function or method: ``verify`` -> ``x_verify``, ``A.b`` -> ``xǁAǁb``."""
+    cls, _, func = name.rpartition(".")
+    return f"xǁ{cls}ǁ{func}" if cls else f"x_{func}"
+
+
+def mutant_patterns(path: str, exclude: set[str]) -> list[str]:
+    """mutmut name patterns for the mutants of ``path``, without the excluded functions' ones."""
+    if not exclude:
+        return [f"{module_of(path)}.*"]
+    keys = function_lines((ROOT / path).read_text())
+    return [f"{module_of(path)}.{k}__mutmut_*" for k in keys if k not in exclude]
+
+
+def run_mutmut(paths: list[str], max_children: int, exclude: set[str]) -> None:
     """Re-test every mutant of ``paths`` (naming them makes mutmut ignore earlier results)."""
     mutmut = Path(sys.executable).parent / "mutmut"
     argv = [str(mutmut), "run", "--max-children", str(max_children)]
-    argv += [f"{module_of(p)}.*" for p in paths]
+    argv += [pattern for p in paths for pattern in mutant_patterns(p, exclude)]
     MUTANTS.mkdir(exist_ok=True)
     print(f"running mutmut on {len(paths)} module(s), {max_children} worker(s); log: "
           f"{LOG.relative_to(ROOT)}", flush=True)
@@ -136,7 +154,7 @@ def function_lines(source: str) -> dict[str, int]:
     return lines
 
 
-def survivor(name: str, path: str, spans: dict, mutated: list[str], def_lines: dict) -> Survivor:
+def survivor(name: str, spans: dict, mutated: list[str], def_lines: dict) -> Survivor:
     """Where a mutant changes the source and how, from mutmut's copy of the module: ``spans``
     gives each version's line range in ``mutated`` (the orig and the mutant function)."""
     key = name.rpartition(".")[2]
@@ -145,31 +163,34 @@ def survivor(name: str, path: str, spans: dict, mutated: list[str], def_lines: d
     # the two copies differ in their def line's name too: compare without mutmut's suffixes
     orig, mutant = ([re.sub(r"__mutmut_\w+", "", line) for line in mutated[a - 1:b]]
                     for a, b in ((o0, o1), (m0, m1)))
-    ops = [op for op in difflib.SequenceMatcher(None, orig, mutant).get_opcodes() if op[0] != "equal"]
+    opcodes = difflib.SequenceMatcher(None, orig, mutant).get_opcodes()
+    ops = [op for op in opcodes if op[0] != "equal"]
     _, i1, i2, j1, j2 = ops[0] if ops else ("equal", 0, 0, 0, 0)
     old = " ".join(line.strip() for line in orig[i1:i2]) or "(nothing)"
     new = " ".join(line.strip() for line in mutant[j1:j2]) or "(removed)"
     def_index = next((n for n, line in enumerate(orig) if re.match(r"\s*(async )?def ", line)), 0)
     line = def_lines.get(func)
     return Survivor(name, None if line is None else line + i1 - def_index,
-                    func.removeprefix("x_").replace("ǁ", "."), old, new)
+                    func.removeprefix("x_").removeprefix("xǁ").replace("ǁ", "."), old, new)
 
 
-def score(path: str) -> ModuleScore:
+def score(path: str, exclude: set[str]) -> ModuleScore:
     """The last results of one module, read from mutmut's files in mutants/."""
-    result = ModuleScore(path)
+    def_lines = function_lines((ROOT / path).read_text())
+    result = ModuleScore(path, partial=bool(exclude & set(def_lines)))
     meta = MUTANTS / (path + ".meta")
     if not meta.exists():
         return result
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     spans = json.loads((MUTANTS / (path + ".spans")).read_text())["spans"]
     mutated = (MUTANTS / path).read_text().splitlines()
-    def_lines = function_lines((ROOT / path).read_text())
     for name, code in sorted(codes.items(), key=lambda kv: _natural(kv[0])):
+        if name.rpartition(".")[2].rpartition("__mutmut_")[0] in exclude:
+            continue
         s = status(code)
         result.statuses[s] = result.statuses.get(s, 0) + 1
-        if s != "killed":
-            result.survivors.append(survivor(name, path, spans, mutated, def_lines))
+        if s not in ("killed", "not checked"):
+            result.survivors.append(survivor(name, spans, mutated, def_lines))
     return result
 
 
@@ -179,8 +200,12 @@ def _natural(name: str):
 
 
 def known_equivalents() -> set[str]:
-    """Mutant names explained in bench/mutation-equivalents.md."""
-    return set(MUTANT_NAME.findall(EQUIVALENTS.read_text())) if EQUIVALENTS.exists() else set()
+    """Mutant names explained in bench/mutation-equivalents.md (before its section of survivors
+    that are not equivalent)."""
+    if not EQUIVALENTS.exists():
+        return set()
+    text = EQUIVALENTS.read_text().split(NOT_EQUIVALENT, 1)[0]
+    return set(MUTANT_NAME.findall(text))
 
 
 def report(scores: list[ModuleScore]) -> None:
@@ -190,7 +215,8 @@ def report(scores: list[ModuleScore]) -> None:
         eq = sum(1 for v in s.survivors if v.name in equivalents)
         other = ", ".join(f"{k} {n}" for k, n in sorted(s.statuses.items()) if k != "killed")
         shown = f"{s.percent:6.1f}%" if s.total else "    -  "
-        print(f"{s.path:<36} {s.killed:>6} {s.total:>6} {shown:>7} {eq:>6}  {other}")
+        label = s.path + (" (part)" if s.partial else "")
+        print(f"{label:<36} {s.killed:>6} {s.total:>6} {shown:>7} {eq:>6}  {other}")
     for s in scores:
         if not s.survivors:
             continue
@@ -232,13 +258,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
                         help="parallel test workers (default: the number of CPUs)")
     parser.add_argument("--no-run", action="store_true", help="report the last results only")
+    parser.add_argument("--exclude", action="append", default=[], metavar="FUNCTION",
+                        help="leave a function (or Class.method) out of the run and the score")
     args = parser.parse_args(argv)
     paths = choose(args.modules, configured_paths())
+    exclude = {function_key(name) for name in args.exclude}
     start = time.monotonic()
     if not args.no_run:
-        run_mutmut(paths, args.max_children)
+        run_mutmut(paths, args.max_children, exclude)
         print(f"mutmut took {time.monotonic() - start:.0f} s")
-    report([score(p) for p in paths])
+    if args.exclude:
+        print("excluded: " + ", ".join(args.exclude))
+    report([score(p, exclude) for p in paths])
 
 
 if __name__ == "__main__":

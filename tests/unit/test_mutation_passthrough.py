@@ -105,6 +105,7 @@ def test_a_container_entry_without_config_data_plans_every_entry():
     # only `exists` and `status` known (e.g. a probe that read no config): nothing is assumed set
     entry = {"exists": True, "status": "stopped"}
     assert effective_config(entry) == {} and pending_ours(entry) == []
+    assert pending_ours({"pending_delete": ["dev1"]}) == []
     plan = plan_passthrough("dev", (), state(), entry)
     assert plan.set_args[:2] == ["--dev0", "/dev/nvidia0"] and plan.new_text is None
     plan = plan_passthrough("lxc", (), state(), entry)
@@ -115,6 +116,10 @@ def test_a_node_without_driver_data_wants_the_control_and_uvm_nodes_created():
     plan = plan_passthrough("auto", (), {"pve_version": "8.4.1"}, ct({}, status="stopped"))
     assert plan.paths == WANTED[8:]
     assert plan.modprobe == [["-c", "255"], ["-u", "-c", "0"]]
+    # lxc mode: no major known, so binds only (no allow line can be written yet)
+    plan = plan_passthrough("lxc", (), {}, ct({}, status="stopped"))
+    assert plan.new_text == "arch: amd64\n" + "".join(
+        f"lxc.mount.entry: {p} {p[1:]} none bind,optional,create=file\n" for p in WANTED[8:])
 
 
 def test_gpus_reported_without_a_device_node_are_passed_and_created():
@@ -199,6 +204,9 @@ def test_switching_to_lxc_drops_an_emptied_pending_section_before_the_snapshots(
 def test_switching_to_lxc_keeps_a_pending_section_with_one_other_key_left():
     text = "arch: amd64\n\n[pve:pending]\nmemory: 4096\ndev1: /dev/nvidia1\n"
     assert rewrite_config(text, [], MAJORS, True) == "arch: amd64\n\n[pve:pending]\nmemory: 4096\n"
+    text += "\n[snap1]\narch: amd64\n"
+    assert rewrite_config(text, [], MAJORS, True) == (
+        "arch: amd64\n\n[pve:pending]\nmemory: 4096\n\n[snap1]\narch: amd64\n")
 
 
 def test_sections_are_kept_byte_for_byte_even_empty_or_with_blank_lines():
