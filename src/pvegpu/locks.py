@@ -300,7 +300,8 @@ class LockPlan:
     ``kind`` is ``lock`` (``text`` is the hashed lock, synced as is) or ``make`` (no usable
     lock: ``reason`` says why; the deploy makes it with :func:`make_lock`). ``sha256``
     identifies the lock: a build whose marker records another one is stale. ``error`` means:
-    refuse (``require_lock=true``, or an ``.in`` that pins other things than the settings).
+    refuse (``require_lock=true`` and no lock, or an ``.in`` that pins other things than the
+    settings; without require_lock such an ``.in`` is rewritten and the lock made again).
     """
 
     kind: str
@@ -355,11 +356,16 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
     source = display(path, project)
     problem = _in_problem(settings, project)
     if problem:
+        # The settings are the source of truth: changed pins make a new .in and lock (printed,
+        # to be committed) unless require_lock says the recorded ones are the only ones allowed.
+        if not settings.require_lock:
+            return LockPlan("make", "", "", source, reason=problem)
         fix = (f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
                f"{display(in_path(settings, project), project)} and delete its "
-               f"{settings.torch_variant}-py*.lock files (the next deploy makes them), or point "
-               "locks_dir at another directory")
-        return LockPlan("make", "", "", source, reason=problem, error=f"{problem}: {fix}")
+               f"{settings.torch_variant}-py*.lock files, or run deploy.py once without "
+               "require_lock (it makes them), review and commit them")
+        return LockPlan("make", "", "", source, reason=problem,
+                        error=f"require_lock=true and {problem}: {fix}")
     try:
         text = path.read_text()
     except OSError:
@@ -461,7 +467,8 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
         return LockPlan("make", "", "", source, reason=plan.reason,
                         error=f"making {source} failed: {problem}")
     text = lock_header(settings, python_version, project) + body
-    _write_atomically(in_path(settings, project), None, settings)
+    if not in_path(settings, project).exists() or _in_problem(settings, project):
+        _write_atomically(in_path(settings, project), None, settings, replace_in=True)
     _write_atomically(path, text, settings)
     return LockPlan("lock", text, _sha(text), source, reason=plan.reason, made=True)
 
@@ -475,11 +482,12 @@ def lock_header(settings: Settings, python_version: str, project: Path = PROJECT
     )
 
 
-def _write_atomically(path: Path, text: str | None, settings: Settings) -> None:
+def _write_atomically(path: Path, text: str | None, settings: Settings,
+                      replace_in: bool = False) -> None:
     """Write ``text`` to ``path`` via a temp file and a rename; ``None`` writes the ``.in`` of
-    the settings only when it is missing."""
+    the settings (only when it is missing, unless ``replace_in``)."""
     if text is None:
-        if path.exists():
+        if path.exists() and not replace_in:
             return
         text = IN_HEADER.format(variant=settings.torch_variant) + requirements_in(settings)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -103,9 +103,10 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     assert refused.rc != 0, refused.output[-3000:]
     assert f"require_lock=true and there is no {empty}/cu130-py<X.Y>.lock" in refused.output
     assert not empty.exists()
-    # the repo's locks/cu130.in pins transformers, these settings do not: refused, nothing written
+    # the repo's locks/cu130.in pins transformers, these settings do not: with require_lock
+    # refused, nothing written (without it the .in and lock would be made again)
     repo = sorted(p.name for p in (ROOT / "locks").iterdir())
-    refused = site.deploy("locks_dir=locks")
+    refused = site.deploy("locks_dir=locks", "require_lock=true")
     assert refused.rc != 0 and "locks/cu130.in does not pin what the settings ask" in refused.output
     assert "write the settings' pins (torch==2.11.0+cu130) to locks/cu130.in" in refused.output
     assert sorted(p.name for p in (ROOT / "locks").iterdir()) == repo

@@ -75,13 +75,34 @@ def test_require_lock_refuses_in_one_line_naming_the_lock(tmp_path):
     assert plan.error.count("\n") == 0 and "run deploy.py once without require_lock" in plan.error
 
 
-def test_an_in_file_that_pins_something_else_is_refused(tmp_path):
+def test_an_in_file_that_pins_something_else_is_remade_or_refused_with_require_lock(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
     plan = lock_plan(replace(base, training_requirements=()), "3.11")
+    assert plan.kind == "make" and plan.error is None
+    assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.reason
+    plan = lock_plan(replace(base, training_requirements=(), require_lock=True), "3.11")
     assert plan.kind == "make" and plan.error.count("\n") == 0
+    assert plan.error.startswith("require_lock=true and ")
     assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.error
     assert "write the settings' pins (torch==2.11.0+cu130) to" in plan.error
+
+
+def test_changed_pins_rewrite_the_in_file_and_make_a_new_lock(tmp_path):
+    base = settings(locks_dir=str(tmp_path))
+    write_locks(tmp_path, base)
+    changed = replace(base, training_requirements=())
+
+    def compile_stub(argv, **kw):  # stands in for uv pip compile: writes the -o file
+        out = Path(argv[argv.index("-o") + 1])
+        out.write_text(f"torch==2.11.0+cu130 \\\n    {HASH}\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    plan = make_lock(changed, "3.11", uv="uv", run=compile_stub, check=lambda s: None)
+    assert plan.error is None and plan.made and plan.kind == "lock"
+    assert parse_pins((tmp_path / "cu130.in").read_text()) == {"torch": "2.11.0+cu130"}
+    assert parse_pins((tmp_path / "cu130-py3.11.lock").read_text()) == {"torch": "2.11.0+cu130"}
+    assert lock_plan(changed, "3.11").kind == "lock"
 
 
 @pytest.mark.parametrize("lock, why", [
@@ -112,7 +133,10 @@ def test_early_refusals_without_a_python_version(tmp_path):
     assert "there is no " in early_lock_error(s) and "cu130-py<X.Y>.lock" in early_lock_error(s)
     write_locks(tmp_path, s, python="3.13")
     assert early_lock_error(s) is None  # may be the container's; venv_built decides
-    assert early_lock_error(replace(s, require_lock=False, training_requirements=()))
+    # other pins than the .in: made again without require_lock, refused with it
+    assert early_lock_error(replace(s, require_lock=False, training_requirements=())) is None
+    assert "does not pin what the settings ask" in early_lock_error(
+        replace(s, training_requirements=()))
     assert early_lock_error(replace(s, python_version="3.11")).startswith("require_lock=true")
 
 
