@@ -226,9 +226,10 @@ def lower(vmid):
         return HOSTROOT
 
 
-def ensure_rootfs(vmid):
+def ensure_rootfs(vmid, run_tmpfs=True):
     """Mount the container's root (overlay: pristine host root + the container's upper dir) in the
-    node's mount namespace, with a /run tmpfs that lives as long as the container runs."""
+    node's mount namespace, with a /run tmpfs that lives as long as the container runs (unless
+    run_tmpfs is False: a booted container's init mounts its own)."""
     d = ct_dir(vmid)
     r = rootfs(vmid)
     if mounted(r):
@@ -236,6 +237,8 @@ def ensure_rootfs(vmid):
     for sub in ("upper", "work", "rootfs"):
         os.makedirs(f"{d}/{sub}", exist_ok=True)
     sys_mount("overlay", r, "overlay", 0, f"lowerdir={lower(vmid)},upperdir={d}/upper,workdir={d}/work")
+    if not run_tmpfs:
+        return r
     os.makedirs(r + "/run", exist_ok=True)
     sys_mount("tmpfs", r + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     os.makedirs(r + "/run/lock", exist_ok=True)
