@@ -2,6 +2,7 @@
 
     uv run python -m sim demo        # start node + loopback indexes, full deploy, verify, tear down
     uv run python -m sim up          # start them, print the environment to use, wait for Ctrl-C
+    uv run python -m sim up --ct-init systemd   # containers boot real systemd (systemd-nspawn)
 
 Everything listens on 127.0.0.1 only and is torn down on exit.
 """
@@ -70,7 +71,7 @@ def pyinfra_argv(script: str, *extra: str) -> list[str]:
 def demo(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-demo-") as tmp:
         print("==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes")
-        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = site_env(node)
             print(f"    node ssh 127.0.0.1:{node.port}, indexes {index.url}")
             steps = [
@@ -96,7 +97,7 @@ def demo(args) -> int:
 
 def up(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
-        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = node.inventory_env()
             print("# simulated node is up; in another shell:")
             for key, value in env.items():
@@ -122,6 +123,9 @@ def main(argv=None) -> int:
     for p in (d, u):
         p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
                        help="Proxmox VE release the node plays (sim/README.md, Profiles)")
+        p.add_argument("--ct-init", default="exec", choices=("exec", "systemd"),
+                       help="containers: per-call exec (default) or booting real systemd "
+                            "(systemd-nspawn; sim/README.md, Containers)")
     args = parser.parse_args(argv)
     args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
     return demo(args) if args.cmd == "demo" else up(args)
