@@ -80,7 +80,9 @@ CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
                     "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
 DIGEST_SKIP_CT = ("tmp", "run", "var/lib/pve-sim-systemd/calls.log", "var/log/wtmp", "var/log/btmp",
-                  "var/log/lastlog")
+                  "var/log/lastlog",
+                  # a booted container's (ct_init="systemd") own state: journal, timer stamps
+                  "var/log/journal", "var/lib/systemd")
 
 _LIVE: set["SimNode"] = set()
 _LIVE_LOCK = threading.Lock()
