@@ -39,8 +39,9 @@ NSPAWN = "/usr/bin/systemd-nspawn"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
 OPEN_TREE_CLONE, AT_RECURSIVE, MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, 0x4
+AT_EMPTY_PATH, MOUNT_ATTR_RDONLY = 0x1000, 0x1
 AT_FDCWD, CLONE_NEWNS = -100, 0x00020000
 
 
@@ -159,7 +160,7 @@ def start(vmid, conf, devices):
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         # Container systemd 256+ refuses cgroup v1; the unified hierarchy works for 252 too.
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-        with open(log_path, "ab") as log:
+        with open(log_path, "wb") as log:  # this boot only: its tail explains a failure
             proc = subprocess.Popen(nspawn_argv(vmid, conf, root, binds), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True, close_fds=True,
@@ -227,18 +228,29 @@ def _check(ret, what):
     return ret
 
 
-def attach(pid, src, dst):
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def attach(pid, src, dst, ro=False):
     """Bind node path src over dst inside the running container of PID 1 pid (open_tree +
     move_mount: a plain bind cannot cross mount namespaces). Runs in a forked child."""
+    is_dir = os.path.isdir(src)  # (the node's /proc is out of sight once inside)
     child = os.fork()
     if child == 0:
         try:
             fd = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, src.encode(),
                                       OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC), "open_tree")
+            if ro:
+                attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+                _check(_libc.syscall(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH | AT_RECURSIVE,
+                                     ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))),
+                       "mount_setattr")
             ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
             _check(_libc.setns(ns, CLONE_NEWNS), "setns")
             if not os.path.exists(dst):
-                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                if is_dir:
                     os.makedirs(dst, exist_ok=True)
                 else:
                     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -267,6 +279,16 @@ def hotplug_devices(vmid, devices):
             continue
         _stage_devices(vmid, [dev])
         attach(pid, staged, dev["dst"])
+
+
+def hotplug_mounts(vmid, entries):
+    """New bind mount points in a running container (pve-container hot-plugs a new mpN)."""
+    pid = init_pid(vmid)
+    if not pid:
+        return
+    for src, mp, ro in L.mountpoints(entries):
+        if src is not None and os.path.isdir(src):
+            attach(pid, src, mp, ro)
 
 
 # ----------------------------------------------------------------------------- stop
