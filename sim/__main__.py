@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     for p in (d, u):
         p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
                        help="Proxmox VE release the node plays (sim/README.md, Profiles)")
-        p.add_argument("--ct-init", default="exec", choices=("exec", "systemd"),
+        p.add_argument("--ct-init", default=None, choices=("exec", "systemd"),
                        help="containers: per-call exec (default) or booting real systemd "
                             "(systemd-nspawn; sim/README.md, Containers)")
     args = parser.parse_args(argv)

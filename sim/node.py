@@ -235,10 +235,11 @@ class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1", profile="pve8", ct_init="exec"):
+                 hostname="pve1", profile="pve8", ct_init=None):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
-        (the template follows the version's major). ct_init: "exec" (default) or "systemd" (the
-        containers boot real systemd; see CT_INITS)."""
+        (the template follows the version's major). ct_init: "exec" or "systemd" (the containers
+        boot real systemd; see CT_INITS); default $PVE_SIM_CT_INIT, else "exec"."""
+        ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "exec"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
         if ct_init not in CT_INITS:
