@@ -367,19 +367,27 @@ def _remove_tree(path):
 
 # ----------------------------------------------------------------------------- exec, push, pull
 
+PROBLEMS = {0: None, 1: "noexec", 2: "missing"}
+
+
 def _find_inside(pid, cmd, path):
-    """What execvp would run inside, checked from the node: (path, problem) with problem None,
-    "missing" or "noexec"."""
-    root = f"/proc/{pid}/root"
+    """What execvp would find inside: None, "noexec" or "missing". Checked in a child chrooted
+    into the container's root, so absolute symlinks (a venv's bin/python) resolve there."""
     cands = [cmd] if "/" in cmd else [os.path.join(d or ".", cmd) for d in path.split(":")]
-    for c in cands:
-        full = root + "/" + c.lstrip("/")
-        if os.path.isfile(full) and os.access(full, os.X_OK):
-            return c, None
-    for c in cands:
-        if os.path.exists(root + "/" + c.lstrip("/")):
-            return c, "noexec"
-    return cmd, "missing"
+    child = os.fork()
+    if child == 0:
+        code = 2
+        try:
+            os.chroot(f"/proc/{pid}/root")
+            os.chdir("/")
+            if any(os.path.isfile(c) and os.access(c, os.X_OK) for c in cands):
+                code = 0
+            elif any(os.path.exists(c) for c in cands):
+                code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return PROBLEMS.get(os.waitstatus_to_exitcode(status), "missing")
 
 
 def exec_in(vmid, argv, env, cwd, lxc_err):
@@ -389,7 +397,7 @@ def exec_in(vmid, argv, env, cwd, lxc_err):
     pid = init_pid(vmid)
     if not pid:
         raise L.PveError(f"container '{vmid}' not running!")
-    _exe, problem = _find_inside(pid, argv[0], env.get("PATH", ""))
+    problem = _find_inside(pid, argv[0], env.get("PATH", ""))
     if problem == "missing":
         lxc_err(vmid, f'No such file or directory - Failed to exec "{argv[0]}"')
         return 127

@@ -57,6 +57,13 @@ def test_pid1_is_systemd_and_mounts_devices_cwd_are_there(ct200):
     # the caller's cwd when the container has it, else /
     assert node.run(["sh", "-c", "cd /etc && pct exec 200 -- pwd"]).stdout == "/etc\n"
     assert node.run(["sh", "-c", "cd /tank && pct exec 200 -- pwd"]).stdout == "/\n"
+    # an absolute symlink resolves inside the container (a venv's bin/python -> its base python)
+    pct(node, "exec", "200", "--", "sh", "-c", "mkdir -p /opt/inside && printf '#!/bin/sh\\necho "
+        "inside\\n' > /opt/inside/tool && chmod +x /opt/inside/tool && "
+        "ln -sf /opt/inside/tool /root/tool")
+    assert node.run(["test", "-e", "/opt/inside"]).returncode == 1
+    assert pct(node, "exec", "200", "--", "/root/tool").stdout == "inside\n"
+    assert node.ct_run(200, ["/root/tool"]).stdout == "inside\n"
     # the node's /proc/devices view and /proc/driver are there (the torch double reads them)
     r = pct(node, "exec", "200", "--", "sh", "-c", "grep -c nvidia /proc/devices; "
                                                   "cat /proc/driver/nvidia/version")
