@@ -27,10 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # The user's training code on the node's data dir (bind-mounted at /data in the container), as a
-# real node has it before the first deploy; the unit's ExecStart names it. The sim never runs it.
+# real node has it before the first deploy; the unit's ExecStart names it. The exec model never
+# runs it; real-systemd containers (ct_init="systemd") do: it trains until SIGTERM, like a run.
 TRAIN_PY = (
-    '"""Stand-in for the user\'s training script (the simulation never runs it)."""\n'
-    "import sys\n\nprint(\"train\", *sys.argv[1:])\n"
+    '"""Stand-in for the user\'s training script: runs until SIGTERM, then exits 0."""\n'
+    "import signal\nimport sys\n\n"
+    "print(\"train\", *sys.argv[1:], flush=True)\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "while True:\n    signal.pause()\n"
 )
 
 
