@@ -217,7 +217,8 @@ def _remove_cgroups(dirs: list[Path], timeout=10.0) -> list[str]:
         for top in dirs:
             if not top.exists():
                 continue
-            for sub in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            subdirs = (p for p in top.rglob("*") if p.is_dir())
+            for sub in sorted(subdirs, key=lambda p: -len(p.parts)):  # deepest first
                 try:
                     sub.rmdir()
                 except OSError:

@@ -9,13 +9,13 @@ without NVIDIA nodes.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from pvegpu.boot import render_modules, render_persistenced_unit, render_uvm_unit
-from sim.node import SimNode, cgroup_hierarchies
+from sim.fixtures import skip_without_real_systemd
+from sim.node import SimNode
 
 SIM = Path(__file__).resolve().parents[2] / "sim"
 GPUS = 8
@@ -30,10 +30,7 @@ PVESH = "#!/bin/sh\n: > " + RECORD + "\nfor n in " + " ".join(NODES) + "; do\n" 
 
 @pytest.fixture
 def node(tmp_path):
-    if shutil.which("systemd-nspawn") is None:
-        pytest.skip("real-systemd containers need systemd-nspawn (apt-get install systemd-container)")
-    if not cgroup_hierarchies():
-        pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
+    skip_without_real_systemd()
     with SimNode(tmp_path / "node", gpus=GPUS, ct_init="systemd") as node:
         yield node
 

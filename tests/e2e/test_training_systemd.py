@@ -10,13 +10,12 @@ and misbehaves on request (a `mode` file in the checkpoint dir): `crash` exits 3
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 
 from pvegpu.unit import digest
-from sim.node import cgroup_hierarchies
+from sim.fixtures import skip_without_real_systemd
 
 UNIT = "dflash-train.service"
 RECORD = "/run/pvegpu-dflash-train/started"
@@ -64,10 +63,7 @@ while True:
 
 @pytest.fixture
 def node_options():
-    if shutil.which("systemd-nspawn") is None:
-        pytest.skip("real-systemd containers need systemd-nspawn (apt-get install systemd-container)")
-    if not cgroup_hierarchies():
-        pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
+    skip_without_real_systemd()
     return {"ct_init": "systemd"}
 
 
@@ -124,8 +120,8 @@ def test_container_boots_real_systemd_and_stops_clean(site):
     assert node.run(["pct", "shutdown", "200"]).returncode == 0
     assert node.run(["pct", "status", "200"]).stdout == "status: stopped\n"
     # nothing left: no container cgroup, no rootfs mount, no nspawn
-    left = node.run(["sh", "-c", "ls -d /sys/fs/cgroup/*/lxc/200 /sys/fs/cgroup/lxc/200 2>/dev/null;"
-                                 " grep ' /var/lib/pve-sim/ct/200/' /proc/self/mountinfo;"
+    left = node.run(["sh", "-c", "ls -d /sys/fs/cgroup/*/lxc/200 /sys/fs/cgroup/lxc/200 "
+                                 "2>/dev/null; grep ' /var/lib/pve-sim/ct/200/' /proc/self/mountinfo;"
                                  " ls /run/pve-sim/ct/200 2>/dev/null; pgrep -x systemd-nspawn"])
     assert left.stdout == "", left.stdout
 

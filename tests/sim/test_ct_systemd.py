@@ -2,12 +2,12 @@
 tests of test_node.py run again here against a container that booted real systemd, plus what only
 this mode has: hot-plug into a running container, a failed boot, nothing left after stops."""
 
-import shutil
 
 import pytest
 
 import test_node as exec_model  # the exec model's pct tests (tests/sim/test_node.py)
-from sim.node import SimNode, cgroup_hierarchies
+from sim.fixtures import skip_without_real_systemd
+from sim.node import SimNode
 
 pct, make_ct = exec_model.pct, exec_model.make_ct
 
@@ -27,10 +27,7 @@ def leftovers(node, vmid):
 
 @pytest.fixture(scope="module")
 def systemd_node(tmp_path_factory):
-    if shutil.which("systemd-nspawn") is None:
-        pytest.skip("real-systemd containers need systemd-nspawn (apt-get install systemd-container)")
-    if not cgroup_hierarchies():
-        pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
+    skip_without_real_systemd()
     node = SimNode(tmp_path_factory.mktemp("pve-sim") / "node", ct_init="systemd")
     try:
         node.start()
