@@ -5,7 +5,8 @@ stopped and restarted, and systemd itself applies TimeoutStopSec, Restart= and t
 The trainer here is a stand-in seeded on the node's data dir: it records each start (its pid, the
 python it runs with, the GPUs the torch double sees), writes a checkpoint when SIGTERM arrives,
 and misbehaves on request (a `mode` file in the checkpoint dir): `crash` exits 3 at once,
-`stubborn-child` also starts a child that ignores SIGTERM.
+`stubborn-child` also starts a child that ignores SIGTERM, `hold-on-term` checkpoints only once a
+`release` file appears (a stop that is in progress for as long as the test wants).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ if mode == "stubborn-child" and os.fork() == 0:
 
 
 def checkpoint(signum, frame):
+    if mode == "hold-on-term":  # a long checkpoint: done when the test says so
+        open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
+        while not os.path.exists(os.path.join(ckpt, "release")):
+            time.sleep(0.1)
     with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
         f.write("saved on SIGTERM\\n")
     sys.exit(0)
@@ -230,3 +235,36 @@ def test_crash_restarts_then_start_limit_back_off(trainer_site):
     fixed = site.deploy("training_restart_delay_s=1", "training_restart_burst=3")
     assert fixed.rc == 0, fixed.output[-4000:]
     assert show(site, "ActiveState")["ActiveState"] == "active"
+
+
+def test_a_deploy_during_a_stop_in_progress(trainer_site):
+    site = trainer_site
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"],
+             check=True)
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    unit = show(site, "MainPID", "InvocationID")
+    # someone stops the training; its checkpoint takes a while
+    assert site.ct("systemctl", "stop", "--no-block", UNIT).returncode == 0
+    wait_for("the checkpoint to begin", lambda: ckpt_files(site, "stopping"))
+    assert show(site, "ActiveState", "SubState") == {"ActiveState": "deactivating",
+                                                     "SubState": "stop-sigterm"}
+
+    # The deploy meanwhile: the unit counts as running (deactivating), its start record is still
+    # there, so it changes nothing, starts nothing and says nothing about the stop.
+    during = site.deploy()
+    assert during.rc == 0 and during.changed == 0, during.output[-4000:]
+    assert "restart pending" not in during.output
+    assert show(site, "ActiveState", "InvocationID") == {
+        "ActiveState": "deactivating", "InvocationID": unit["InvocationID"]}
+
+    # The checkpoint finishes, the stop completes; the next deploy starts a new run.
+    node.run(["touch", f"{CKPT_NODE}/release"], check=True)
+    wait_for("the stop", lambda: show(site, "ActiveState")["ActiveState"],
+             lambda state: state == "inactive")
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{unit['MainPID']}"]
+    after = site.deploy()
+    assert after.rc == 0 and after.changed >= 1, after.output[-4000:]
+    new = show(site, "ActiveState", "InvocationID")
+    assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"]
