@@ -103,13 +103,14 @@ def up(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
         with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = node.inventory_env()
+            # before the last line is out: a SIGTERM right after it must find this handler
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *a: stop.set())
             print("# simulated node is up; in another shell:")
             for key, value in env.items():
                 print(f"export {key}={value}")
             print(f"uv run pyinfra inventory.py deploy.py {' '.join(site_data(index))}")
             print("# Ctrl-C here tears it down", flush=True)
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *a: stop.set())
             try:
                 stop.wait()
             except KeyboardInterrupt:
