@@ -81,8 +81,9 @@ DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/lo
                     "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
 DIGEST_SKIP_CT = ("tmp", "run", "var/lib/pve-sim-systemd/calls.log", "var/log/wtmp", "var/log/btmp",
                   "var/log/lastlog",
-                  # a booted container's (ct_init="systemd") own state: journal, timer stamps
-                  "var/log/journal", "var/lib/systemd")
+                  # a booted container's (ct_init="systemd") own state: journal, timer stamps,
+                  # PrivateTmp= dirs of its services ("*": any entry starting so)
+                  "var/log/journal", "var/lib/systemd", "var/tmp/systemd-private-*")
 
 _LIVE: set["SimNode"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -613,6 +614,12 @@ LogLevel ERROR
         self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "prune"], check=True)
 
 
+def _skipped(rel: str, skip: tuple) -> bool:
+    """rel is a skip entry, below one, or starts like one that ends in "*"."""
+    return any(rel == s or rel.startswith(s + "/") or (s.endswith("*") and rel.startswith(s[:-1]))
+               for s in skip)
+
+
 def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
     if not root.exists():
         return
@@ -622,7 +629,7 @@ def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
         keep = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if d == "__pycache__" or any(rel == s or rel.startswith(s + "/") for s in skip):
+            if d == "__pycache__" or _skipped(rel, skip):
                 continue
             full = os.path.join(dirpath, d)
             if os.path.islink(full):
@@ -633,7 +640,7 @@ def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
         dirnames[:] = keep
         for f in sorted(filenames):
             rel = f"{rel_dir}/{f}" if rel_dir else f
-            if any(rel == s or rel.startswith(s + "/") for s in skip) or f.endswith(".pyc"):
+            if _skipped(rel, skip) or f.endswith(".pyc"):
                 continue
             full = os.path.join(dirpath, f)
             st = os.lstat(full)
