@@ -67,15 +67,19 @@ while True:
 
 
 @pytest.fixture
-def node_options():
+def node_options(request):
+    """Real-systemd containers; a test may add node options (indirect parametrization)."""
     skip_without_real_systemd()
-    return {"ct_init": "systemd"}
+    return {"ct_init": "systemd", **getattr(request, "param", {})}
 
 
 @pytest.fixture
 def trainer_site(site):
     """A site whose training script is the stand-in trainer above."""
     site.node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
+    if site.node.cfg["pve_version"].startswith("9."):
+        # Debian 13's Python (as tests/e2e/test_lifecycle.py's PVE 9 run names it)
+        site.base_data += ["--data", "python_version=3.13"]
     return site
 
 
@@ -131,6 +135,9 @@ def test_container_boots_real_systemd_and_stops_clean(site):
     assert left.stdout == "", left.stdout
 
 
+# PVE 8 containers boot Debian 12 (systemd 252), PVE 9 ones Debian 13 (systemd 257)
+@pytest.mark.parametrize("node_options", [{"profile": "pve8"}, {"profile": "pve9"}],
+                         indirect=True, ids=["pve8", "pve9"])
 def test_training_unit_runs_under_real_systemd(trainer_site):
     site = trainer_site
     node = site.node
