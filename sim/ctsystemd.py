@@ -13,8 +13,9 @@ runs in), `--console=passive`. The node's network is shared (no --private-networ
 loopback package indexes are reachable. nspawn refuses bind sources for /proc targets, so the
 node's /proc/devices view and /proc/driver are attached after boot with open_tree/move_mount.
 
-Per running container: /run/pve-sim/ct/<vmid>/{nspawn.pid,init.pid,dev/} (dev/: the passed
-device nodes, made with the config's mode/uid/gid and bound over /dev/<path>), cgroups
+Per running container: /run/pve-sim/ct/<vmid>/{monitor.pid,nspawn.pid,init.pid,dev/} (monitor:
+this module's `monitor`, which boots the container again after a reboot from inside; dev/: the
+passed device nodes, made with the config's mode/uid/gid and bound over /dev/<path>), cgroups
 /sys/fs/cgroup/<hierarchy>/lxc/<vmid>, console log /var/log/pve-sim/ct-<vmid>.console.log.
 """
 import ctypes
@@ -92,9 +93,31 @@ def _alive(pid):
 
 
 def init_pid(vmid):
-    """PID (node view) of the container's systemd, or None when it is not up."""
+    """PID (node view) of the container's systemd, or None when it is not up. After a reboot
+    from inside (`systemctl reboot`) nspawn boots the container again itself: the new PID 1 is
+    found, waited for and given the /proc views again."""
     pid = _read_int(run_dir(vmid) + "/init.pid")
-    return pid if pid and _alive(pid) else None
+    if pid and _alive(pid):
+        return pid
+    nspawn = _read_int(run_dir(vmid) + "/nspawn.pid")
+    if not (nspawn and _alive(nspawn)):
+        return None
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while _alive(nspawn) and time.monotonic() < deadline:
+        pid = _container_child(nspawn)
+        if pid and pid != _read_int(run_dir(vmid) + "/init.pid") and \
+                os.path.exists(f"/proc/{pid}/root/run/systemd/private"):
+            _attach_proc_views(pid)
+            _write(run_dir(vmid) + "/init.pid", pid)
+            return pid
+        time.sleep(0.05)
+    return None
+
+
+def gone(vmid):
+    """The container was started but its monitor has exited (a poweroff from inside)."""
+    mon = _read_int(run_dir(vmid) + "/monitor.pid")
+    return mon is not None and not _alive(mon)
 
 
 # ----------------------------------------------------------------------------- start
@@ -160,21 +183,28 @@ def start(vmid, conf, devices):
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         # Container systemd 256+ refuses cgroup v1; the unified hierarchy works for 252 too.
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-        with open(log_path, "wb") as log:  # this boot only: its tail explains a failure
-            proc = subprocess.Popen(nspawn_argv(vmid, conf, root, binds), stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True, close_fds=True,
-                                    preexec_fn=lambda: _join_cgroups(vmid))
-        _write(rd + "/nspawn.pid", proc.pid)
-        pid = _wait_booted(proc, log_path)
+        open(log_path, "wb").close()  # this start only: its tail explains a failure
+        # The monitor (like lxc's) runs nspawn, and again when the container rebooted itself.
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "monitor", str(vmid),
+                                 log_path, "--", *nspawn_argv(vmid, conf, root, binds)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                                close_fds=True, preexec_fn=lambda: _join_cgroups(vmid))
+        _write(rd + "/monitor.pid", proc.pid)
+        pid = _wait_booted(vmid, proc, log_path)
+        _attach_proc_views(pid)
         _write(rd + "/init.pid", pid)
-        attach(pid, L.PROC_DEVICES_VIEW, "/proc/devices")
-        if os.path.isdir("/proc/driver"):
-            attach(pid, "/proc/driver", "/proc/driver")
     except BaseException:
         power_off(vmid, clean=False)
         raise
     return pid
+
+
+def _attach_proc_views(pid):
+    """The node's /proc/devices view and /proc/driver, inside (what the torch double reads)."""
+    attach(pid, L.PROC_DEVICES_VIEW, "/proc/devices")
+    if os.path.isdir("/proc/driver"):
+        attach(pid, "/proc/driver", "/proc/driver")
 
 
 def _write(path, value):
@@ -199,18 +229,35 @@ def _container_child(nspawn_pid):
     return None
 
 
-def _wait_booted(proc, log_path):
+def _wait_booted(vmid, proc, log_path):
     """Wait until PID 1 of the container has its manager socket (systemctl works from then on)."""
     deadline = time.monotonic() + BOOT_TIMEOUT
     while True:
         if proc.poll() is not None:
             raise BootError(f"systemd-nspawn exited with {proc.returncode}: {_tail(log_path)}")
-        pid = _container_child(proc.pid)
+        nspawn = _read_int(run_dir(vmid) + "/nspawn.pid")
+        pid = _container_child(nspawn) if nspawn else None
         if pid and os.path.exists(f"/proc/{pid}/root/run/systemd/private"):
             return pid
         if time.monotonic() > deadline:
             raise BootError(f"container did not boot in {BOOT_TIMEOUT:.0f}s: {_tail(log_path)}")
         time.sleep(0.05)
+
+
+REBOOT_EXIT = 133  # systemd-nspawn(1): the container rebooted (systemd-nspawn@.service restarts)
+
+
+def monitor(vmid, log_path, argv):
+    """Run nspawn until the container stops; boot it again when it rebooted itself (what LXC
+    does for a container's own reboot). -> nspawn's last exit status."""
+    while True:
+        with open(log_path, "ab") as log:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT)
+        _write(run_dir(vmid) + "/nspawn.pid", p.pid)
+        code = p.wait()
+        if code != REBOOT_EXIT:
+            return code
 
 
 def _tail(path, n=5):
@@ -297,19 +344,20 @@ def power_off(vmid, clean, timeout=None, kill_after=True):
     """Stop the container and remove everything its run left (cgroups, staged nodes, rootfs
     mount). clean: lxc's halt signal, then wait up to timeout (default 60 s, lxc-stop's);
     after that SIGKILL when kill_after, else PveError("container did not stop")."""
-    nspawn = _read_int(run_dir(vmid) + "/nspawn.pid")
+    mon = _read_int(run_dir(vmid) + "/monitor.pid")
     pid = init_pid(vmid)
     if pid and clean:
         os.kill(pid, HALT_SIGNAL)
-        if not _wait_gone(nspawn, 60 if timeout is None else timeout):
+        if not _wait_gone(mon, 60 if timeout is None else timeout):
             if not kill_after:
                 raise L.PveError("container did not stop")
     pid = init_pid(vmid)
     if pid:
         os.kill(pid, signal.SIGKILL)  # PID 1 dying takes its whole pid namespace with it
-    if nspawn and _alive(nspawn) and not _wait_gone(nspawn, 30):
-        os.kill(nspawn, signal.SIGKILL)
-        _wait_gone(nspawn, 10)
+    for proc in (mon, _read_int(run_dir(vmid) + "/nspawn.pid")):
+        if proc and _alive(proc) and not _wait_gone(proc, 30):
+            os.kill(proc, signal.SIGKILL)
+            _wait_gone(proc, 10)
     _remove_cgroups(vmid)
     _remove_tree(run_dir(vmid))
     L.release_rootfs(vmid)
@@ -454,3 +502,10 @@ def transfer(vmid, fn):
             os._exit(code)
     _, status = os.waitpid(child, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    # python3 ctsystemd.py monitor <vmid> <console log> -- <nspawn argv...>
+    if len(sys.argv) > 5 and sys.argv[1] == "monitor" and sys.argv[4] == "--":
+        sys.exit(monitor(sys.argv[2], sys.argv[3], sys.argv[5:]))
+    sys.exit(__doc__)

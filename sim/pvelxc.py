@@ -207,9 +207,27 @@ def rootfs(vmid):
 def is_running(vmid):
     try:
         with open(ct_dir(vmid) + "/state") as f:
-            return f.read().strip() == "running"
+            running = f.read().strip() == "running"
     except FileNotFoundError:
         return False
+    if running and _powered_off_inside(vmid):
+        return False
+    return running
+
+
+def _powered_off_inside(vmid):
+    """A real-systemd container that powered itself off: cleaned up and marked stopped."""
+    try:
+        import ctsystemd  # (it imports this module: imported here, where it is installed)
+    except ImportError:
+        return False
+    if not ctsystemd.enabled() or not ctsystemd.gone(vmid):
+        return False
+    # no config lock here: callers may hold it (flock on a second open file would deadlock);
+    # the clean-up is idempotent
+    ctsystemd.power_off(vmid, clean=False)
+    set_state(vmid, "stopped")
+    return True
 
 
 def set_state(vmid, state):

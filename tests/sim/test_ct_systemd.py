@@ -3,6 +3,8 @@ tests of test_node.py run again here against a container that booted real system
 this mode has: hot-plug into a running container, a failed boot, nothing left after stops."""
 
 
+import time
+
 import pytest
 
 import test_node as exec_model  # the exec model's pct tests (tests/sim/test_node.py)
@@ -110,3 +112,30 @@ def test_stop_shutdown_reboot_leave_nothing(systemd_node):
     assert pct(node, "start", "220").returncode == 0
     assert pct(node, "destroy", "220", "--force").returncode == 0
     assert leftovers(node, 220) == ""
+
+
+def test_poweroff_and_reboot_from_inside(systemd_node):
+    node = systemd_node
+    make_ct(node, 230)
+    # `systemctl reboot` inside: nspawn boots it again; pct exec reaches the new systemd
+    since = ["systemctl", "show", "-p", "UserspaceTimestampMonotonic", "--value"]
+    first = pct(node, "exec", "230", "--", *since).stdout
+    pct(node, "exec", "230", "--", "systemctl", "reboot")
+    deadline = time.monotonic() + 60  # a bound on waiting for the reboot, not a time check
+    while True:  # (until then pct exec may reach the old systemd going down)
+        again = pct(node, "exec", "230", "--", *since)
+        if again.returncode == 0 and again.stdout.strip() and again.stdout != first:
+            break
+        assert time.monotonic() < deadline, again
+        time.sleep(0.2)
+    assert pct(node, "exec", "230", "--", "grep", "-c", "nvidia", "/proc/devices").stdout == "3\n"
+    # `systemctl poweroff` inside: the container is stopped, cleaned up, and starts again
+    pct(node, "exec", "230", "--", "systemctl", "poweroff")
+    deadline = time.monotonic() + 60  # a bound on waiting for the poweroff, not a time check
+    while pct(node, "status", "230").stdout != "status: stopped\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert leftovers(node, 230) == ""
+    assert pct(node, "start", "230").returncode == 0
+    assert pct(node, "exec", "230", "--", "cat", "/proc/1/comm").stdout == "systemd\n"
+    assert pct(node, "stop", "230").returncode == 0
