@@ -2,6 +2,7 @@
 
     uv run python -m sim demo        # start node + loopback indexes, full deploy, verify, tear down
     uv run python -m sim up          # start them, print the environment to use, wait for Ctrl-C
+    uv run python -m sim up --ct-init systemd   # containers boot real systemd (systemd-nspawn)
 
 Everything listens on 127.0.0.1 only and is torn down on exit.
 """
@@ -26,10 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # The user's training code on the node's data dir (bind-mounted at /data in the container), as a
-# real node has it before the first deploy; the unit's ExecStart names it. The sim never runs it.
+# real node has it before the first deploy; the unit's ExecStart names it. The exec model never
+# runs it; real-systemd containers (ct_init="systemd") do: it trains until SIGTERM, like a run.
 TRAIN_PY = (
-    '"""Stand-in for the user\'s training script (the simulation never runs it)."""\n'
-    "import sys\n\nprint(\"train\", *sys.argv[1:])\n"
+    '"""Stand-in for the user\'s training script: runs until SIGTERM, then exits 0."""\n'
+    "import signal\nimport sys\n\n"
+    "print(\"train\", *sys.argv[1:], flush=True)\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "while True:\n    signal.pause()\n"
 )
 
 
@@ -73,7 +78,7 @@ def pyinfra_argv(script: str, *extra: str) -> list[str]:
 def demo(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-demo-") as tmp:
         print("==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes")
-        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = site_env(node)
             print(f"    node ssh 127.0.0.1:{node.port}, indexes {index.url}")
             steps = [
@@ -100,16 +105,17 @@ def demo(args) -> int:
 
 def up(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
-        with simulated_site(Path(tmp), profile=args.profile) as (node, index):
+        with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = node.inventory_env()
+            # before the last line is out: a SIGTERM right after it must find this handler
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *a: stop.set())
             print("# simulated node is up; in another shell:")
             for key, value in env.items():
                 print(f"export {key}={value}")
             data = site_data(index, Path(tmp) / "locks")
             print(f"uv run pyinfra inventory.py deploy.py {' '.join(data)}")
             print("# Ctrl-C here tears it down", flush=True)
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *a: stop.set())
             try:
                 stop.wait()
             except KeyboardInterrupt:
@@ -127,6 +133,9 @@ def main(argv=None) -> int:
     for p in (d, u):
         p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
                        help="Proxmox VE release the node plays (sim/README.md, Profiles)")
+        p.add_argument("--ct-init", default=None, choices=("exec", "systemd"),
+                       help="containers: per-call exec (default) or booting real systemd "
+                            "(systemd-nspawn; sim/README.md, Containers)")
     args = parser.parse_args(argv)
     args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
     return demo(args) if args.cmd == "demo" else up(args)

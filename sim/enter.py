@@ -23,6 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pvelxc as L  # noqa: E402
+import ctsystemd as SD  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -180,6 +181,10 @@ def enter(vmid, mode, argv=None, env=None, keep_cwd=True, dest=None, perms=None,
     cfg = L.load(vmid)
     conf = cfg.conf
     cwd = os.getcwd() if keep_cwd else "/"
+    if SD.enabled():  # a booted container: enter its namespaces instead of making new ones
+        if mode == "exec":
+            return SD.exec_in(vmid, argv, dict(env or {}), cwd, _lxc_err)
+        return SD.transfer(vmid, lambda: _transfer(mode, dest, perms, user, group, src_fd, dst_fd))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -253,13 +258,18 @@ def _child(vmid, conf, mode, argv, env, cwd, dest, perms, user, group, src_fd, d
         except OSError as e:
             _lxc_err(vmid, f'{e.strerror} - Failed to exec "{argv[0]}"')
             os._exit(126)
-    elif mode == "push":
-        os.chdir("/")
+    else:
+        _transfer(mode, dest, perms, user, group, src_fd, dst_fd)
+
+
+def _transfer(mode, dest, perms, user, group, src_fd, dst_fd):
+    """push/pull's file work, inside the container's root."""
+    os.chdir("/")
+    if mode == "push":
         fd = _create_file(dest, perms, user, group)
         _copy_fd(src_fd if src_fd is not None else 0, fd)
         os.close(fd)
     elif mode == "pull":
-        os.chdir("/")
         try:
             fd = os.open(dest, os.O_RDONLY)
         except OSError as e:

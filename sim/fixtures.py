@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from sim.node import SimNode
+from sim.node import SimNode, cgroup_hierarchies
 
 
 def _check_host():
@@ -23,6 +23,16 @@ def _check_host():
             pytest.skip(f"the simulated node needs {tool}")
     if not os.path.exists("/usr/sbin/sshd"):
         pytest.skip("the simulated node needs Debian's openssh-server (/usr/sbin/sshd)")
+
+
+def skip_without_real_systemd():
+    """Skip (with the reason) where containers cannot boot real systemd (ct_init="systemd")."""
+    _check_host()
+    if shutil.which("systemd-nspawn") is None:
+        pytest.skip("real-systemd containers need systemd-nspawn "
+                    "(apt-get install systemd-container)")
+    if not cgroup_hierarchies():
+        pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
 
 
 def _factory(tmp_path_factory):

@@ -45,6 +45,13 @@ TEMPLATES = {  # by PVE major: (file name in local storage, Debian release of it
     9: ("debian-13-standard_13.1-2_amd64.tar.zst", "trixie"),
 }
 TREES_IN_NODE = "/var/lib/pve-sim/trees"
+# How containers run (see sim/README.md "Containers"): "exec" (every pct exec is its own
+# namespace over the rootfs; the systemctl double) or "systemd" (pct start boots the tree's real
+# systemd with systemd-nspawn; pct exec enters it).
+CT_INITS = ("exec", "systemd")
+# The tree a systemd container boots when the profile's template has none (PVE 8: Debian 12).
+SYSTEMD_DEFAULT_RELEASE = "bookworm"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def profile_template(pve_version: str) -> tuple[str, str | None]:
@@ -74,7 +81,10 @@ CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
                     "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
 DIGEST_SKIP_CT = ("tmp", "run", "var/lib/pve-sim-systemd/calls.log", "var/log/wtmp", "var/log/btmp",
-                  "var/log/lastlog")
+                  "var/log/lastlog",
+                  # a booted container's (ct_init="systemd") own state: journal, timer stamps,
+                  # PrivateTmp= dirs of its services ("*": any entry starting so)
+                  "var/log/journal", "var/lib/systemd", "var/tmp/systemd-private-*")
 
 _LIVE: set["SimNode"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -161,16 +171,83 @@ class SimNodeError(RuntimeError):
     pass
 
 
+def cgroup_hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
+    """The mounts a systemd container needs: the unified one alone (cgroup v2), or the
+    ``name=systemd`` and unified ones of a hybrid layout; [] when neither is there."""
+    if (root / "cgroup.controllers").exists():
+        return [root]
+    found = [root / "systemd", root / "unified"]
+    return found if all((p / "cgroup.procs").exists() for p in found) else []
+
+
+def _own_cgroup(hierarchy: Path) -> str:
+    """This process's cgroup path in ``hierarchy`` (from /proc/self/cgroup)."""
+    unified = hierarchy.name != "systemd"
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        num, names, path = line.split(":", 2)
+        if (unified and num == "0") or (not unified and "name=systemd" in names.split(",")):
+            return path
+    raise SimNodeError(f"no entry for {hierarchy} in /proc/self/cgroup")
+
+
+def _make_node_cgroups(state: Path) -> list[Path]:
+    """A fresh cgroup directory per hierarchy for one node, under this process's own cgroup."""
+    hierarchies = cgroup_hierarchies()
+    if not hierarchies:
+        raise SimNodeError("ct_init='systemd' needs cgroup v2 or the hybrid layout (name=systemd + "
+                           "unified) mounted under /sys/fs/cgroup")
+    tag = hashlib.sha256(str(state).encode()).hexdigest()[:8]
+    dirs = []
+    for h in hierarchies:
+        d = h / _own_cgroup(h).lstrip("/") / f"pve-sim-{os.getpid()}-{tag}"
+        d.mkdir(parents=True, exist_ok=True)
+        dirs.append(d)
+    return dirs
+
+
+def _join_cgroups(dirs: list[Path]):
+    """Move the calling process into dirs (runs in the child before exec)."""
+    for d in dirs:
+        (d / "cgroup.procs").write_text("0")
+
+
+def _remove_cgroups(dirs: list[Path], timeout=10.0) -> list[str]:
+    """rmdir the node's cgroup trees bottom-up (waits for exiting processes); what is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for top in dirs:
+            if not top.exists():
+                continue
+            subdirs = (p for p in top.rglob("*") if p.is_dir())
+            for sub in sorted(subdirs, key=lambda p: -len(p.parts)):  # deepest first
+                try:
+                    sub.rmdir()
+                except OSError:
+                    pass
+            try:
+                top.rmdir()
+            except OSError:
+                left.append(str(top))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
 class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
-                 host="127.0.0.1", profile="pve8"):
+                 host="127.0.0.1", profile="pve8", ct_init=None):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
-        (the template follows the version's major)."""
+        (the template follows the version's major). ct_init: "exec" or "systemd" (the containers
+        boot real systemd; see CT_INITS); default $PVE_SIM_CT_INIT, else "exec"."""
+        ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "exec"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
+        if ct_init not in CT_INITS:
+            raise TypeError(f"unknown ct_init {ct_init!r}: use one of {', '.join(CT_INITS)}")
         pve_version = pve_version or PROFILES[profile]["pve_version"]
         template_name, template_release = profile_template(pve_version)
         if minor_order not in ("pci", "reverse"):
@@ -179,6 +256,8 @@ class SimNode:
         if not host.startswith("127."):
             raise SimNodeError(f"host={host!r}: the simulated node listens on loopback only")
         self.host = host
+        if ct_init == "systemd" and template_release is None:
+            template_release = SYSTEMD_DEFAULT_RELEASE
         self.state = Path(state_dir).resolve()
         self.cfg = {
             "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
@@ -187,13 +266,14 @@ class SimNode:
             "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
             "template": bool(template), "template_name": template_name,
             "template_release": template_release, "template_tree": None,
-            "driver_loaded": bool(driver_loaded),
+            "driver_loaded": bool(driver_loaded), "ct_init": ct_init,
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
             # containers created from now on: kmod in the template or not; the apt mirror URL
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
         }
+        self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
         self._mntns: int | None = None
@@ -310,11 +390,24 @@ LogLevel ERROR
 
     def _launch(self, timeout):
         log = open(self.state / "node.log", "ab")
+        unshare = ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "--propagation",
+                   "private"]
+        preexec = _pdeathsig
+        if self.cfg["ct_init"] == "systemd":
+            # The node gets its own cgroup directories and a cgroup namespace rooted there: its
+            # containers' cgroups read like a real node's (0::/lxc/<vmid>/...), and stop() can
+            # prove none is left behind.
+            self._cgroups = _make_node_cgroups(self.state)
+            unshare.append("--cgroup")
+            cgroups = self._cgroups
+
+            def preexec():
+                _pdeathsig()
+                _join_cgroups(cgroups)
         self._proc = subprocess.Popen(
-            ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "--propagation", "private",
-             PYTHON, str(NODEINIT), str(self.state)],
+            [*unshare, PYTHON, str(NODEINIT), str(self.state)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            preexec_fn=_pdeathsig, close_fds=True)
+            preexec_fn=preexec, close_fds=True)
         log.close()
         deadline = time.monotonic() + timeout
         ready = self.upper / "var/lib/pve-sim/ready"
@@ -402,6 +495,12 @@ LogLevel ERROR
                     p.kill()
                     p.wait()
             self._spawned.clear()
+            if self._cgroups:
+                left = _remove_cgroups(self._cgroups)
+                if left:
+                    errors.append(f"cgroup directories left: {left}")
+                else:
+                    self._cgroups = []
             with _LIVE_LOCK:
                 _LIVE.discard(self)
             if not errors:
@@ -413,7 +512,9 @@ LogLevel ERROR
     def _nsenter(self) -> list[str]:
         if self._proc is None:
             raise SimNodeError("node is not running")
-        return ["nsenter", "-t", str(self._pid), "-m", "-p", "-u", "-r", "-w", "--"]
+        # -C (systemd containers): a pct start from here finds its cgroups where the node does
+        cgroup = ["-C"] if self.cfg["ct_init"] == "systemd" else []
+        return ["nsenter", "-t", str(self._pid), "-m", "-p", "-u", *cgroup, "-r", "-w", "--"]
 
     def run(self, argv, input=None, check=False, timeout=120, env=None) -> subprocess.CompletedProcess:
         """Run argv on the node (its namespaces and root; not through ssh; no pct log entry unless
@@ -529,6 +630,12 @@ LogLevel ERROR
         self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "prune"], check=True)
 
 
+def _skipped(rel: str, skip: tuple) -> bool:
+    """rel is a skip entry, below one, or starts like one that ends in "*"."""
+    return any(rel == s or rel.startswith(s + "/") or (s.endswith("*") and rel.startswith(s[:-1]))
+               for s in skip)
+
+
 def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
     if not root.exists():
         return
@@ -538,7 +645,7 @@ def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
         keep = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if d == "__pycache__" or any(rel == s or rel.startswith(s + "/") for s in skip):
+            if d == "__pycache__" or _skipped(rel, skip):
                 continue
             full = os.path.join(dirpath, d)
             if os.path.islink(full):
@@ -549,7 +656,7 @@ def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
         dirnames[:] = keep
         for f in sorted(filenames):
             rel = f"{rel_dir}/{f}" if rel_dir else f
-            if any(rel == s or rel.startswith(s + "/") for s in skip) or f.endswith(".pyc"):
+            if _skipped(rel, skip) or f.endswith(".pyc"):
                 continue
             full = os.path.join(dirpath, f)
             st = os.lstat(full)

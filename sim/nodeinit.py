@@ -41,6 +41,20 @@ def set_opaque(path):
     os.setxattr(path, "trusted.overlay.opaque", b"y")
 
 
+def mount_cgroups(target):
+    """The node's cgroup hierarchies, like this machine's (cgroup v2, or hybrid: a tmpfs holding
+    name=systemd and unified), seen from the node's cgroup namespace (SimNode put the node in its
+    own cgroup directories first), so systemd-nspawn can give each container its own."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        mount("cgroup2", target, "cgroup2", "nosuid,nodev,noexec")
+        return
+    mount("tmpfs", target, "tmpfs", "mode=755,size=64k")
+    for name, fstype, opts in (("systemd", "cgroup", "none,name=systemd,nosuid,nodev,noexec"),
+                               ("unified", "cgroup2", "nosuid,nodev,noexec")):
+        os.makedirs(os.path.join(target, name))
+        mount("cgroup", os.path.join(target, name), fstype, opts)
+
+
 def main():
     state = os.path.abspath(sys.argv[1])
     # /proc is still the host's proc here, so /proc/self names our pid as the host sees it.
@@ -70,6 +84,8 @@ def main():
 
     mount("proc", R("/proc"), "proc", "nosuid,nodev,noexec")
     mount("sysfs", R("/sys"), "sysfs", "ro,nosuid,nodev,noexec")
+    if cfg.get("ct_init") == "systemd":
+        mount_cgroups(R("/sys/fs/cgroup"))
     mount("tmpfs", R("/dev"), "tmpfs", "mode=755,size=16m")
     for name, major, minor, mode in (
         ("null", 1, 3, 0o666), ("zero", 1, 5, 0o666), ("full", 1, 7, 0o666),
@@ -177,6 +193,7 @@ def install(state, root, cfg):
     put(os.path.join(HERE, "enter.py"), "/usr/lib/pve-sim/enter.py", 0o644)
     put(os.path.join(HERE, "simctl.py"), "/usr/lib/pve-sim/simctl.py", 0o644)
     put(os.path.join(HERE, "pvelxc.py"), "/usr/lib/pve-sim/pvelxc.py", 0o644)
+    put(os.path.join(HERE, "ctsystemd.py"), "/usr/lib/pve-sim/ctsystemd.py", 0o644)
 
     gpu = R("/var/lib/pve-sim/gpu")
     os.makedirs(gpu, exist_ok=True)

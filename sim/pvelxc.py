@@ -207,9 +207,27 @@ def rootfs(vmid):
 def is_running(vmid):
     try:
         with open(ct_dir(vmid) + "/state") as f:
-            return f.read().strip() == "running"
+            running = f.read().strip() == "running"
     except FileNotFoundError:
         return False
+    if running and _powered_off_inside(vmid):
+        return False
+    return running
+
+
+def _powered_off_inside(vmid):
+    """A real-systemd container that powered itself off: cleaned up and marked stopped."""
+    try:
+        import ctsystemd  # (it imports this module: imported here, where it is installed)
+    except ImportError:
+        return False
+    if not ctsystemd.enabled() or not ctsystemd.gone(vmid):
+        return False
+    # no config lock here: callers may hold it (flock on a second open file would deadlock);
+    # the clean-up is idempotent
+    ctsystemd.power_off(vmid, clean=False)
+    set_state(vmid, "stopped")
+    return True
 
 
 def set_state(vmid, state):
@@ -226,9 +244,10 @@ def lower(vmid):
         return HOSTROOT
 
 
-def ensure_rootfs(vmid):
+def ensure_rootfs(vmid, run_tmpfs=True):
     """Mount the container's root (overlay: pristine host root + the container's upper dir) in the
-    node's mount namespace, with a /run tmpfs that lives as long as the container runs."""
+    node's mount namespace, with a /run tmpfs that lives as long as the container runs (unless
+    run_tmpfs is False: a booted container's init mounts its own)."""
     d = ct_dir(vmid)
     r = rootfs(vmid)
     if mounted(r):
@@ -236,6 +255,8 @@ def ensure_rootfs(vmid):
     for sub in ("upper", "work", "rootfs"):
         os.makedirs(f"{d}/{sub}", exist_ok=True)
     sys_mount("overlay", r, "overlay", 0, f"lowerdir={lower(vmid)},upperdir={d}/upper,workdir={d}/work")
+    if not run_tmpfs:
+        return r
     os.makedirs(r + "/run", exist_ok=True)
     sys_mount("tmpfs", r + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     os.makedirs(r + "/run/lock", exist_ok=True)

@@ -1,0 +1,277 @@
+"""The training unit under real systemd: the simulated containers boot the Debian tree's own
+systemd (SimNode(ct_init="systemd"), systemd-nspawn), so the deployed unit really runs, is really
+stopped and restarted, and systemd itself applies TimeoutStopSec, Restart= and the start limit.
+
+The trainer here is a stand-in seeded on the node's data dir: it records each start (its pid, the
+python it runs with, the GPUs the torch double sees), writes a checkpoint when SIGTERM arrives,
+and misbehaves on request (a `mode` file in the checkpoint dir): `crash` exits 3 at once,
+`stubborn-child` also starts a child that ignores SIGTERM, `hold-on-term` checkpoints only once a
+`release` file appears (a stop that is in progress for as long as the test wants).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pvegpu.unit import digest
+from sim.fixtures import skip_without_real_systemd
+
+UNIT = "dflash-train.service"
+RECORD = "/run/pvegpu-dflash-train/started"
+CKPT_NODE = "/tank/dflash/checkpoints"  # /data/checkpoints in CT 200
+TRAIN_NODE = "/tank/dflash/dflash/train.py"
+
+TRAINER = '''\
+"""Stand-in trainer for the real-systemd tests (see tests/e2e/test_training_systemd.py)."""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+ckpt = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
+os.makedirs(ckpt, exist_ok=True)
+pid = os.getpid()
+try:
+    mode = open(os.path.join(ckpt, "mode")).read().strip()
+except OSError:
+    mode = "run"
+with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
+    f.write(f"{torch.cuda.device_count()}\\n")
+if mode == "crash":
+    sys.exit(3)
+if mode == "stubborn-child" and os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(os.path.join(ckpt, f"child-{os.getpid()}"), "w").close()
+    while True:
+        time.sleep(1)
+
+
+def checkpoint(signum, frame):
+    if mode == "hold-on-term":  # a long checkpoint: done when the test says so
+        open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
+        while not os.path.exists(os.path.join(ckpt, "release")):
+            time.sleep(0.1)
+    with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
+        f.write("saved on SIGTERM\\n")
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, checkpoint)
+while True:
+    time.sleep(1)
+'''
+
+
+@pytest.fixture
+def node_options(request):
+    """Real-systemd containers; a test may add node options (indirect parametrization)."""
+    skip_without_real_systemd()
+    return {"ct_init": "systemd", **getattr(request, "param", {})}
+
+
+@pytest.fixture
+def trainer_site(site):
+    """A site whose training script is the stand-in trainer above."""
+    site.node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
+    if site.node.cfg["pve_version"].startswith("9."):
+        # Debian 13's Python (as tests/e2e/test_lifecycle.py's PVE 9 run names it)
+        site.base_data += ["--data", "python_version=3.13"]
+    return site
+
+
+def show(site, *props):
+    """systemctl show -p A,B of the training unit, as a dict."""
+    out = site.ct("systemctl", "show", "-p", ",".join(props), UNIT).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def ckpt_files(site, prefix):
+    out = site.node.run(["sh", "-c", f"cd {CKPT_NODE} && ls {prefix}-* 2>/dev/null"]).stdout
+    return sorted(out.split())
+
+
+def wait_for(what, fetch, done=bool, timeout=120):
+    """Poll fetch() until done(value) (a bound on waiting, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+        time.sleep(0.2)
+
+
+def main_argv(site, pid):
+    return site.ct("cat", f"/proc/{pid}/cmdline").stdout.split("\0")[:-1]
+
+
+def test_container_boots_real_systemd_and_stops_clean(site):
+    node = site.node
+    tpl = node.cfg["template_name"]
+    assert node.run(["pct", "create", "200", f"local:vztmpl/{tpl}"]).returncode == 0
+    assert node.run(["pct", "start", "200"]).returncode == 0
+    comm = node.run(["pct", "exec", "200", "--", "cat", "/proc/1/comm"])
+    assert (comm.returncode, comm.stdout) == (0, "systemd\n")
+    # no systemctl double: the tree's own, talking to the container's systemd
+    state = node.run(["pct", "exec", "200", "--", "systemctl", "is-system-running", "--wait"])
+    assert state.stdout.strip() in ("running", "degraded"), state.stdout + state.stderr
+    assert node.run(["pct", "exec", "200", "--", "test", "-e",
+                     "/var/lib/pve-sim-systemd/calls.log"]).returncode == 1
+    # pct semantics: exit codes, signals, missing commands
+    assert node.run(["pct", "exec", "200", "--", "sh", "-c", "exit 7"]).returncode == 7
+    assert node.run(["pct", "exec", "200", "--", "sh", "-c", "kill -9 $$"]).returncode == 137
+    assert node.run(["pct", "exec", "200", "--", "no-such-command"]).returncode == 127
+    assert node.run(["pct", "shutdown", "200"]).returncode == 0
+    assert node.run(["pct", "status", "200"]).stdout == "status: stopped\n"
+    # nothing left: no container cgroup, no rootfs mount, no nspawn
+    left = node.run(["sh", "-c", "ls -d /sys/fs/cgroup/*/lxc/200 /sys/fs/cgroup/lxc/200 "
+                                 "2>/dev/null; grep ' /var/lib/pve-sim/ct/200/' /proc/self/mountinfo;"
+                                 " ls /run/pve-sim/ct/200 2>/dev/null; pgrep -x systemd-nspawn"])
+    assert left.stdout == "", left.stdout
+
+
+# PVE 8 containers boot Debian 12 (systemd 252), PVE 9 ones Debian 13 (systemd 257)
+@pytest.mark.parametrize("node_options", [{"profile": "pve8"}, {"profile": "pve9"}],
+                         indirect=True, ids=["pve8", "pve9"])
+def test_training_unit_runs_under_real_systemd(trainer_site):
+    site = trainer_site
+    node = site.node
+
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    assert site.ct("cat", "/proc/1/comm").stdout == "systemd\n"
+    unit = show(site, "ActiveState", "SubState", "MainPID", "InvocationID")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    pid = unit["MainPID"]
+    # MainPID is train.py run by the python of the pinned build /root/venv pointed at
+    argv = main_argv(site, pid)
+    build = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+    assert argv[0] == f"{build}/bin/python" and argv[1] == "/data/dflash/train.py", argv
+    assert build.startswith("/root/venvs/torch-2.11.0-cu130"), build
+    # the start record ExecStartPre wrote, for this unit file and build
+    record = site.ct("cat", RECORD).stdout.splitlines()
+    unit_text = site.ct("cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert record[0].split()[1] == digest(unit_text), record
+    assert record[1] == f"venv {site.ct('readlink', '/root/venv').stdout.strip()}", record
+    # the torch double in the unit sees the container's passed-through GPUs
+    started = wait_for("the trainer's start file", lambda: ckpt_files(site, "started"))
+    assert node.read(f"{CKPT_NODE}/{started[0]}").strip() == "8"
+
+    # A second deploy: no changes, the same run (same InvocationID and MainPID).
+    second = site.deploy()
+    assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+    again = show(site, "ActiveState", "MainPID", "InvocationID")
+    assert again == {"ActiveState": "active", "MainPID": pid,
+                     "InvocationID": unit["InvocationID"]}
+
+    # A changed unit without consent: keeps running, restart pending.
+    pending = site.deploy("training_stop_timeout_s=600")
+    assert pending.rc == 0, pending.output[-4000:]
+    assert "restart pending" in pending.output
+    assert show(site, "InvocationID")["InvocationID"] == unit["InvocationID"]
+
+    # With restart_training=true: systemd stops the run (the trainer checkpoints on SIGTERM) and
+    # starts a new one (a new InvocationID) with a new start record.
+    restart = site.deploy("training_stop_timeout_s=600", "restart_training=true")
+    assert restart.rc == 0, restart.output[-4000:]
+    new = show(site, "ActiveState", "MainPID", "InvocationID")
+    assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"], new
+    assert new["MainPID"] != pid
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{pid}"]
+    assert node.read(f"{CKPT_NODE}/checkpoint-{pid}") == "saved on SIGTERM\n"
+    unit_text = site.ct("cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert "TimeoutStopSec=600s" in unit_text
+    assert site.ct("cat", RECORD).stdout.splitlines()[0].split()[1] == digest(unit_text)
+
+    # Stopping the unit: SIGTERM, checkpoint, RuntimeDirectory (and the start record) removed.
+    assert site.ct("systemctl", "stop", UNIT).returncode == 0
+    assert f"checkpoint-{new['MainPID']}" in ckpt_files(site, "checkpoint")
+    assert site.ct("test", "-e", RECORD).returncode == 1
+    assert show(site, "ActiveState", "Result") == {"ActiveState": "inactive", "Result": "success"}
+
+
+def test_child_ignoring_sigterm_is_killed_after_timeout_stop_sec(trainer_site):
+    site = trainer_site
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo stubborn-child > {CKPT_NODE}/mode"],
+             check=True)
+    first = site.deploy("training_stop_timeout_s=2")
+    assert first.rc == 0, first.output[-4000:]
+    child = wait_for("the stubborn child", lambda: ckpt_files(site, "child"))[0].split("-")[1]
+    main = show(site, "MainPID")["MainPID"]
+
+    # KillMode=control-group: SIGTERM to all; the main process checkpoints and exits, the child
+    # ignores it. The main process gone, systemd moves to final-sigterm (SIGTERM again to what is
+    # left) and waits TimeoutStopSec once more before SIGKILL: a stop can take the main process's
+    # exit time plus a whole TimeoutStopSec. It records a timeout.
+    stop = site.ct("systemctl", "stop", UNIT)
+    assert stop.returncode == 0, stop.stderr
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{main}"]
+    assert site.ct("test", "-d", f"/proc/{child}").returncode == 1
+    assert show(site, "ActiveState", "Result") == {"ActiveState": "failed", "Result": "timeout"}
+    log = site.ct("journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout
+    assert f"{UNIT}: State 'final-sigterm' timed out. Killing." in log, log
+    assert f"{UNIT}: Killing process {child} (python) with signal SIGKILL." in log, log
+    assert "stop-sigterm" not in log, log
+
+
+def test_crash_restarts_then_start_limit_back_off(trainer_site):
+    site = trainer_site
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo crash > {CKPT_NODE}/mode"], check=True)
+    crashing = site.deploy("training_restart_delay_s=1", "training_restart_burst=3")
+    # Restart=on-failure restarts it after RestartSec while the starts in StartLimitIntervalSec
+    # stay within StartLimitBurst: burst 3 is 3 starts in all (the deploy's and 2 automatic
+    # restarts); the next restart is refused and the unit stays failed. Result keeps the first
+    # failure ('exit-code', not 'start-limit-hit'); NRestarts counts the refused one too.
+    log = lambda: site.ct("journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout  # noqa
+    text = wait_for("the start limit", log, lambda t: "Start request repeated too quickly" in t)
+    assert text.count(f"Started {UNIT}") == 3, text
+    assert len(ckpt_files(site, "started")) == 3
+    assert show(site, "ActiveState", "Result", "NRestarts") == {
+        "ActiveState": "failed", "Result": "exit-code", "NRestarts": "3"}, crashing.output[-3000:]
+    # it stays down: no further start happens on its own
+    assert site.ct("systemctl", "is-failed", UNIT).stdout == "failed\n"
+    # a human fixed the trainer: the next deploy resets the failed state and starts it again
+    node.run(["rm", f"{CKPT_NODE}/mode"], check=True)
+    fixed = site.deploy("training_restart_delay_s=1", "training_restart_burst=3")
+    assert fixed.rc == 0, fixed.output[-4000:]
+    assert show(site, "ActiveState")["ActiveState"] == "active"
+
+
+def test_a_deploy_during_a_stop_in_progress(trainer_site):
+    site = trainer_site
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"],
+             check=True)
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    unit = show(site, "MainPID", "InvocationID")
+    # someone stops the training; its checkpoint takes a while
+    assert site.ct("systemctl", "stop", "--no-block", UNIT).returncode == 0
+    wait_for("the checkpoint to begin", lambda: ckpt_files(site, "stopping"))
+    assert show(site, "ActiveState", "SubState") == {"ActiveState": "deactivating",
+                                                     "SubState": "stop-sigterm"}
+
+    # The deploy meanwhile: the unit counts as running (deactivating), its start record is still
+    # there, so it changes nothing, starts nothing and says nothing about the stop.
+    during = site.deploy()
+    assert during.rc == 0 and during.changed == 0, during.output[-4000:]
+    assert "restart pending" not in during.output
+    assert show(site, "ActiveState", "InvocationID") == {
+        "ActiveState": "deactivating", "InvocationID": unit["InvocationID"]}
+
+    # The checkpoint finishes, the stop completes; the next deploy starts a new run.
+    node.run(["touch", f"{CKPT_NODE}/release"], check=True)
+    wait_for("the stop", lambda: show(site, "ActiveState")["ActiveState"],
+             lambda state: state == "inactive")
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{unit['MainPID']}"]
+    after = site.deploy()
+    assert after.rc == 0 and after.changed >= 1, after.output[-4000:]
+    new = show(site, "ActiveState", "InvocationID")
+    assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"]
