@@ -68,7 +68,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
                "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order", "template_kmod", "apt_mirror")
+               "minor_order", "template_kmod", "apt_mirror", "pct_startup_s")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -166,9 +166,10 @@ class SimNode:
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
-                 host="127.0.0.1", profile="pve8"):
+                 host="127.0.0.1", profile="pve8", pct_startup_s=0.0):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
-        (the template follows the version's major)."""
+        (the template follows the version's major). pct_startup_s: a sleep at every `pct` start,
+        standing in for real pct's Perl start-up (the benchmark's latency knob; 0 = none)."""
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
         pve_version = pve_version or PROFILES[profile]["pve_version"]
@@ -193,6 +194,7 @@ class SimNode:
             # containers created from now on: kmod in the template or not; the apt mirror URL
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
+            "pct_startup_s": float(pct_startup_s),
         }
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
