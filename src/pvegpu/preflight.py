@@ -11,9 +11,8 @@ from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import boot, node_lock, summary
+from . import boot, node_lock, node_read, summary
 from .ct_template import default_template
-from .facts.proxmox import NodeState
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
@@ -193,6 +192,13 @@ def node_failures(state) -> dict[str, list[str]]:
     return getattr(state, "pvegpu_node_failures", None) or {}
 
 
+def node_read_args(s: Settings) -> dict:
+    """The node probe's arguments besides the containers: the same for every read of a run."""
+    return {"installer_dir": s.nvidia_installer_dir, "data_dir": s.data_dir_node,
+            "boot_files": boot.boot_files(), "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
+            "unit_name": f"{s.training_unit_name}.service"}
+
+
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     cached = getattr(state, "pvegpu_settings", None)
     if cached is not None:
@@ -215,11 +221,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
             continue
         s = settings[node_host.name]
         vmids = node_host.data.get("pve_ct_ids") or []
-        facts = node_host.get_fact(
-            NodeState, vmids=vmids, installer_dir=s.nvidia_installer_dir, data_dir=s.data_dir_node,
-            boot_files=boot.boot_files(), units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-            ct_detail="full", unit_name=f"{s.training_unit_name}.service",
-        )
+        # the run's one read of the node: the node stage and verify reuse it until a change
+        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s))
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"]
