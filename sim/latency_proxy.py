@@ -56,6 +56,8 @@ class LatencyProxy:
                 client.close()
                 continue
             self.connections += 1
+            for s in (client, upstream):  # the delay is the link's; no Nagle wait on top of it
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sockets += [client, upstream]
             for src, dst in ((client, upstream), (upstream, client)):
                 self._pipe(src, dst)
