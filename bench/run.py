@@ -11,10 +11,10 @@ both variants, then runs N interleaved rounds of:
 - verify: ``pyinfra inventory.py verify.py -y``;
 - no-op: ``pyinfra inventory.py deploy.py -y`` on the converged site;
 - swap to: ``--data torch_variant=cu128`` (a build already there), and swap back (the default);
-- rebuild=venv: ``--data rebuild=venv --data restart_training=true``;
 
-and M-1 more cold deploys, each on a fresh node. Per scenario: the median wall time with min and
-max, its ratio to the floor's median, and the remote commands of its last sample: node commands
+then N rounds of the floor and rebuild=venv (``--data rebuild=venv --data restart_training=true``;
+last, as it deletes every other build), and M-1 more cold deploys, each on a fresh node. Per
+scenario: the median wall time with min and max, its ratio to the floor's median, and the remote commands of its last sample: node commands
 (every command pyinfra runs over the node's SSH, as its ``--debug`` log names them, SFTP uploads
 included; container commands, logged under their ``@pct/`` host, are left out) and ``pct exec``
 calls (the sim's pct log). pyinfra runs with ``--debug`` for those counts, in every sample alike.
@@ -125,6 +125,9 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             samples["no-op"].append(site.pyinfra("deploy.py"))
             samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
             samples["swap back"].append(site.pyinfra("deploy.py"))
+        # rebuild=venv deletes every other build (the cu128 one too): its rounds come last
+        for r in range(rounds):
+            samples["floor"].append(site.floor())
             samples["rebuild=venv"].append(
                 site.pyinfra("deploy.py", "rebuild=venv", "restart_training=true"))
         for c in range(1, cold_rounds):
