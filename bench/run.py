@@ -8,6 +8,9 @@ both variants, then runs N interleaved rounds of:
 
 - floor: the seed's own check, one ``ssh node "pct exec 200 -- /root/venv/bin/python -c '...'"``
   printing torch's version, CUDA version, CUDA availability and device count;
+- pyinfra import: ``python -c "import pyinfra_cli.main"`` (pyinfra's own start-up);
+- empty deploy: ``pyinfra inventory.py bench/empty_deploy.py -y`` (start-up, inventory, the
+  node's and the container's connections; no fact, no operation);
 - verify: ``pyinfra inventory.py verify.py -y``;
 - no-op: ``pyinfra inventory.py deploy.py -y`` on the converged site;
 - swap to: ``--data torch_variant=cu128`` (a build already there), and swap back (the default);
@@ -51,9 +54,10 @@ from sim.node import SimNode  # noqa: E402
 SEED_CHECK = ("import torch; print(torch.__version__, torch.version.cuda, "
               "torch.cuda.is_available(), torch.cuda.device_count())")
 NODE_COMMAND = re.compile(r"Running command on (?!@pct/)\S+: |Attempting upload of ")
+EMPTY_DEPLOY = ROOT / "bench" / "empty_deploy.py"
 MODES = {"plain": {"pct_startup_s": 0.0, "delay_s": 0.0},
          "latency": {"pct_startup_s": 0.4, "delay_s": 0.010}}
-ORDER = ["floor", "verify", "no-op", "swap to cu128", "swap back", "rebuild=venv", "cold deploy"]
+ORDER = ["floor", "pyinfra import", "empty deploy", "verify", "no-op", "swap to cu128", "swap back", "rebuild=venv", "cold deploy"]
 
 
 class Site:
@@ -99,6 +103,12 @@ class Site:
             raise SystemExit(f"{script} {data} failed ({p.returncode}):\n{p.stderr[-4000:]}")
         return elapsed, len(NODE_COMMAND.findall(p.stderr)), self._pct_execs()
 
+    def pyinfra_import(self) -> tuple[float, int, int]:
+        """pyinfra's own start-up: importing its CLI (what every run pays before any work)."""
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import pyinfra_cli.main"], check=True)
+        return time.monotonic() - t0, 0, 0
+
     def _pct_execs(self) -> int:
         return sum(1 for c in self.node.pct_calls() if c["argv"][:1] == ["exec"])
 
@@ -121,6 +131,9 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
         for r in range(rounds):
             print(f"[{name}] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
             samples["floor"].append(site.floor())
+            samples["pyinfra import"].append(site.pyinfra_import())
+            # pyinfra's start-up, the inventory and the connections (node, @pct), no operation
+            samples["empty deploy"].append(site.pyinfra(str(EMPTY_DEPLOY)))
             samples["verify"].append(site.pyinfra("verify.py"))
             samples["no-op"].append(site.pyinfra("deploy.py"))
             samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
