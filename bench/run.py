@@ -155,7 +155,7 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
 def table(name: str, mode: dict, samples: dict) -> str:
     floor = statistics.median(s[0] for s in samples["floor"])
     lines = [f"{name}: pct start-up {mode['pct_startup_s']} s, SSH round trip "
-             f"{2 * mode['delay_s'] * 1000:.0f} ms",
+             f"{2 * mode['delay_s'] * 1000:.0f} ms", "",
              "| run | median s | min-max s | x floor | node cmds | pct exec | n |",
              "|---|---|---|---|---|---|---|"]
     for key in ORDER:
