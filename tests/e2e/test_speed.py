@@ -92,7 +92,8 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
 
     # Swap back to the build that is already there, the index stopped: <= 4 container commands,
     # the node read by the preflight (reused by the node stage) and again by verify after the
-    # container stage changed things, nothing downloaded. The unit is rewritten; its pending restart is gone (it runs cu130).
+    # container stage changed things, nothing downloaded. The unit is rewritten; its pending
+    # restart is gone (it runs cu130).
     site.index.stop()
     downloads = site.index.downloads()
     run, container, execs, other, node = counted(site)
