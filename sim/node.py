@@ -75,7 +75,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
                "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order", "template_kmod", "apt_mirror")
+               "minor_order", "template_kmod", "apt_mirror", "pct_startup_s")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -239,10 +239,12 @@ class SimNode:
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
-                 host="127.0.0.1", profile="pve8", ct_init=None):
+                 host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major). ct_init: "exec" or "systemd" (the containers
-        boot real systemd; see CT_INITS); default $PVE_SIM_CT_INIT, else "exec"."""
+        boot real systemd; see CT_INITS); default $PVE_SIM_CT_INIT, else "exec". pct_startup_s: a
+        sleep at every `pct` start, standing in for real pct's Perl start-up (the benchmark's
+        latency knob; 0 = none)."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "exec"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
@@ -272,6 +274,7 @@ class SimNode:
             # containers created from now on: kmod in the template or not; the apt mirror URL
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
+            "pct_startup_s": float(pct_startup_s),
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None

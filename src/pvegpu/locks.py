@@ -38,9 +38,6 @@ import os
 import re
 import subprocess
 import tempfile
-import tomllib
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -203,9 +200,14 @@ def credential_conflict(settings: Settings) -> str | None:
     return None
 
 
-def index_problem(settings: Settings, urlopen=urllib.request.urlopen) -> str | None:
+def index_problem(settings: Settings, urlopen=None) -> str | None:
     """One line when an index does not answer this machine or refuses its credentials (uv
     reports a refused login only as "not found"); None when both answer."""
+    # imported here: only making a lock needs them, and every run imports this module
+    import urllib.error
+    import urllib.request
+
+    urlopen = urlopen or urllib.request.urlopen
     for key, url in (("package_index_url", settings.package_index_url),
                      ("torch_index_base", settings.torch_index_url)):
         clean, cred = split_credentials(url)
@@ -526,6 +528,8 @@ def uv_wheel_hashes(version: str, project: Path = PROJECT) -> dict[str, str]:
     >>> any("manylinux" in name for name in uv_wheel_hashes(v("uv")))
     True
     """
+    import tomllib  # here: verify.py imports this module and never needs it
+
     try:
         lock = tomllib.loads((project / "uv.lock").read_text())
     except (OSError, tomllib.TOMLDecodeError):

@@ -11,13 +11,12 @@ from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import boot, node_lock, summary
+from . import boot, node_lock, node_read, summary
 from .ct_template import default_template
-from .facts.proxmox import NodeState
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
-from .training_preflight import training_path_problems
+from .training_preflight import node_training_paths, training_path_problems
 from .unit import renamed_unit_line, running_other_units
 from .variants import driver_fit
 
@@ -193,6 +192,13 @@ def node_failures(state) -> dict[str, list[str]]:
     return getattr(state, "pvegpu_node_failures", None) or {}
 
 
+def node_read_args(s: Settings) -> dict:
+    """The node probe's arguments besides the containers: the same for every read of a run."""
+    return {"installer_dir": s.nvidia_installer_dir, "data_dir": s.data_dir_node,
+            "boot_files": boot.boot_files(), "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
+            "unit_name": f"{s.training_unit_name}.service"}
+
+
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     cached = getattr(state, "pvegpu_settings", None)
     if cached is not None:
@@ -200,6 +206,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     settings = load_all(list(inventory))
     summary.register(state)
     failures: dict[str, list[str]] = {}
+    node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
     held = state.__dict__.setdefault("pvegpu_node_locks", {})
     nodes = list(inventory.get_group("pve_hosts", []))
     for node_host in nodes:
@@ -215,11 +222,11 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
             continue
         s = settings[node_host.name]
         vmids = node_host.data.get("pve_ct_ids") or []
-        facts = node_host.get_fact(
-            NodeState, vmids=vmids, installer_dir=s.nvidia_installer_dir, data_dir=s.data_dir_node,
-            boot_files=boot.boot_files(), units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-            ct_detail="full", unit_name=f"{s.training_unit_name}.service",
-        )
+        # the run's one read of the node (with its containers' training paths): the node stage
+        # and verify reuse it until an operation runs a command
+        paths = node_training_paths(inventory, settings, node_host.name)
+        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s), paths)
+        node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"]
@@ -229,7 +236,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
             failures[node_host.name] = found
         for line in warnings:
             logger.warning(f"--> warning: {line}")
-    for line in training_path_problems(inventory, settings):
+    kinds = {name: k for name, k in node_kinds.items() if k is not None}
+    for line in training_path_problems(inventory, settings, kinds):
         node = next((n.name for n in nodes if line.startswith(f"{n.name}: ")), "")
         failures.setdefault(node, []).append(line)
     state.pvegpu_node_failures = failures

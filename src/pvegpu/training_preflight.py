@@ -65,9 +65,24 @@ def path_problems(settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, no
     return problems
 
 
-def training_path_problems(inventory, settings: dict) -> list[str]:
-    """Check every training container's script and working directory (see the module doc): one
-    command per node for paths under the data dir, one per container for paths outside it."""
+def node_training_paths(inventory, settings: dict, node_name: str) -> list[str]:
+    """The node paths of the training paths of every training container on node ``node_name``
+    (the preflight reads their kinds with the node's state, in the same command)."""
+    paths = []
+    for ct in inventory.get_group("training_cts", []):
+        if ct.data.get("pct_node") == node_name:
+            s = settings[ct.name]
+            found = (node_path(s, getattr(s, key)) for key, _ in TRAINING_PATHS)
+            paths += [p for p in found if p is not None and p not in paths]
+    return paths
+
+
+def training_path_problems(inventory, settings: dict, node_kinds: dict | None = None) -> list[str]:
+    """Check every training container's script and working directory (see the module doc): paths
+    under the data dir on the node (from ``node_kinds``, {node name: {path: kind}}, the
+    preflight's node reads; else one command per node), one command per container for the
+    others."""
+    node_kinds = node_kinds or {}
     problems = []
     for ct in inventory.get_group("training_cts", []):
         s = settings[ct.name]
@@ -77,7 +92,10 @@ def training_path_problems(inventory, settings: dict) -> list[str]:
         paths = [getattr(s, key) for key, _ in TRAINING_PATHS]
         on_node = [node_path(s, p) for p in paths if node_path(s, p) is not None]
         in_ct = [p for p in paths if node_path(s, p) is None]
-        kinds_on_node = node.get_fact(PathKinds, paths=on_node) if on_node and node is not None else {}
+        kinds_on_node = node_kinds.get(node_name)
+        if kinds_on_node is None or not set(on_node) <= set(kinds_on_node):
+            kinds_on_node = (node.get_fact(PathKinds, paths=on_node)
+                             if on_node and node is not None else {})
         kinds_in_ct = ct.get_fact(PathKinds, paths=in_ct) if in_ct else {}
         problems += path_problems(s, kinds_on_node, kinds_in_ct, node_name, vmid)
     return problems

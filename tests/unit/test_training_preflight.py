@@ -3,7 +3,8 @@ for, and one clear line per problem."""
 
 from pvegpu.facts.training import PathKinds
 from pvegpu.settings import Settings, defaults
-from pvegpu.training_preflight import node_path, path_problems
+from pvegpu.training_preflight import (
+    node_path, node_training_paths, path_problems, training_path_problems)
 
 
 def settings(**over):
@@ -49,3 +50,35 @@ def test_path_kinds_fact_parses_one_line_per_path():
     fact = PathKinds()
     assert "for p in /a '/b c'" in fact.command(["/a", "/b c"])
     assert fact.process(["file /a", "missing /b c", "noise"]) == {"/a": "file", "/b c": "missing"}
+
+
+class FakeHost:
+    def __init__(self, name, data=None, kinds=None):
+        self.name, self.data, self.kinds, self.asked = name, data or {}, kinds or {}, []
+
+    def get_fact(self, fact, paths):
+        self.asked.append(list(paths))
+        return {p: self.kinds.get(p, "missing") for p in paths}
+
+
+class FakeInventory:
+    def __init__(self, *hosts):
+        self.hosts = {h.name: h for h in hosts}
+
+    def get_group(self, name, default=None):
+        return [h for h in self.hosts.values() if h.name.startswith("@pct/")]
+
+    def get_host(self, name, default=None):
+        return self.hosts.get(name, default)
+
+
+def test_node_paths_come_from_the_preflights_node_read_without_another_command():
+    node = FakeHost("n1")
+    ct = FakeHost("@pct/n1/200", {"pct_node": "n1", "pct_vmid": 200})
+    inv, s = FakeInventory(node, ct), {"@pct/n1/200": settings()}
+    paths = node_training_paths(inv, s, "n1")
+    assert paths == ["/tank/dflash/dflash/train.py", "/tank/dflash/dflash"]
+    kinds = {"n1": {paths[0]: "file", paths[1]: "directory"}}
+    assert training_path_problems(inv, s, kinds) == [] and node.asked == []
+    # no read of that node (its preflight failed): one command of its own, as before
+    assert len(training_path_problems(inv, s)) == 2 and node.asked == [paths]

@@ -30,17 +30,19 @@ class NodeState(ProbeFact):
     - ``containers[<vmid>]``: exists, config (main section), raw_lxc, pending, pending_delete, text,
       and by ``ct_detail``: status ("status"), plus ``live`` ("full": the container's own view —
       driver_version from its /proc/driver/nvidia/version, libs, nvidia_smi, devices, unit_active,
-      missing_tools: the utilities NVIDIA's installer needs that it would not find there).
+      missing_tools: the utilities NVIDIA's installer needs that it would not find there);
+    - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
+      code's paths on the node, checked by the preflight in the same read).
     """
 
     probe = "node_state"
 
     def command(self, vmids=(), installer_dir="/root", data_dir="/", boot_files=(), units=(),
-                ct_detail="full", unit_name=None):
+                ct_detail="full", unit_name=None, paths=()):
         return self.command_for(
             vmids=list(vmids), installer_dir=installer_dir, data_dir=data_dir,
             boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
-            unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS),
+            unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS), paths=list(paths),
         )
 
     @staticmethod

@@ -4,11 +4,12 @@ the host with one clear line per problem when they do not."""
 from __future__ import annotations
 
 import click
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import operation
 
+from .. import node_read
 from ..checks import Verdict, torch_problems, verify
-from ..facts.proxmox import NodeState
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
@@ -111,14 +112,17 @@ def verified(settings: Settings):
 
         checks.verified(name="Verify CT 200: torch 2.11.0+cu130 on 8 GPUs", settings=s)
 
-    Two remote commands: the node's :class:`NodeState` (over SSH, no container calls) and the
-    container's :class:`ContainerVerification` (one ``pct exec``).
+    Two remote commands, side by side: the node's :class:`NodeState` (over SSH, no container
+    calls; none when the run's preflight read is still current) and the container's
+    :class:`ContainerVerification` (one ``pct exec``).
 
     In deploy.py a leftover training process on a training GPU that the training unit stage will
     clear (see :func:`pvegpu.checks.verify`) is a warning; in verify.py it is a problem.
     """
     node_host = node_host_of(host)
-    node = node_host.get_fact(NodeState) if node_host is not None else {}
+    # the node's read (reused from this run's preflight when nothing changed since) and the
+    # container's are independent: read them side by side
+    node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
     ct = host.get_fact(
         ContainerVerification,
         venv=settings.venv_path,
@@ -128,6 +132,7 @@ def verified(settings: Settings):
         started_path=started_record(settings),
         build_venv=settings.build_venv,
     )
+    node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
     lock, source = lock_for(settings, ct)

@@ -1,6 +1,7 @@
 """Node-side operations: boot persistence, container lifecycle, GPU passthrough, driver parity.
 
-Each reads the node's composite ``NodeState`` fact once, when it runs (pyinfra 3 runs operation
+Each reads the node's composite ``NodeState`` fact (served from the run's last read while nothing
+changed since: pvegpu.node_read), when it runs (pyinfra 3 runs operation
 bodies at execution time), asking only for what it compares (container status and the
 container's own view cost a `pct` call each on a real node), and yields commands only when the
 node or container differs from the desired state.
@@ -13,34 +14,21 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from .. import boot
+from .. import boot, node_read
 from ..ct_template import default_template
-from ..facts.proxmox import NodeState
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
+from ..preflight import node_read_args
 from ..settings import Settings
-from .util import fail, note, run_point, write_file_command
+from .util import fail, note, write_file_command
 
 ACTIVE = ("active", "activating", "reloading", "deactivating")
 
 
 def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
-    """The node's state, once per operation (the same arguments as the preflight's, so every
-    stage reads the same document shape). An operation asking what the previous one asked, with
-    no operation of the run having run a command since, reuses that document (``run_point``):
-    ``driver_userspace`` after a ``gpu_passthrough`` that changed nothing."""
-    key = (tuple(vmids), ct_detail, run_point(host))
-    cached = getattr(host, "_pvegpu_node_state", None)
-    if cached and cached[0] == key:
-        return cached[1]
-    doc = host.get_fact(
-        NodeState, vmids=list(vmids), installer_dir=settings.nvidia_installer_dir,
-        data_dir=settings.data_dir_node, boot_files=boot.boot_files(),
-        units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT], ct_detail=ct_detail,
-        unit_name=f"{settings.training_unit_name}.service",
-    ) or {}
-    host._pvegpu_node_state = (key, doc)
-    return doc
+    """The node's state: the run's last read of it (the preflight's, on a converged node) while
+    no operation of the run has run a command since, else read now (pvegpu.node_read)."""
+    return node_read.node_state(host, vmids, ct_detail, node_read_args(settings))
 
 
 def node_state(settings: Settings, vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:

@@ -316,6 +316,11 @@ def units(names):
     return found
 
 
+def path_kind(path):
+    """As `[ -f ]` / `[ -d ]` see it (symlinks followed): the training paths' check."""
+    return "file" if os.path.isfile(path) else "directory" if os.path.isdir(path) else "missing"
+
+
 detail = A.get("ct_detail", "full")
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
@@ -336,6 +341,7 @@ doc = {
     "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},
     "templates": sorted(os.listdir("/var/lib/vz/template/cache"))
     if os.path.isdir("/var/lib/vz/template/cache") else [],
+    "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
 }
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")

@@ -1,0 +1,1 @@
+# bench/run.py: a deploy with no operation (pyinfra start-up, inventory and connections).

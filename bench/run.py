@@ -1,0 +1,195 @@
+"""Speed of pvegpu's runs against the floor, on the simulated node: wall time and remote commands.
+
+    nice -n 10 uv run python bench/run.py [--rounds N] [--cold-rounds M] [--only plain|latency]
+
+Starts a loopback package index and a simulated node (training code seeded, a scratch locks_dir,
+training_requirements=[]), converges it (that first deploy is a cold deploy's first sample), builds
+both variants, then runs N interleaved rounds of:
+
+- floor: the seed's own check, one ``ssh node "pct exec 200 -- /root/venv/bin/python -c '...'"``
+  printing torch's version, CUDA version, CUDA availability and device count;
+- pyinfra import: ``python -c "import pyinfra_cli.main"`` (pyinfra's own start-up);
+- empty deploy: ``pyinfra inventory.py bench/empty_deploy.py -y`` (start-up, inventory, the
+  node's and the container's connections; no fact, no operation);
+- verify: ``pyinfra inventory.py verify.py -y``;
+- no-op: ``pyinfra inventory.py deploy.py -y`` on the converged site;
+- swap to: ``--data torch_variant=cu128`` (a build already there), and swap back (the default);
+
+then N rounds of the floor and rebuild=venv (``--data rebuild=venv --data restart_training=true``;
+last, as it deletes every other build), and M-1 more cold deploys, each on a fresh node. Per
+scenario: the median wall time with min and max, its ratio to the floor's median, and the remote commands of its last sample: node commands
+(every command pyinfra runs over the node's SSH, as its ``--debug`` log names them, SFTP uploads
+included; container commands, logged under their ``@pct/`` host, are left out) and ``pct exec``
+calls (the sim's pct log). pyinfra runs with ``--debug`` for those counts, in every sample alike.
+
+The whole thing runs twice: as the simulator is (plain), and with the latency knob (latency):
+every ``pct`` call sleeps 0.4 s first (real pct's Perl start-up) and the SSH connection goes
+through a loopback proxy that delays every chunk 10 ms each way (a 20 ms round trip). It asserts
+nothing; it prints a table per mode. Goals (issue 14): verify within 2.5x the floor, no-op and swap
+back within 3.5x; with the latency knob a no-op under 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.__main__ import seed_training_code, site_data, site_env  # noqa: E402
+from sim.fixtures_index import build_wheelhouse  # noqa: E402
+from sim.index import PackageIndex  # noqa: E402
+from sim.latency_proxy import LatencyProxy  # noqa: E402
+from sim.node import SimNode  # noqa: E402
+
+SEED_CHECK = ("import torch; print(torch.__version__, torch.version.cuda, "
+              "torch.cuda.is_available(), torch.cuda.device_count())")
+NODE_COMMAND = re.compile(r"Running command on (?!@pct/)\S+: |Attempting upload of ")
+EMPTY_DEPLOY = ROOT / "bench" / "empty_deploy.py"
+MODES = {"plain": {"pct_startup_s": 0.0, "delay_s": 0.0},
+         "latency": {"pct_startup_s": 0.4, "delay_s": 0.010}}
+ORDER = ["floor", "pyinfra import", "empty deploy", "verify", "no-op", "swap to cu128", "swap back", "rebuild=venv", "cold deploy"]
+
+
+class Site:
+    """A started node (optionally behind the latency proxy) and how to run things against it."""
+
+    def __init__(self, node: SimNode, index: PackageIndex, tmp: Path, delay_s: float, stack):
+        self.node, self.index = node, index
+        self.env = site_env(node)
+        self.port = node.port
+        if delay_s:
+            proxy = stack.enter_context(LatencyProxy((node.host, node.port), delay_s))
+            self.port = proxy.port
+            known = tmp / f"known_hosts.{proxy.port}"
+            key = Path(node.known_hosts_path).read_text().split(None, 1)[1]
+            known.write_text(f"[{node.host}]:{proxy.port} {key}")
+            self.env.update(PVE_SSH_PORT=str(proxy.port), PVE_SSH_KNOWN_HOSTS=str(known))
+        self.data = [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+
+    def floor(self) -> tuple[float, int, int]:
+        """The seed's check: one SSH session, one pct exec."""
+        argv = ["ssh", "-i", self.node.key_path,
+                "-o", f"UserKnownHostsFile={self.env['PVE_SSH_KNOWN_HOSTS']}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-p", str(self.port),
+                f"root@{self.node.host}", f"pct exec 200 -- /root/venv/bin/python -c '{SEED_CHECK}'"]
+        self.node.clear_pct_log()
+        t0 = time.monotonic()
+        p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - t0
+        if p.returncode != 0 or "True 8" not in p.stdout:
+            raise SystemExit(f"floor check failed ({p.returncode}): {p.stdout}{p.stderr}")
+        return elapsed, 1, self._pct_execs()
+
+    def pyinfra(self, script: str, *data: str) -> tuple[float, int, int]:
+        argv = [sys.executable, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
+                *self.data, *[x for kv in data for x in ("--data", kv)]]
+        self.node.clear_pct_log()
+        t0 = time.monotonic()
+        p = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - t0
+        if p.returncode != 0:
+            raise SystemExit(f"{script} {data} failed ({p.returncode}):\n{p.stderr[-4000:]}")
+        return elapsed, len(NODE_COMMAND.findall(p.stderr)), self._pct_execs()
+
+    def pyinfra_import(self) -> tuple[float, int, int]:
+        """pyinfra's own start-up: importing its CLI (what every run pays before any work)."""
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import pyinfra_cli.main"], check=True)
+        return time.monotonic() - t0, 0, 0
+
+    def _pct_execs(self) -> int:
+        return sum(1 for c in self.node.pct_calls() if c["argv"][:1] == ["exec"])
+
+
+def new_site(stack, workdir: Path, index, name: str, mode: dict) -> Site:
+    node = stack.enter_context(SimNode(workdir / name, pct_startup_s=mode["pct_startup_s"]))
+    seed_training_code(node)
+    return Site(node, index, workdir / f"{name}-scratch", mode["delay_s"], stack)
+
+
+def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dict:
+    samples: dict[str, list[tuple[float, int, int]]] = {k: [] for k in ORDER}
+    with tempfile.TemporaryDirectory(prefix=f"pvegpu-bench-{name}-") as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        (workdir / "main-scratch").mkdir()
+        site = new_site(stack, workdir, index, "main", mode)
+        samples["cold deploy"].append(site.pyinfra("deploy.py"))
+        site.pyinfra("deploy.py", "torch_variant=cu128")  # both builds exist from here on
+        site.pyinfra("deploy.py")
+        for r in range(rounds):
+            print(f"[{name}] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+            samples["floor"].append(site.floor())
+            samples["pyinfra import"].append(site.pyinfra_import())
+            # pyinfra's start-up, the inventory and the connections (node, @pct), no operation
+            samples["empty deploy"].append(site.pyinfra(str(EMPTY_DEPLOY)))
+            samples["verify"].append(site.pyinfra("verify.py"))
+            samples["no-op"].append(site.pyinfra("deploy.py"))
+            samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
+            samples["swap back"].append(site.pyinfra("deploy.py"))
+        # rebuild=venv deletes every other build (the cu128 one too): its rounds come last
+        for r in range(rounds):
+            samples["floor"].append(site.floor())
+            samples["rebuild=venv"].append(
+                site.pyinfra("deploy.py", "rebuild=venv", "restart_training=true"))
+        for c in range(1, cold_rounds):
+            print(f"[{name}] cold deploy {c + 1}/{cold_rounds}", file=sys.stderr, flush=True)
+            with ExitStack() as cold_stack:
+                (workdir / f"cold{c}-scratch").mkdir()
+                cold = new_site(cold_stack, workdir, index, f"cold{c}", mode)
+                samples["cold deploy"].append(cold.pyinfra("deploy.py"))
+    return samples
+
+
+def table(name: str, mode: dict, samples: dict) -> str:
+    floor = statistics.median(s[0] for s in samples["floor"])
+    lines = [f"{name}: pct start-up {mode['pct_startup_s']} s, SSH round trip "
+             f"{2 * mode['delay_s'] * 1000:.0f} ms", "",
+             "| run | median s | min-max s | x floor | node cmds | pct exec | n |",
+             "|---|---|---|---|---|---|---|"]
+    for key in ORDER:
+        xs = samples[key]
+        if not xs:
+            continue
+        times = [x[0] for x in xs]
+        med = statistics.median(times)
+        lines.append(f"| {key} | {med:.2f} | {min(times):.2f}-{max(times):.2f} | "
+                     f"{med / floor:.1f} | {xs[-1][1]} | {xs[-1][2]} | {len(xs)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--cold-rounds", type=int, default=1,
+                    help="cold deploys, the converge included (default 1)")
+    ap.add_argument("--only", choices=sorted(MODES), help="run one mode only")
+    a = ap.parse_args(argv)
+    out = [f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"]
+    with tempfile.TemporaryDirectory(prefix="pvegpu-bench-wheels-") as wheels_dir:
+        wheels = build_wheelhouse(Path(wheels_dir))
+        with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
+            for name, mode in MODES.items():
+                if a.only and name != a.only:
+                    continue
+                samples = run_mode(name, mode, index, a.rounds, a.cold_rounds)
+                out.append(table(name, mode, samples))
+                print(out[-1], flush=True)
+    out.append(f"load average {os.getloadavg()[0]:.1f} at end")
+    print("\n\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
