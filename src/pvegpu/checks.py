@@ -484,9 +484,9 @@ def verify(
                         "run deploy.py: it installs the node driver's exact userspace",
                     )
                 )
-    if ct and ct.get("gpu_error") and "not installed" not in ct["gpu_error"]:
-        if "mismatch" in ct["gpu_error"] or not ct.get("gpus"):
-            v.warnings.append(f"nvidia-smi in CT {vmid}: {ct['gpu_error']}")
+    if (ct and ct.get("gpu_error") and "not installed" not in ct["gpu_error"]
+            and ("mismatch" in ct["gpu_error"] or not ct.get("gpus"))):
+        v.warnings.append(f"nvidia-smi in CT {vmid}: {ct['gpu_error']}")
 
     # ---- torch --------------------------------------------------------------------------------
     rt = ct.get("torch") if ct else None

@@ -11,12 +11,11 @@ configure a node and how to run the demo instead.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import yaml
-
 from pyinfra.api.exceptions import InventoryError
 
 HOW_TO_CONFIGURE = (
@@ -82,8 +81,8 @@ def record_new_host_keys_once() -> None:
             client._host_keys.add(hostname, key.get_name(), key)
         append(self, client, hostname, key)
 
-    policy.missing_host_key = missing_host_key
-    policy._pvegpu_once = True
+    policy.missing_host_key = missing_host_key  # type: ignore[method-assign]
+    policy._pvegpu_once = True  # type: ignore[attr-defined]
 
 
 
@@ -127,7 +126,7 @@ def _key_file(name: str, value, where: str) -> str | None:
     return str(value)
 
 
-def _check_unique(nodes: list["Node"], where: str) -> list["Node"]:
+def _check_unique(nodes: list[Node], where: str) -> list[Node]:
     """Each node once, each container once: a node or CT listed twice would be deployed twice,
     side by side."""
     seen: set[str] = set()

@@ -366,6 +366,7 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
         text = None
     reason = _lock_problem(settings, text, path, project)
     if reason is None:
+        assert text is not None  # a missing file is a reason
         return LockPlan("lock", text, _sha(text), source)
     error = None
     if settings.require_lock:

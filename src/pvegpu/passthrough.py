@@ -33,7 +33,7 @@ def wanted_devices(node_devices: dict, extras: tuple[str, ...] | list[str],
     >>> wanted_devices({}, (), gpu_minors=[1, 0])
     ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']
     """
-    minors = {int(GPU_NODE.match(p).group(1)) for p in node_devices if GPU_NODE.match(p)}
+    minors = {int(m.group(1)) for p in node_devices if (m := GPU_NODE.match(p))}
     minors |= {int(m) for m in (gpu_minors or []) if m is not None}
     paths = [f"/dev/nvidia{m}" for m in sorted(minors)] + list(CORE_NODES)
     if "nvidia-modeset" in extras:
@@ -235,7 +235,7 @@ def _drop_pending_dev(rest: list[str]) -> list[str]:
     start = 0
     for line in rest:
         if line.startswith("["):
-            if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+            if section == "[pve:pending]" and not any(kept.strip() for kept in out[start + 1:]):
                 del out[start:]
             section = line.strip()
             start = len(out)
@@ -244,7 +244,7 @@ def _drop_pending_dev(rest: list[str]) -> list[str]:
             if DEV_KEY.match(key.strip()) and value.strip().startswith("/dev/nvidia"):
                 continue
         out.append(line)
-    if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+    if section == "[pve:pending]" and not any(kept.strip() for kept in out[start + 1:]):
         del out[start:]
     while out and not out[-1].strip():
         out.pop()
@@ -374,7 +374,7 @@ def device_hotplug(state: dict) -> bool:
     if len(container) >= 3:
         return tuple(int(x) for x in container[:3]) >= (6, 0, 4)
     major = re.match(r"(\d+)", state.get("pve_version") or "")
-    return bool(major) and int(major.group(1)) >= 9
+    return major is not None and int(major.group(1)) >= 9
 
 
 def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:

@@ -63,7 +63,7 @@ def node_problems(settings: Settings, state: dict, node: str,
     gpus = state.get("gpus")
     if driver and gpus is None:
         problems.append(f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): fix the driver install")
-    elif driver and len(gpus) != settings.expected_gpu_count:
+    elif driver and gpus is not None and len(gpus) != settings.expected_gpu_count:
         problems.append(
             f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
             f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set expected_gpu_count"
@@ -105,7 +105,8 @@ def node_problems(settings: Settings, state: dict, node: str,
 
 def container_problems(settings: Settings, state: dict, node: str, vmid) -> tuple[list[str], list[str]]:
     """What would stop the container stage half-way, found before anything changes."""
-    problems, warnings = [], []
+    problems: list[str] = []
+    warnings: list[str] = []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
     if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 import runpy
-from pathlib import Path
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any
 
 from pyinfra.api.exceptions import PyinfraError
 
@@ -144,7 +145,7 @@ class Settings:
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
-    def from_data(cls, data: Mapping[str, Any] | Any) -> "Settings":
+    def from_data(cls, data: Mapping[str, Any] | Any) -> Settings:
         """Build from host.data (or a dict), raising SettingsError with every problem found."""
         get = data.get if hasattr(data, "get") else (lambda k, d=None: getattr(data, k, d))
         values: dict[str, Any] = {}
@@ -418,7 +419,8 @@ def load_all(hosts) -> dict[str, Settings]:
     every host."""
     from .unit import unit_problems  # here: unit imports this module
 
-    result, errors = {}, []
+    result: dict = {}
+    errors: list[str] = []
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)

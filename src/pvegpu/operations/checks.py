@@ -151,7 +151,7 @@ def verified(settings: Settings):
         text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
         printed = getattr(state, "pvegpu_printed", None)
         if printed is None:
-            printed = state.pvegpu_printed = {}
+            printed = state.pvegpu_printed = {}  # type: ignore[attr-defined]
         if printed.get(host.name) != text:
             printed[host.name] = text
             for line in text:

@@ -39,7 +39,7 @@ def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
         units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT], ct_detail=ct_detail,
         unit_name=f"{settings.training_unit_name}.service",
     ) or {}
-    host._pvegpu_node_state = (key, doc)
+    host._pvegpu_node_state = (key, doc)  # type: ignore[attr-defined]
     return doc
 
 
@@ -140,10 +140,10 @@ def settings_args(config: dict, settings: Settings) -> list[str]:
             args += [f"--{key}", value]
     if settings.ct_protection and config.get("protection") != "1":
         args += ["--protection", "1"]
-    key = data_mount_key(config, settings)
-    if not data_mount_current(config, key, settings):
-        key = key or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
-        args += [f"--{key}", mount_spec(settings)]
+    mp = data_mount_key(config, settings)
+    if not data_mount_current(config, mp, settings):
+        mp = mp or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
+        args += [f"--{mp}", mount_spec(settings)]
     return args
 
 

@@ -39,17 +39,35 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.operations import files
 
 from ..facts.probe import probe_command
-from ..guard import delete_command, delete_refusal
 from ..facts.python_env import ContainerState
+from ..guard import delete_command, delete_refusal
 from ..locks import (
-    LockPlan, index_args, lock_plan, make_lock, netrc_text, parse_pins, redact, split_credentials,
-    training_pyproject, uv_wheel_hashes,
+    LockPlan,
+    index_args,
+    lock_plan,
+    make_lock,
+    netrc_text,
+    parse_pins,
+    redact,
+    split_credentials,
+    training_pyproject,
+    uv_wheel_hashes,
 )
 from ..settings import Settings
 from ..unit import started_record
 from ..venvs import (
-    CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, effective_python_version,
-    marker, next_number, prune_plan, python_minor, real_name,
+    CACHE_PTH,
+    LOCK_FILE,
+    MARKER,
+    SELECTED_FILE,
+    build_reasons,
+    drift,
+    effective_python_version,
+    marker,
+    next_number,
+    prune_plan,
+    python_minor,
+    real_name,
 )
 from .util import fail, note, run_point
 
@@ -409,7 +427,7 @@ def venv_built(settings: Settings):
         yield fail(problem)
         return
     python_version = effective_python_version(settings, state)
-    plan = lock_plan(settings, python_version)
+    plan = lock_plan(settings, python_version)  # type: ignore[arg-type]  # a version was found
     if plan.error:
         yield fail(plan.error)
         return
@@ -417,7 +435,7 @@ def venv_built(settings: Settings):
         if not host.state.is_executing:
             yield note(f"{plan.reason}: the deploy makes it on this machine")  # the preview
             return
-        plan = controller_lock(settings, python_version)
+        plan = controller_lock(settings, python_version)  # type: ignore[arg-type]
         if plan.error:
             yield fail(plan.error)
             return

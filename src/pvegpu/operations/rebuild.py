@@ -20,9 +20,9 @@ from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
+from ..settings import Settings
 from ..unit import RUNNING
 from ..venvs import LOCK_FILE, prune_plan
-from ..settings import Settings
 from .python_env import BASELINE, container_state, remember, uv_bin
 from .util import fail
 

@@ -28,8 +28,15 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
 from ..unit import (
-    RUNNING, digest, render_unit, renamed_unit_line, running_other_units, training_matcher,
-    unit_file, unit_path, unit_plan,
+    RUNNING,
+    digest,
+    renamed_unit_line,
+    render_unit,
+    running_other_units,
+    training_matcher,
+    unit_file,
+    unit_path,
+    unit_plan,
 )
 from .python_env import container_state, remember
 from .util import fail, write_file_command

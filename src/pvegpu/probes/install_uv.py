@@ -121,15 +121,18 @@ try:
             with open(dest, "wb") as f:
                 f.write(data)
             os.chmod(dest, 0o755)
-    got = subprocess.run([os.path.join(new, "bin", "uv"), "--version"], capture_output=True, text=True)
+    got = subprocess.run([os.path.join(new, "bin", "uv"), "--version"],
+                         capture_output=True, text=True)
     if got.returncode != 0 or got.stdout.split()[1:2] != [version]:
-        die(f"the unpacked uv does not run or is not {version}: {got.stdout.strip()} {got.stderr.strip()}")
-    with open(os.path.join(new, "WHEEL-SHA256"), "w") as f:
-        f.write(f"{name} {want}\n")
-    remove_tree(home)  # the delete guard (pvegpu/guard.py, prepended): only under /opt/pvegpu
+        die(f"the unpacked uv does not run or is not {version}: "
+            f"{got.stdout.strip()} {got.stderr.strip()}")
+    with open(os.path.join(new, "WHEEL-SHA256"), "w") as record:
+        record.write(f"{name} {want}\n")
+    # The delete guard (pvegpu/guard.py, prepended): only under /opt/pvegpu.
+    remove_tree(home)  # noqa: F821
     os.rename(new, home)
 finally:
-    remove_tree(tmp, ignore_errors=True)
+    remove_tree(tmp, ignore_errors=True)  # noqa: F821
 link = A.get("link")
 if link:
     os.makedirs(os.path.dirname(link), exist_ok=True)

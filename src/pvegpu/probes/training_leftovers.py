@@ -138,14 +138,15 @@ def wait_gone(pids, seconds):
     return [p for p in pids if alive(p)]
 
 
-doc = {"killed": [], "remaining": [], "foreign": [], "error": None}
+doc: dict = {"killed": [], "remaining": [], "foreign": [], "error": None}
 try:
     uuid_to_index = {u: int(i) for i, u in smi("--query-gpu=index,uuid")}
     apps = smi("--query-compute-apps=pid,gpu_uuid,used_memory")
 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
     doc["error"] = f"nvidia-smi on the node failed: {e}"
     apps, uuid_to_index = [], {}
-found, foreign = {}, {}
+found: dict = {}
+foreign: dict = {}
 for cells in apps:
     if len(cells) < 2 or not cells[0].isdigit():
         continue

@@ -157,5 +157,5 @@ if doc["present"]:
                 },
             )
         finally:
-            remove_tree(scratch, ignore_errors=True)  # the delete guard, prepended
+            remove_tree(scratch, ignore_errors=True)  # noqa: F821 (the delete guard, prepended)
 print(json.dumps(doc, sort_keys=True))
