@@ -299,7 +299,8 @@ def is_training_command(argv: list[str], matcher: dict) -> bool:
         return False
     python = argv[0]
     return python in matcher["pythons"] or (
-        python.endswith("/bin/python") and any(python.startswith(p) for p in matcher["python_under"])
+        python.endswith("/bin/python")
+        and any(python.startswith(p) for p in matcher["python_under"])
     )
 
 
@@ -670,7 +671,9 @@ def verify(
     pending: list[str] = []
     clears = False
     if active is not None:
-        active, pending = unit_plan(settings, active, unit_doc.get("started"), unit_doc.get("built"))
+        active, pending = unit_plan(
+            settings, active, unit_doc.get("started"), unit_doc.get("built")
+        )
         running = active in RUNNING
         clears = clears_leftovers(settings, active, pending)
     matcher = training_matcher(settings)
@@ -712,7 +715,9 @@ def verify(
                     f"or pass CT {vmid} other GPUs (pvegpu never stops another container's work)"
                 )
             elif leftover and not running:
-                fix = "run deploy.py: it clears leftover training processes before it starts the unit"
+                fix = (
+                    "run deploy.py: it clears leftover training processes before it starts the unit"
+                )
             elif leftover and pending:
                 fix = (
                     f"a second copy of the training beside the running {unit}: stop it on node "

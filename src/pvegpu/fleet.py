@@ -165,7 +165,9 @@ def fleet_from_file(path: Path) -> list[Node]:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise FleetError(f"fleet file {path} is not valid YAML ({e.__class__.__name__}): fix it") from None
+        raise FleetError(
+            f"fleet file {path} is not valid YAML ({e.__class__.__name__}): fix it"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise FleetError(f"fleet file {path} has no `nodes:` list: see fleet.example.yaml")
     nodes = []
@@ -176,7 +178,9 @@ def fleet_from_file(path: Path) -> list[Node]:
         known_hosts_problem(entry.get("ssh_known_hosts_file"), f"{where} ssh_known_hosts_file")
         containers = entry.get("containers", [200])
         if not isinstance(containers, list) or not containers:
-            raise FleetError(f"{where} containers={containers!r} must be a list of vmids, e.g. [200]")
+            raise FleetError(
+                f"{where} containers={containers!r} must be a list of vmids, e.g. [200]"
+            )
         nodes.append(
             Node(
                 address=str(entry["address"]),

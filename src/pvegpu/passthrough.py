@@ -172,7 +172,9 @@ def raw_lxc_lines(paths: list[str], node_devices: dict, majors: dict) -> list[tu
         if major is not None and major not in wanted_majors:
             wanted_majors.append(major)
     lines = [("lxc.cgroup2.devices.allow", f"c {m}:* rwm") for m in wanted_majors]
-    lines += [("lxc.mount.entry", f"{p} {p.lstrip('/')} none bind,optional,create=file") for p in paths]
+    lines += [
+        ("lxc.mount.entry", f"{p} {p.lstrip('/')} none bind,optional,create=file") for p in paths
+    ]
     return lines
 
 
@@ -284,7 +286,9 @@ def pending_ours(ct: dict) -> list[str]:
     return sorted(keys)
 
 
-def stale_live_devices(paths: list[str], node_devices: dict, majors: dict, live: dict | None) -> list[str]:
+def stale_live_devices(
+    paths: list[str], node_devices: dict, majors: dict, live: dict | None
+) -> list[str]:
     """How the running container's NVIDIA nodes differ from the node's (devices are fixed at
     `pct start`, so a uvm module reloaded with a new major leaves the container with dead nodes).
 
@@ -317,7 +321,9 @@ class Plan:
 
     mode: str
     paths: list[str]
-    modprobe: list[list[str]] = field(default_factory=list)  # nvidia-modprobe calls, [] = none missing
+    modprobe: list[list[str]] = field(
+        default_factory=list
+    )  # nvidia-modprobe calls, [] = none missing
     set_args: list[str] = field(default_factory=list)  # `pct set` args (dev mode)
     new_text: str | None = None  # rewritten config file (raw lines / switching modes)
     pending: list[str] = field(default_factory=list)  # our devN changes waiting for a start

@@ -62,7 +62,9 @@ def node_problems(settings: Settings, state: dict, node: str,
             )
     gpus = state.get("gpus")
     if driver and gpus is None:
-        problems.append(f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): fix the driver install")
+        problems.append(
+            f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): fix the driver install"
+        )
     elif driver and gpus is not None and len(gpus) != settings.expected_gpu_count:
         problems.append(
             f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
@@ -103,7 +105,9 @@ def node_problems(settings: Settings, state: dict, node: str,
     return problems, warnings
 
 
-def container_problems(settings: Settings, state: dict, node: str, vmid) -> tuple[list[str], list[str]]:
+def container_problems(
+    settings: Settings, state: dict, node: str, vmid
+) -> tuple[list[str], list[str]]:
     """What would stop the container stage half-way, found before anything changes."""
     problems: list[str] = []
     warnings: list[str] = []
@@ -129,7 +133,9 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
             f"{node}: CT {vmid} is {'un' if unpriv else ''}privileged but ct_unprivileged is "
             f"{settings.ct_unprivileged}: only rebuild=container changes it"
         )
-    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    plan = plan_passthrough(
+        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
+    )
     reasons = plan.restart_reasons
     live = ct.get("live")
     if reasons and not settings.restart_training:

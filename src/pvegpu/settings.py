@@ -154,7 +154,9 @@ class Settings:
             raw = get(f.name, None)
             if raw is None:
                 if not f.type.startswith("str | None"):
-                    errors.append(f"{f.name} is not set: define it in group_data/all.py or pass --data {f.name}=...")
+                    errors.append(
+                        f"{f.name} is not set: define it in group_data/all.py or pass --data {f.name}=..."
+                    )
                 continue
             try:
                 values[f.name] = _coerce(f.name, f.type, raw)
@@ -187,7 +189,9 @@ class Settings:
         for key in ("torch_index_base", "package_index_url"):
             url = getattr(self, key)
             if not re.match(r"^(https?|file)://\S+$", url):
-                errs.append(f"{key}={url!r} is not a URL: set it to an http(s) index, e.g. a local mirror")
+                errs.append(
+                    f"{key}={url!r} is not a URL: set it to an http(s) index, e.g. a local mirror"
+                )
         for pin in self.training_requirements:
             if not PIN_RE.match(pin):
                 errs.append(
@@ -205,17 +209,25 @@ class Settings:
                 "follow the container's Python"
             )
         if not self.locks_dir.strip():
-            errs.append("locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)")
+            errs.append(
+                "locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)"
+            )
         if not VERSION_RE.match(self.uv_version or ""):
-            errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
+            errs.append(
+                f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)"
+            )
         errs.extend(self._path_problems())
         if not 0 <= self.deploy_lock_wait_s <= 86400:
             errs.append(f"deploy_lock_wait_s={self.deploy_lock_wait_s} must be 0..86400: the "
                         "seconds a deploy waits for another one on the same node")
         if self.keep_venvs < 1:
-            errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
+            errs.append(
+                f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept"
+            )
         if self.expected_gpu_count < 1:
-            errs.append(f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of GPUs on the node")
+            errs.append(
+                f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of GPUs on the node"
+            )
         errs.extend(self._gpu_problems())
         for dev in self.passthrough_extra_devices:
             if dev not in ("nvidia-modeset", "nvidia-caps"):
@@ -223,9 +235,13 @@ class Settings:
                     f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or nvidia-caps"
                 )
         if self.passthrough_mode not in ("auto", "dev", "lxc"):
-            errs.append(f"passthrough_mode={self.passthrough_mode!r} is unknown: use auto, dev or lxc")
+            errs.append(
+                f"passthrough_mode={self.passthrough_mode!r} is unknown: use auto, dev or lxc"
+            )
         if self.rebuild not in (None, "venv", "container"):
-            errs.append(f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or leave it unset)")
+            errs.append(
+                f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or leave it unset)"
+            )
         if self.verify_level not in ("basic", "compile"):
             errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
         if not UNIT_NAME_RE.match(self.training_unit_name):
@@ -242,19 +258,29 @@ class Settings:
             for variant in sorted(set(VARIANTS) | set(self.variant_overrides)):
                 value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    errs.append(f"{key}={value!r} (for {variant}) must be a positive integer: fix it in group_data/all.py or --data")
+                    errs.append(
+                        f"{key}={value!r} (for {variant}) must be a positive integer: fix it in group_data/all.py or --data"
+                    )
         for variant in self.variant_overrides:
             if variant not in VARIANTS:
-                errs.append(f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}")
+                errs.append(
+                    f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}"
+                )
             for key in self.variant_overrides[variant]:
                 if key not in OVERRIDABLE:
                     errs.append(
                         f"variant_overrides[{variant!r}] has unknown key {key!r}: only "
                         f"{', '.join(OVERRIDABLE)} can differ per variant"
                     )
-        for key in ("training_stop_timeout_s", "training_restart_delay_s", "training_restart_burst"):
+        for key in (
+            "training_stop_timeout_s",
+            "training_restart_delay_s",
+            "training_restart_burst",
+        ):
             if getattr(self, key) <= 0:
-                errs.append(f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data")
+                errs.append(
+                    f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data"
+                )
         return errs
 
     def _path_problems(self) -> list[str]:
@@ -374,14 +400,20 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
     """Convert a data value (possibly a --data string) to the field's type, or raise ValueError."""
     t = str(typ)
     if t.startswith("tuple[int"):
-        if not isinstance(raw, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
-            raise ValueError(f"{name}={raw!r} must be a list of GPU indices: write it like [0, 1, 2]")
+        if not isinstance(raw, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in raw
+        ):
+            raise ValueError(
+                f"{name}={raw!r} must be a list of GPU indices: write it like [0, 1, 2]"
+            )
         return tuple(raw)
     if t.startswith("tuple[str"):
         if isinstance(raw, str):
             raw = [raw]
         if not isinstance(raw, (list, tuple)) or not all(isinstance(i, str) for i in raw):
-            raise ValueError(f'{name}={raw!r} must be a list of strings: write it like ["transformers==5.6.0"]')
+            raise ValueError(
+                f'{name}={raw!r} must be a list of strings: write it like ["transformers==5.6.0"]'
+            )
         return tuple(raw)
     if t == "bool":
         if isinstance(raw, bool):
@@ -395,7 +427,9 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
         return raw
     if t.startswith("Mapping"):
         if not isinstance(raw, Mapping):
-            raise ValueError(f'{name}={raw!r} must be a mapping: write it like {{"cu130": {{"token_budget": 49152}}}}')
+            raise ValueError(
+                f'{name}={raw!r} must be a mapping: write it like {{"cu130": {{"token_budget": 49152}}}}'
+            )
         return raw
     if t.startswith("str | None"):
         if raw in ("", "none", "None", "null"):

@@ -31,7 +31,9 @@ def node_path(settings: Settings, path: str) -> str | None:
     return settings.data_dir_node.rstrip("/") + path[len(ct_root):]
 
 
-def path_problems(settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, node: str, vmid) -> list[str]:
+def path_problems(
+    settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, node: str, vmid
+) -> list[str]:
     """One line per training path that is not what the unit needs.
 
     >>> from pvegpu.settings import defaults
@@ -77,7 +79,9 @@ def training_path_problems(inventory, settings: dict) -> list[str]:
         paths = [getattr(s, key) for key, _ in TRAINING_PATHS]
         on_node = [node_path(s, p) for p in paths if node_path(s, p) is not None]
         in_ct = [p for p in paths if node_path(s, p) is None]
-        kinds_on_node = node.get_fact(PathKinds, paths=on_node) if on_node and node is not None else {}
+        kinds_on_node = (
+            node.get_fact(PathKinds, paths=on_node) if on_node and node is not None else {}
+        )
         kinds_in_ct = ct.get_fact(PathKinds, paths=in_ct) if in_ct else {}
         problems += path_problems(s, kinds_on_node, kinds_in_ct, node_name, vmid)
     return problems

@@ -176,7 +176,9 @@ def build_reasons(state: dict, settings, plan: LockPlan) -> list[str]:
     build = settings.build_name
     reasons = []
     if f"{build}.next" in venvs:
-        reasons.append(f"an unchecked build {build}.next was left by an earlier run (rebuilt from scratch)")
+        reasons.append(
+            f"an unchecked build {build}.next was left by an earlier run (rebuilt from scratch)"
+        )
     entry = selected_entry(state, build)
     if entry is None:
         return reasons + [f"{build} is not built yet"]

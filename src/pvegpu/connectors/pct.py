@@ -180,7 +180,9 @@ class PctConnector(BaseConnector):
             node_command, print_output=print_output, print_input=print_input, **control
         )
         if not status:
-            if not self.state.is_executing and explain_pct_error(self.node, self.vmid, output.stderr):
+            if not self.state.is_executing and explain_pct_error(
+                self.node, self.vmid, output.stderr
+            ):
                 # Preview (pyinfra without -y): the container is created or started later in this
                 # run, so read it as empty: facts return their defaults and the operations show
                 # what they will do, instead of the host failing before anything ran.

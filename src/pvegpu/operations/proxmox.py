@@ -183,7 +183,9 @@ def boot_persistence(settings: Settings):
     persistenced = tools.get("nvidia-persistenced")
     pers_unit = units.get(boot.PERSISTENCED_UNIT, {})
     if persistenced and boot.manages_persistenced(pers_unit):
-        wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(persistenced)
+        wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(
+            persistenced
+        )
     wrote_unit = False
     for path, text in wanted.items():
         if digests.get(path) != _sha256(text):
@@ -278,7 +280,9 @@ def gpu_passthrough(vmid: int, settings: Settings):
     state, ct = node_state(settings, vmid, "full")
     if not ct.get("exists"):
         return  # preview of a container that is created earlier in this run
-    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    plan = plan_passthrough(
+        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
+    )
     reasons = plan.restart_reasons
     if reasons:
         blocker = restart_blocker(vmid, settings, ct, reasons)

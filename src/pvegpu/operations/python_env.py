@@ -271,8 +271,11 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     pth_b64 = base64.b64encode(pth.encode()).decode()
     lines += [
         f"for d in {shlex.quote(T)}/lib/python*/site-packages; do "
-        f"printf %s {pth_b64} | base64 -d > \"$d/{CACHE_PTH}\"; done",
-        _file(f"{T}/{MARKER}", json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n"),
+        f'printf %s {pth_b64} | base64 -d > "$d/{CACHE_PTH}"; done',
+        _file(
+            f"{T}/{MARKER}",
+            json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n",
+        ),
         f"mv {shlex.quote(T)} {shlex.quote(N)}",
     ]
     return "\n".join(lines)
@@ -588,7 +591,9 @@ def drift_report(state: dict, settings: Settings) -> list[str]:
     if entry.get("locked") is None:
         return [f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "
                 "run deploy.py to rebuild it from the lock"]
-    return [f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()]
+    return [
+        f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()
+    ]
 
 
 @operation()

@@ -93,7 +93,9 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         if node is None:
             host.log_styled(
                 f"cannot clear leftover training processes: node host {node_name!r} is not in the "
-                "inventory (container hosts are @pct/<node>/<vmid>)", fg="red", log_func=logger.error,
+                "inventory (container hosts are @pct/<node>/<vmid>)",
+                fg="red",
+                log_func=logger.error,
             )
             return False
         args = {
@@ -104,9 +106,15 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
             "term_wait_s": 30,
             "log": LEFTOVER_LOG,
         }
-        status, output = node.run_shell_command(StringCommand(probe_command("training_leftovers", args)))
+        status, output = node.run_shell_command(
+            StringCommand(probe_command("training_leftovers", args))
+        )
         try:
-            doc = parse_probe_output("training_leftovers", list(output.stdout_lines)) if status else {}
+            doc = (
+                parse_probe_output("training_leftovers", list(output.stdout_lines))
+                if status
+                else {}
+            )
         except FactProcessError as e:
             doc = {"error": str(e)}
         if not status or doc.get("error"):
@@ -129,7 +137,8 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
             host.log_styled(
                 f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived SIGKILL: "
                 f"not starting {unit_file(settings)}; check it on {node_name} (`ps -o stat= {p['pid']}`)",
-                fg="red", log_func=logger.error,
+                fg="red",
+                log_func=logger.error,
             )
         return not doc["remaining"]
 

@@ -37,7 +37,9 @@ def platform_ok(tags):
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError):
         libc = ""
-    glibc = tuple(int(x) for x in re.findall(r"\d+", libc)[:2]) if libc.startswith("glibc") else None
+    glibc = (
+        tuple(int(x) for x in re.findall(r"\d+", libc)[:2]) if libc.startswith("glibc") else None
+    )
     for tag in tags.split("."):
         if not tag.endswith("_" + machine):
             continue
@@ -105,7 +107,9 @@ try:
     except Exception as e:  # noqa: BLE001
         die(f"downloading {name} from {url} failed ({type(e).__name__}: {e})")
     if h.hexdigest() != want:
-        die(f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another file")
+        die(
+            f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another file"
+        )
     new = os.path.join(tmp, "home")
     os.makedirs(os.path.join(new, "bin"))
     with zipfile.ZipFile(wheel) as z:

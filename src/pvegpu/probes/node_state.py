@@ -55,7 +55,10 @@ def pve_versions():
             versions[name.strip()] = rest.strip().split(" ")[0]
     manager = versions.get("pve-manager", "")
     m = re.match(r"(\d+\.\d+(?:\.\d+)?)", manager)
-    return {"pve_version": m.group(1) if m else None, "pve_container": versions.get("pve-container")}
+    return {
+        "pve_version": m.group(1) if m else None,
+        "pve_container": versions.get("pve-container"),
+    }
 
 
 def module_version(text):
@@ -123,7 +126,9 @@ def gpus():
                 "index": int(row["index"]),
                 "name": row["name"],
                 "uuid": row["uuid"],
-                "memory_total_mib": int(row["memory.total"]) if row["memory.total"].isdigit() else None,
+                "memory_total_mib": int(row["memory.total"])
+                if row["memory.total"].isdigit()
+                else None,
                 "pci_bus_id": row["pci.bus_id"],
                 # never the index: a public report shows index 3 with Device Minor 0
                 "minor": minors.get(pci_key(row["pci.bus_id"])),
@@ -144,13 +149,19 @@ def compute_apps():
             if len(cells) == 4 and cells[0].isdigit():
                 raw = read(f"/proc/{cells[0]}/cmdline") or ""
                 cmdline = raw.replace("\0", " ").strip()
-                apps.append({"pid": int(cells[0]), "name": cells[1], "gpu_uuid": cells[3],
-                             "used_mib": int(cells[2]) if cells[2].isdigit() else None,
-                             "cmdline": cmdline,
-                             # exact argv (the verify stage matches the training command on it)
-                             "argv": raw.split("\0")[:-1] if raw else [],
-                             # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
-                             "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip()})
+                apps.append(
+                    {
+                        "pid": int(cells[0]),
+                        "name": cells[1],
+                        "gpu_uuid": cells[3],
+                        "used_mib": int(cells[2]) if cells[2].isdigit() else None,
+                        "cmdline": cmdline,
+                        # exact argv (the verify stage matches the training command on it)
+                        "argv": raw.split("\0")[:-1] if raw else [],
+                        # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
+                        "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip(),
+                    }
+                )
     return apps
 
 

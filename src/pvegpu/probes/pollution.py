@@ -21,7 +21,9 @@ def venv_packages():
     if not os.path.exists(A["python"]):
         return None
     # --no-cache: a report must not write (uv caches interpreter info otherwise).
-    code, out = run([A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]])
+    code, out = run(
+        [A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]]
+    )
     if code != 0:
         return None
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out or "[]")}

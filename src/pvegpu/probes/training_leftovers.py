@@ -40,8 +40,14 @@ def smi(query):
     p = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
-        raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[:1] or [f"exit {p.returncode}"])
-    return [[c.strip() for c in line.split(",")] for line in p.stdout.strip().splitlines() if line.strip()]
+        raise RuntimeError(
+            (p.stderr or p.stdout).strip().splitlines()[:1] or [f"exit {p.returncode}"]
+        )
+    return [
+        [c.strip() for c in line.split(",")]
+        for line in p.stdout.strip().splitlines()
+        if line.strip()
+    ]
 
 
 def argv_of(pid):
@@ -71,7 +77,9 @@ def in_unit(pid):
             lines = f.read().splitlines()
     except OSError:
         return False
-    return any(f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines)
+    return any(
+        f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines
+    )
 
 
 def other_unit(pid):

@@ -98,7 +98,9 @@ def unit_state():
     return {
         "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
         "started": read(A["started_path"]) if A.get("started_path") else None,
-        "built": mtime(os.path.join(os.path.realpath(build), ".pvegpu-build.json")) if build else None,
+        "built": mtime(os.path.join(os.path.realpath(build), ".pvegpu-build.json"))
+        if build
+        else None,
     }
 
 
