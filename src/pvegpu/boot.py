@@ -18,7 +18,8 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+from .paths import TEMPLATES
+
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .paths import PROJECT
 from .settings import Settings
 
-PROJECT = Path(__file__).resolve().parents[2]
 PIN_LINE = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([A-Za-z0-9.+!_-]+)\s*(?:;.*)?$"
 )

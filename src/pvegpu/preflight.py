@@ -18,7 +18,7 @@ from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import training_path_problems
-from .unit import renamed_unit_line, running_other_units
+from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
 from .variants import driver_fit
 
 
@@ -139,13 +139,13 @@ def container_problems(
     reasons = plan.restart_reasons
     live = ct.get("live")
     if reasons and not settings.restart_training:
-        unit = f"{settings.training_unit_name}.service"
+        unit = unit_file(settings)
         if live is None:
             problems.append(
                 f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs in "
                 f"it could not be read: check the container, or pass --data restart_training=true"
             )
-        elif live.get("unit_active") in ("active", "activating", "reloading", "deactivating"):
+        elif live.get("unit_active") in RUNNING:
             problems.append(
                 f"{node}: CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
                 f"{unit} is running in it: stop the training first, or pass --data "
@@ -225,7 +225,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         facts = node_host.get_fact(
             NodeState, vmids=vmids, installer_dir=s.nvidia_installer_dir, data_dir=s.data_dir_node,
             boot_files=boot.boot_files(), units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-            ct_detail="full", unit_name=f"{s.training_unit_name}.service",
+            ct_detail="full", unit_name=unit_file(s),
         )
         if not facts:
             failures[node_host.name] = [

@@ -23,6 +23,7 @@ from typing import Any
 from pyinfra.api.exceptions import PyinfraError
 
 from .guard import OWN_DIRS, PROXMOX_DIRS, is_within, overlaps, path_problem, system_dir
+from .paths import GROUP_DATA
 from .variants import VARIANTS, Variant
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
@@ -442,8 +443,8 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
 
 def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
     """The variables of group_data/all.py (the project's one defaults file) as a dict."""
-    root = Path(project_dir) if project_dir else Path(__file__).resolve().parents[2]
-    namespace = runpy.run_path(str(root / "group_data" / "all.py"))
+    all_py = Path(project_dir) / "group_data" / "all.py" if project_dir else GROUP_DATA
+    namespace = runpy.run_path(str(all_py))
     return {k: v for k, v in namespace.items() if not k.startswith("_")}
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import jinja2
 
+from .paths import TEMPLATES
 from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
 RUNNING = ("active", "activating", "reloading", "deactivating")

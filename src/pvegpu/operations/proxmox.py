@@ -19,9 +19,8 @@ from ..facts.proxmox import NodeState
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
 from ..settings import Settings
+from ..unit import RUNNING, unit_file
 from .util import fail, note, run_point, write_file_command
-
-ACTIVE = ("active", "activating", "reloading", "deactivating")
 
 
 def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
@@ -37,7 +36,7 @@ def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
         NodeState, vmids=list(vmids), installer_dir=settings.nvidia_installer_dir,
         data_dir=settings.data_dir_node, boot_files=boot.boot_files(),
         units=[boot.UVM_UNIT, boot.PERSISTENCED_UNIT], ct_detail=ct_detail,
-        unit_name=f"{settings.training_unit_name}.service",
+        unit_name=unit_file(settings),
     ) or {}
     host._pvegpu_node_state = (key, doc)  # type: ignore[attr-defined]
     return doc
@@ -249,12 +248,12 @@ def restart_blocker(vmid: int, settings: Settings, ct: dict, reasons: list[str])
     if settings.restart_training:
         return None
     live = ct.get("live")
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     if live is None:
         return (f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
                 f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
                 f"or pass --data restart_training=true")
-    if live.get("unit_active") in ACTIVE:
+    if live.get("unit_active") in RUNNING:
         return (f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
                 f"{unit} is running in it: stop the training first, or pass --data "
                 f"restart_training=true to restart it anyway")

@@ -54,7 +54,7 @@ from ..locks import (
     uv_wheel_hashes,
 )
 from ..settings import Settings
-from ..unit import started_record
+from ..unit import started_record, unit_file, unit_path
 from ..venvs import (
     CACHE_PTH,
     LOCK_FILE,
@@ -110,8 +110,8 @@ def container_state(settings: Settings) -> dict:
         uv_bin=uv_bin(settings),
         venvs_dir=settings.venvs_dir,
         venv_path=settings.venv_path,
-        unit_path=f"/etc/systemd/system/{settings.training_unit_name}.service",
-        unit_name=f"{settings.training_unit_name}.service",
+        unit_path=unit_path(settings),
+        unit_name=unit_file(settings),
         cache_dir=settings.compile_cache_dir,
         started_path=started_record(settings),
         python=settings.python_interpreter,

@@ -21,7 +21,7 @@ from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
 from ..settings import Settings
-from ..unit import RUNNING
+from ..unit import RUNNING, unit_file
 from ..venvs import LOCK_FILE, prune_plan
 from .python_env import BASELINE, container_state, remember, uv_bin
 from .util import fail
@@ -36,7 +36,7 @@ def refuse_while_training(settings: Settings, runner: str) -> str:
     """
     if settings.restart_training:
         return ""
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     return (
         f"if {runner} systemctl is-active --quiet {unit}; then echo "
         f"{shlex.quote(f'{unit} is running: rebuild={settings.rebuild} refused; stop it, or add --data restart_training=true')}"
@@ -87,7 +87,7 @@ def venv_rebuild_allowed(settings: Settings):
     """
     if settings.rebuild != "venv" or settings.restart_training:
         return
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     if container_state(settings).get("unit_active") in RUNNING:
         yield fail(f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
                    "--data restart_training=true")
