@@ -22,7 +22,3 @@ class Pollution(ProbeFact):
         return self.command_for(venv=venv, python=f"{venv}/bin/python", uv_bin=uv_bin,
                                 lock_file=lock_file, baseline=baseline,
                                 usr_local_ours=list(usr_local_ours))
-
-    @staticmethod
-    def default():
-        return {}

@@ -42,7 +42,3 @@ class NodeState(ProbeFact):
             boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
             unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS),
         )
-
-    @staticmethod
-    def default():
-        return {}

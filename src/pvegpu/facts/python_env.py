@@ -33,7 +33,3 @@ class ContainerState(ProbeFact):
             unit_name=unit_name, cache_dir=cache_dir, started_path=started_path, python=python,
             uv_cache_dir=uv_cache_dir, locks_cache=locks_cache, baseline_path=baseline_path,
         )
-
-    @staticmethod
-    def default():
-        return {}

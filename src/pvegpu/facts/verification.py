@@ -110,7 +110,3 @@ class ContainerVerification(ProbeFact):
 
     def process(self, output):
         return shape(parse_probe_output(self.probe, list(output)))
-
-    @staticmethod
-    def default():
-        return {}
