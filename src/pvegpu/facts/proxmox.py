@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from ..documents import NodeStateDoc
 from ..installer_tools import INSTALLER_TOOLS
-from .probe import ProbeFact
+from .probe import ProbeFact, parse_probe_output
 
 
 class NodeState(ProbeFact):
@@ -42,3 +45,6 @@ class NodeState(ProbeFact):
             boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
             unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS),
         )
+
+    def process(self, output) -> NodeStateDoc:
+        return cast(NodeStateDoc, parse_probe_output(self.probe, list(output)))

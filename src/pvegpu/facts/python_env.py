@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .probe import ProbeFact
+from typing import cast
+
+from ..documents import ContainerStateDoc
+from .probe import ProbeFact, parse_probe_output
 
 
 class ContainerState(ProbeFact):
@@ -33,3 +36,6 @@ class ContainerState(ProbeFact):
             unit_name=unit_name, cache_dir=cache_dir, started_path=started_path, python=python,
             uv_cache_dir=uv_cache_dir, locks_cache=locks_cache, baseline_path=baseline_path,
         )
+
+    def process(self, output) -> ContainerStateDoc:
+        return cast(ContainerStateDoc, parse_probe_output(self.probe, list(output)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyinfra.api.exceptions import FactProcessError
 
+from ..documents import ContainerVerificationDoc
 from .gpus import GPU_QUERY, library_version, module_version, parse_smi
 from .probe import ProbeFact, parse_probe_output, probe_source
 
@@ -29,7 +30,7 @@ REQUIRED = (
 )
 
 
-def shape(doc: dict) -> dict:
+def shape(doc: dict) -> ContainerVerificationDoc:
     """Validate the probe's document and add the parsed views (``gpus``, driver versions).
 
     >>> d = shape({"venv": "/root/venv", "python": "/root/venv/bin/python", "present": False,
@@ -108,5 +109,5 @@ class ContainerVerification(ProbeFact):
             timeout=timeout,
         )
 
-    def process(self, output):
+    def process(self, output) -> ContainerVerificationDoc:
         return shape(parse_probe_output(self.probe, list(output)))
