@@ -79,8 +79,10 @@ def manages_persistenced(unit: dict) -> bool:
     (Debian's nvidia-persistenced package ships one in /lib/systemd/system; then it is only
     enabled).
 
-    >>> manages_persistenced({"paths": []}), manages_persistenced({"paths": ["/lib/systemd/system/x"]})
-    (True, False)
+    >>> manages_persistenced({"paths": []})
+    True
+    >>> manages_persistenced({"paths": ["/lib/systemd/system/x"]})
+    False
     """
     ours = f"{UNIT_DIR}/{PERSISTENCED_UNIT}"
     return all(p == ours for p in unit.get("paths", []))

@@ -8,10 +8,12 @@ setting says, so a wrong ``venvs_dir`` can cost at most a pvegpu build, never da
 
 >>> delete_command(["/root/venvs/torch-2.11.0-cu130.b2"], venvs_dir="/root/venvs")
 'rm -rf -- /root/venvs/torch-2.11.0-cu130.b2'
->>> delete_command(["/data"], venvs_dir="/data")
+>>> delete_command(["/data"], venvs_dir="/data")  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-pvegpu.guard.UnsafeDelete: refusing to delete /data: not one of pvegpu's own build directories (<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, /var/lib/pvegpu/*, /tmp/pvegpu-*)
+pvegpu.guard.UnsafeDelete: refusing to delete /data: not one of pvegpu's own build directories
+(<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, /var/lib/pvegpu/*,
+/tmp/pvegpu-*)
 
 This file is plain Python with no imports of pvegpu and no ``from __future__`` line: the probes
 that delete (they run inside the container, where pvegpu is not installed) get its source

@@ -25,7 +25,8 @@ pip compile`` and ``uv pip sync`` honour both when the requirements come from a 
 >>> print(requirements_in(s), end="")
 torch==2.11.0+cu128
 transformers==5.6.0
->>> parse_pins("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:ab\\n    # via -r x.in\\nNumPy==2.3.0\\n")
+>>> parse_pins("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:ab\\n"
+...            "    # via -r x.in\\nNumPy==2.3.0\\n")
 {'torch': '2.11.0+cu130', 'numpy': '2.3.0'}
 """
 
@@ -497,7 +498,9 @@ def uv_reason(lines: list[str]) -> str:
     'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
     >>> uv_reason(["  × No solution found when resolving dependencies:",
     ...            "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
-    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
+    the package registry ...'
     """
     picked = []
     for line in lines:

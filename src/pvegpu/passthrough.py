@@ -160,7 +160,8 @@ def raw_lxc_lines(paths: list[str], node_devices: dict, majors: dict) -> list[tu
     """The ``lxc.*`` lines passing ``paths``: one cgroup allow per major, one bind per node.
 
     >>> raw_lxc_lines(["/dev/nvidia0", "/dev/nvidia-uvm"],
-    ...               {"/dev/nvidia0": {"major": 195, "minor": 0}}, {"nvidia": 195, "nvidia-uvm": 508})
+    ...               {"/dev/nvidia0": {"major": 195, "minor": 0}},
+    ...               {"nvidia": 195, "nvidia-uvm": 508})
     ... # doctest: +NORMALIZE_WHITESPACE
     [('lxc.cgroup2.devices.allow', 'c 195:* rwm'), ('lxc.cgroup2.devices.allow', 'c 508:* rwm'),
      ('lxc.mount.entry', '/dev/nvidia0 dev/nvidia0 none bind,optional,create=file'),
@@ -307,7 +308,8 @@ def stale_live_devices(
             problems.append(f"{path} is missing in the container")
         elif want is not None and (got["major"], got["minor"]) != tuple(want):
             problems.append(
-                f"{path} is {got['major']}:{got['minor']} in the container, {want[0]}:{want[1]} on the node"
+                f"{path} is {got['major']}:{got['minor']} in the container, {want[0]}:{want[1]} on "
+                "the node"
             )
     for path in sorted(set(have) - set(paths)):
         problems.append(f"{path} is in the container but no longer passed through")

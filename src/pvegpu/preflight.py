@@ -58,17 +58,20 @@ def node_problems(settings: Settings, state: dict, node: str,
         elif fit == "reduced":
             warnings.append(
                 f"{node}: driver {driver} runs {settings.torch_variant} only in CUDA minor-version "
-                f"compatibility mode (reduced features); >= {settings.variant.min_driver} recommended"
+                f"compatibility mode (reduced features); >= {settings.variant.min_driver} "
+                "recommended"
             )
     gpus = state.get("gpus")
     if driver and gpus is None:
         problems.append(
-            f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): fix the driver install"
+            f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): "
+            "fix the driver install"
         )
     elif driver and gpus is not None and len(gpus) != settings.expected_gpu_count:
         problems.append(
             f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
-            f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set expected_gpu_count"
+            f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set "
+            "expected_gpu_count"
         )
     smi = state.get("driver_version_smi")
     if driver and smi and smi != driver:
@@ -142,8 +145,9 @@ def container_problems(
         unit = unit_file(settings)
         if live is None:
             problems.append(
-                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs in "
-                f"it could not be read: check the container, or pass --data restart_training=true"
+                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs "
+                "in it could not be read: check the container, or pass "
+                "--data restart_training=true"
             )
         elif live.get("unit_active") in RUNNING:
             problems.append(

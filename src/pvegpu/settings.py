@@ -5,10 +5,11 @@ Defaults live only in group_data/all.py; ``defaults()`` reads them for callers o
 >>> s = Settings.from_data({**defaults(), "torch_variant": "cu128"})
 >>> s.torch_pin, s.torch_index_url
 ('torch==2.11.0+cu128', 'https://download.pytorch.org/whl/cu128')
->>> Settings.from_data({**defaults(), "torch_variant": "cu129"})
+>>> Settings.from_data({**defaults(), "torch_variant": "cu129"})  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-pvegpu.settings.SettingsError: torch_variant='cu129' is not a known variant: set torch_variant to one of cu128, cu130
+pvegpu.settings.SettingsError: torch_variant='cu129' is not a known variant: set torch_variant to
+one of cu128, cu130
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ class Settings:
             if raw is None:
                 if not f.type.startswith("str | None"):
                     errors.append(
-                        f"{f.name} is not set: define it in group_data/all.py or pass --data {f.name}=..."
+                        f"{f.name} is not set: define it in group_data/all.py or pass --data "
+                        f"{f.name}=..."
                     )
                 continue
             try:
@@ -196,7 +198,8 @@ class Settings:
         for pin in self.training_requirements:
             if not PIN_RE.match(pin):
                 errs.append(
-                    f"training_requirements entry {pin!r} is not an exact pin: write it as name==version"
+                    f"training_requirements entry {pin!r} is not an exact pin: write it as "
+                    "name==version"
                 )
             elif re.match(r"^torch(\[|==)", pin, re.I):
                 errs.append(
@@ -215,7 +218,8 @@ class Settings:
             )
         if not VERSION_RE.match(self.uv_version or ""):
             errs.append(
-                f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)"
+                f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked "
+                "uv)"
             )
         errs.extend(self._path_problems())
         if not 0 <= self.deploy_lock_wait_s <= 86400:
@@ -227,13 +231,15 @@ class Settings:
             )
         if self.expected_gpu_count < 1:
             errs.append(
-                f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of GPUs on the node"
+                f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of "
+                "GPUs on the node"
             )
         errs.extend(self._gpu_problems())
         for dev in self.passthrough_extra_devices:
             if dev not in ("nvidia-modeset", "nvidia-caps"):
                 errs.append(
-                    f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or nvidia-caps"
+                    f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or "
+                    "nvidia-caps"
                 )
         if self.passthrough_mode not in ("auto", "dev", "lxc"):
             errs.append(
@@ -241,7 +247,8 @@ class Settings:
             )
         if self.rebuild not in (None, "venv", "container"):
             errs.append(
-                f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or leave it unset)"
+                f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or "
+                "leave it unset)"
             )
         if self.verify_level not in ("basic", "compile"):
             errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
@@ -260,12 +267,14 @@ class Settings:
                 value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                     errs.append(
-                        f"{key}={value!r} (for {variant}) must be a positive integer: fix it in group_data/all.py or --data"
+                        f"{key}={value!r} (for {variant}) must be a positive integer: fix it in "
+                        "group_data/all.py or --data"
                     )
         for variant in self.variant_overrides:
             if variant not in VARIANTS:
                 errs.append(
-                    f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}"
+                    f"variant_overrides has unknown variant {variant!r}: use one of "
+                    f"{', '.join(sorted(VARIANTS))}"
                 )
             for key in self.variant_overrides[variant]:
                 if key not in OVERRIDABLE:
@@ -280,7 +289,8 @@ class Settings:
         ):
             if getattr(self, key) <= 0:
                 errs.append(
-                    f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data"
+                    f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or "
+                    "--data"
                 )
         return errs
 
@@ -365,14 +375,16 @@ class Settings:
                 if i < 0 or i >= self.expected_gpu_count:
                     errs.append(
                         f"{key} has GPU {i}, outside 0..{self.expected_gpu_count - 1} "
-                        f"(expected_gpu_count={self.expected_gpu_count}): fix the index or the count"
+                        f"(expected_gpu_count={self.expected_gpu_count}): fix the index or the "
+                        "count"
                     )
             if len(set(gpus)) != len(gpus):
                 errs.append(f"{key}={list(gpus)} lists a GPU twice: list each once")
         overlap = sorted(set(self.target_gpus) & set(self.drafter_gpus))
         if overlap:
             errs.append(
-                f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a drafter"
+                f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a "
+                "drafter"
             )
         return errs
 
@@ -429,7 +441,8 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
     if t.startswith("Mapping"):
         if not isinstance(raw, Mapping):
             raise ValueError(
-                f'{name}={raw!r} must be a mapping: write it like {{"cu130": {{"token_budget": 49152}}}}'
+                f'{name}={raw!r} must be a mapping: write it like '
+                f'{{"cu130": {{"token_budget": 49152}}}}'
             )
         return raw
     if t.startswith("str | None"):

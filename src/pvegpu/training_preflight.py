@@ -38,9 +38,11 @@ def path_problems(
 
     >>> from pvegpu.settings import defaults
     >>> path_problems(Settings.from_data(defaults()),
-    ...               {"/tank/dflash/dflash": "directory", "/tank/dflash/dflash/train.py": "missing"},
-    ...               {}, "n1", 200)[0].split(":")[:2]
-    ['n1', ' training_script=/data/dflash/train.py is missing (node path /tank/dflash/dflash/train.py)']
+    ...               {"/tank/dflash/dflash": "directory",
+    ...                "/tank/dflash/dflash/train.py": "missing"},
+    ...               {}, "n1", 200)[0].split(":")[:2]  # doctest: +NORMALIZE_WHITESPACE
+    ['n1',
+     ' training_script=/data/dflash/train.py is missing (node path /tank/dflash/dflash/train.py)']
     """
     problems = []
     for key, want in TRAINING_PATHS:
@@ -51,7 +53,8 @@ def path_problems(
             if found != want:
                 problems.append(
                     f"{node}: {key}={path} is {'missing' if found == 'missing' else 'a ' + found} "
-                    f"(node path {on_node}): put the training {'script' if want == 'file' else 'directory'} "
+                    f"(node path {on_node}): put the training "
+                    f"{'script' if want == 'file' else 'directory'} "
                     f"at {on_node} on the node (CT {vmid} sees {settings.data_dir_node} at "
                     f"{settings.data_dir_ct}), or fix {key}"
                 )
@@ -60,8 +63,10 @@ def path_problems(
             if found != want:
                 state = "missing" if found in (None, "missing") else "a " + found
                 problems.append(
-                    f"{node}: {key}={path} is {state} in CT {vmid} (or CT {vmid} does not run yet): "
-                    f"keep it under data_dir_ct={settings.data_dir_ct} (node: {settings.data_dir_node}), "
+                    f"{node}: {key}={path} is {state} in CT {vmid} (or CT {vmid} does not run "
+                    "yet): "
+                    f"keep it under data_dir_ct={settings.data_dir_ct} (node: "
+                    f"{settings.data_dir_node}), "
                     f"which exists before the container and outlives every rebuild"
                 )
     return problems

@@ -50,7 +50,8 @@ def unit_path(settings: Settings) -> str:
 
 
 def runtime_dir(settings: Settings) -> str:
-    """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at stop."""
+    """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at
+    stop."""
     return f"pvegpu-{settings.training_unit_name}"
 
 
@@ -104,10 +105,12 @@ def unit_value(value):
 
     >>> unit_value("/data/x.py"), unit_value(48)
     ('/data/x.py', 48)
-    >>> unit_value("a\\nExecStartPre=/bin/touch /tmp/INJECTED")
+    >>> unit_value("a\\nExecStartPre=/bin/touch /tmp/INJECTED")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    pvegpu.settings.SettingsError: 'a\\nExecStartPre=/bin/touch /tmp/INJECTED' cannot be written into a systemd unit (newline, space, quote, $, %, \\ or ; would be interpreted): fix the setting it comes from
+    pvegpu.settings.SettingsError: 'a\\nExecStartPre=/bin/touch /tmp/INJECTED' cannot be written
+    into a systemd unit (newline, space, quote, $, %, \\ or ; would be interpreted): fix the
+    setting it comes from
     """
     if isinstance(value, (bool, int)) or UNIT_VALUE_RE.match(str(value)):
         return value

@@ -2,8 +2,10 @@
 
 Layout in the container (``venvs_dir=/root/venvs``, ``venv_path=/root/venv``)::
 
-    /root/venv -> /root/venvs/torch-2.11.0-cu130          the live link (switched by renaming a temp link)
-    /root/venvs/torch-2.11.0-cu130 -> torch-2.11.0-cu130.b2  the build's link (switched the same way)
+    /root/venv -> /root/venvs/torch-2.11.0-cu130            the live link (switched by
+                                                            renaming a temp link)
+    /root/venvs/torch-2.11.0-cu130 -> torch-2.11.0-cu130.b2  the build's link (switched the same
+                                                            way)
     /root/venvs/torch-2.11.0-cu130.b2/                      a real venv (relocatable), with
         .pvegpu-build.json   what it was built from (marker)
         .pvegpu-lock.txt     the exact hashed pins it was synced to (drift is measured against it)

@@ -255,7 +255,8 @@ class PctConnector(BaseConnector):
             message = stderr.decode(errors="replace").strip()
             raise OSError(
                 explain_pct_error(self.node, self.vmid, message)
-                or f"download of {remote_filename} from CT {self.vmid} on {self.node} failed: {message}"
+                or f"download of {remote_filename} from CT {self.vmid} on {self.node} failed: "
+                f"{message}"
             )
         with get_file_io(filename_or_io, "wb") as file_io:
             file_io.write(data)

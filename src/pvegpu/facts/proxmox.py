@@ -1,4 +1,5 @@
-"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, boot units, container configs."""
+"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, boot units, container
+configs."""
 
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ def node_host_of(h):
 def lock_for(settings: Settings,
              ct: dict | None = None) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
-    usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
+    usable lock (the venv was built from the settings' pins: see
+    :func:`pvegpu.checks.package_drift`).
 
     Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
     lock applies only when its ``.in`` pins what the settings ask for), for the venv's Python

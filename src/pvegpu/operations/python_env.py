@@ -251,7 +251,9 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
         "set -e",
         f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
         delete_command([T, N], venvs_dir=V),
-        f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
+        f"{env} "
+        + _q([uv, "venv", "--no-config", "--quiet", "--relocatable", "--python",
+              settings.python_interpreter, T]),
         f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
         _file(lock, plan.text),
         _file(pyproject, training_pyproject(settings, lock_requirements(plan.text))),
@@ -259,7 +261,8 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     offline = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock, offline=True))}"
     online = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock))}"
     lines += [
-        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' >&2;"
+        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' "
+        ">&2;"
         f" else {reach}; {online}; fi",
     ]
     cache = settings.compile_cache_dir
@@ -290,7 +293,9 @@ def uv_error(lines: list[str]) -> str | None:
     'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
     >>> uv_error(["  × No solution found when resolving dependencies:",
     ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
-    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
+    the package registry ...'
     """
     picked = []
     for line in lines:

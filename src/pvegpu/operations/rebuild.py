@@ -37,9 +37,11 @@ def refuse_while_training(settings: Settings, runner: str) -> str:
     if settings.restart_training:
         return ""
     unit = unit_file(settings)
+    refusal = (f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+               "--data restart_training=true")
     return (
         f"if {runner} systemctl is-active --quiet {unit}; then echo "
-        f"{shlex.quote(f'{unit} is running: rebuild={settings.rebuild} refused; stop it, or add --data restart_training=true')}"
+        f"{shlex.quote(refusal)}"
         " >&2; exit 1; fi; "
     )
 
@@ -156,7 +158,8 @@ def baseline_recorded(settings: Settings):
     if container_state(settings).get("baseline_exists"):
         return
     yield StringCommand(
-        f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > {BASELINE}.tmp"
+        f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > "
+        f"{BASELINE}.tmp"
         f" && mv {BASELINE}.tmp {BASELINE}"
     )
     remember(lambda doc: doc.update(baseline_exists=True))

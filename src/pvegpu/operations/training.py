@@ -135,8 +135,9 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
             )
         for p in doc["remaining"]:
             host.log_styled(
-                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived SIGKILL: "
-                f"not starting {unit_file(settings)}; check it on {node_name} (`ps -o stat= {p['pid']}`)",
+                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived "
+                f"SIGKILL: not starting {unit_file(settings)}; check it on {node_name} "
+                f"(`ps -o stat= {p['pid']}`)",
                 fg="red",
                 log_func=logger.error,
             )

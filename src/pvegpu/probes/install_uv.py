@@ -1,6 +1,7 @@
 # Installer (not a probe, same transport): put the pinned uv into its own directory, with the
 # container's system python3 and the standard library only (no pip, no ensurepip, no curl | sh).
-# ARGS is prepended: {"version": "0.13.9", "index": "<package_index_url>", "home": "/opt/pvegpu/uv-0.13.9",
+# ARGS is prepended: {"version": "0.13.9", "index": "<package_index_url>", "home":
+# "/opt/pvegpu/uv-0.13.9",
 #                     "hashes": {"<wheel file name>": "<sha256>"}, "link": "/usr/local/bin/uv",
 #                     "netrc": "<path>" or null}
 # The index URL carries no credentials: those are read from the netrc (basic auth), never argv.
@@ -108,7 +109,8 @@ try:
         die(f"downloading {name} from {url} failed ({type(e).__name__}: {e})")
     if h.hexdigest() != want:
         die(
-            f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another file"
+            f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another "
+            "file"
         )
     new = os.path.join(tmp, "home")
     os.makedirs(os.path.join(new, "bin"))

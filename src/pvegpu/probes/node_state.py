@@ -223,7 +223,8 @@ CT_SCRIPT = r"""
 v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
 for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
 echo "smi $(command -v nvidia-smi)"
-for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
+for f in /dev/nvidia* /dev/nvidia-caps/*; do
+    [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
 echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
 for t in %(tools)s; do
   f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do

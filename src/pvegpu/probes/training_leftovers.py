@@ -13,7 +13,8 @@
 # and it is a process of this container's training unit (its cgroup), or the training command
 # (the script run by the venv's python or a build's: also a stalled run started by hand) that no
 # other service of this container runs: a renamed or second unit's trainer is never ours to end.
-# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again right before each signal.
+# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again
+# right before each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
 # appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
 import json

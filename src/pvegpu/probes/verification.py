@@ -61,7 +61,8 @@ def run_inner(python, source, args=None, timeout=600, extra_env=None):
 
 def packages(venv):
     """name -> {"version", "requires"} of every distribution in the venv, from the headers of its
-    .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the controller)."""
+    .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the
+    controller)."""
     found = {}
     for meta in glob.glob(
         os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info", "METADATA")
