@@ -33,7 +33,6 @@ transformers==5.6.0
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .digests import text_digest
 from .paths import PROJECT
 from .settings import Settings
 
@@ -313,10 +313,6 @@ class LockPlan:
     made: bool = False
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _in_problem(settings: Settings, project: Path) -> str | None:
     """Why ``<variant>.in`` cannot be used for these settings (None: it pins them, or is
     missing and will be written from them)."""
@@ -368,7 +364,7 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
     reason = _lock_problem(settings, text, path, project)
     if reason is None:
         assert text is not None  # a missing file is a reason
-        return LockPlan("lock", text, _sha(text), source)
+        return LockPlan("lock", text, text_digest(text), source)
     error = None
     if settings.require_lock:
         error = (f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
@@ -465,7 +461,7 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
     text = lock_header(settings, python_version, project) + body
     _write_atomically(in_path(settings, project), None, settings)
     _write_atomically(path, text, settings)
-    return LockPlan("lock", text, _sha(text), source, reason=plan.reason, made=True)
+    return LockPlan("lock", text, text_digest(text), source, reason=plan.reason, made=True)
 
 
 def lock_header(settings: Settings, python_version: str, project: Path = PROJECT) -> str:

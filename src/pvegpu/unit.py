@@ -18,7 +18,6 @@ compares that with what a start now would run, to tell whether a restart is pend
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import jinja2
 
+from .digests import text_digest as digest
 from .paths import TEMPLATES
 from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
 
@@ -166,10 +166,6 @@ def unit_problems(settings: Settings, templates: Path = TEMPLATES) -> list[str]:
     return [f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
             "fix the setting or templates/training.service.j2"
             for line in verify_problems(text, settings.training_unit_name)]
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def training_argv_prefix(settings: Settings) -> list[str]:

@@ -15,6 +15,7 @@ from pyinfra.api import StringCommand, operation
 
 from .. import boot
 from ..ct_template import default_template
+from ..digests import text_digest
 from ..facts.proxmox import NodeState
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
@@ -187,7 +188,7 @@ def boot_persistence(settings: Settings):
         )
     wrote_unit = False
     for path, text in wanted.items():
-        if digests.get(path) != _sha256(text):
+        if digests.get(path) != text_digest(text):
             yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
             yield write_file_command(path, text, mode="0644")
             wrote_unit = wrote_unit or path.endswith(".service")
@@ -200,12 +201,6 @@ def boot_persistence(settings: Settings):
             or units.get(u, {}).get("active") != "active"]
     if todo:
         yield StringCommand("systemctl", "enable", "--now", *todo)
-
-
-def _sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- container ----------------------------------------------------------------------------------

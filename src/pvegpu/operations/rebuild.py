@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from ..facts.pollution import Pollution
@@ -24,7 +24,7 @@ from ..settings import Settings
 from ..unit import RUNNING, unit_file
 from ..venvs import LOCK_FILE, prune_plan
 from .python_env import BASELINE, container_state, remember, uv_bin
-from .util import fail
+from .util import fail, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
@@ -62,16 +62,13 @@ def pollution_report(settings: Settings):
         _ignore_errors=True,  # a container that does not exist yet has nothing to report
     )
     if not found:
-        host.log_styled("container not reachable: nothing to report before the rebuild",
-                        fg="yellow", log_func=logger.warning)
+        notice("container not reachable: nothing to report before the rebuild")
         return
     lines = pollution_lines(found, desired_pins(settings))
     scope = ("the venv (every build)" if settings.rebuild == "venv"
              else "the whole container: venv, /usr/local, apt packages")
-    host.log_styled(f"rebuild={settings.rebuild} replaces {scope}; differences found:",
-                    fg="yellow", log_func=logger.warning)
-    for line in lines or ["none (the rebuild starts from scratch anyway)"]:
-        host.log_styled(f"  {line}", fg="yellow", log_func=logger.warning)
+    notice(f"rebuild={settings.rebuild} replaces {scope}; differences found:",
+           *(f"  {line}" for line in lines or ["none (the rebuild starts from scratch anyway)"]))
     return
     yield
 
@@ -109,8 +106,7 @@ def old_builds_removed(settings: Settings):
     state = container_state(settings)
     remove, in_use = prune_plan(state, replace(settings, keep_venvs=1))
     for name in in_use:
-        host.log_styled(f"keeping {settings.venvs_dir}/{name}: a running process uses it",
-                        fg="yellow", log_func=logger.warning)
+        notice(f"keeping {settings.venvs_dir}/{name}: a running process uses it")
     if not remove:
         return
     V = settings.venvs_dir.rstrip("/")

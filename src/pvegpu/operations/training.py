@@ -39,7 +39,7 @@ from ..unit import (
     unit_plan,
 )
 from .python_env import container_state, remember
-from .util import fail, write_file_command
+from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
 LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
@@ -53,12 +53,6 @@ def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
     built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
     return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
-
-
-def notice(*lines: str) -> None:
-    """Print a visible notice now, without yielding a command (a notice is not a change)."""
-    for line in lines:
-        host.log_styled(line, fg="yellow", log_func=logger.warning)
 
 
 def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> StringCommand:
