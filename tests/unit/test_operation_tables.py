@@ -9,22 +9,32 @@ the case's document. A yielded ``fail``/``note`` shows as ``fail: <lines>``/``no
 from __future__ import annotations
 
 import inspect
+import re
 from types import SimpleNamespace
 
 import pytest
 from pyinfra.api import FunctionCommand
 
+from pvegpu import boot
+from pvegpu.digests import text_digest
 from pvegpu.operations import proxmox, python_env
 from pvegpu.settings import Settings, defaults
 
 
 def shown(command) -> str:
-    """A yielded command as a line of the table."""
+    """A yielded command as a line of the table (a file write as ``write <path> <mode>``)."""
     if isinstance(command, FunctionCommand):
         kind = command.function.__qualname__.split(".")[0]
         lines = inspect.getclosurevars(command.function).nonlocals.get("lines")
         return f"{kind}: {' | '.join(lines or ())}"
+    write = WRITE.fullmatch(str(command))
+    if write:
+        return f"write {write['path']} {write['mode'] or '-'}"
     return str(command)
+
+
+WRITE = re.compile(r"printf %s \S+ \| base64 -d > (?P<path>\S+)\.pvegpu-tmp"
+                   r"(?: && chmod (?P<mode>\d+) \S+)? && mv -f \S+ \S+")
 
 
 def settings(**overrides) -> Settings:
@@ -117,4 +127,60 @@ def test_gpu_passthrough_table(monkeypatch, case):
     monkeypatch.setattr(proxmox, "read_state", lambda settings, vmids, ct_detail: doc)
     monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
     got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, settings=settings())]
+    assert got == commands
+
+
+# ---- proxmox.boot_persistence: the node's file digests and units in, writes and enables out -
+
+UVM = "/etc/systemd/system/nvidia-uvm-init.service"
+PERS = "/etc/systemd/system/nvidia-persistenced.service"
+MODULES = "/etc/modules-load.d/nvidia.conf"
+
+
+def boot_doc(**overrides) -> dict:
+    doc = {"gpus": GPUS, "devices": DEVICES, "boot_files": {}, "units": {},
+           "tools": {"nvidia-modprobe": "/usr/bin/nvidia-modprobe",
+                     "nvidia-persistenced": "/usr/bin/nvidia-persistenced"}}
+    return {**doc, **overrides}
+
+
+def done_doc() -> dict:
+    """A node where boot_persistence already ran: digests of what it writes, units running."""
+    texts = {MODULES: boot.render_modules(()),
+             UVM: boot.render_uvm_unit([0, 1], "/usr/bin/nvidia-modprobe", ()),
+             PERS: boot.render_persistenced_unit("/usr/bin/nvidia-persistenced")}
+    running = {"paths": [], "enabled": "enabled", "active": "active"}
+    return boot_doc(boot_files={p: text_digest(text) for p, text in texts.items()},
+                    units={"nvidia-uvm-init.service": running,
+                           "nvidia-persistenced.service": dict(running, paths=[PERS])})
+
+
+BOOT_PERSISTENCE = {
+    "a fresh node: write the three files, reload, enable both units": (
+        boot_doc(),
+        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
+         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
+         "mkdir -p /etc/systemd/system", f"write {PERS} 0644",
+         "systemctl daemon-reload",
+         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+    ),
+    "Debian's persistenced unit exists: not written, only enabled": (
+        boot_doc(units={"nvidia-persistenced.service": {
+            "paths": ["/lib/systemd/system/nvidia-persistenced.service"],
+            "enabled": "disabled", "active": "inactive"}}),
+        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
+         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
+         "systemctl daemon-reload",
+         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+    ),
+    "already done: nothing (a second deploy is idempotent)": (done_doc(), []),
+    "no node document (preview before the node answers): nothing": ({}, []),
+}
+
+
+@pytest.mark.parametrize("case", list(BOOT_PERSISTENCE))
+def test_boot_persistence_table(monkeypatch, case):
+    doc, commands = BOOT_PERSISTENCE[case]
+    monkeypatch.setattr(proxmox, "read_state", lambda settings, *a, **k: doc)
+    got = [shown(c) for c in proxmox.boot_persistence._inner(settings=settings())]
     assert got == commands
