@@ -64,7 +64,8 @@ def holder_script(wait_s: int, who: str) -> str:
         f'    echo "BUSY $(cat {HOLDER} 2>/dev/null)"; exit {BUSY_EXIT}',
         "  fi",
         "fi",
-        f'printf "pid %s since %s: %s\\n" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" {shlex.quote(who)}'
+        'printf "pid %s since %s: %s\\n" "$$" '
+        f'"$(date -u +%Y-%m-%dT%H:%M:%SZ)" {shlex.quote(who)}'
         f" > {HOLDER}.tmp && mv -f {HOLDER}.tmp {HOLDER}",
         "echo LOCKED",
         # exec keeps the pid the record names and the fd that holds the lock; EOF ends both.
