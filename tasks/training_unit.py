@@ -5,9 +5,10 @@ from pyinfra import host
 
 from pvegpu.deploy_context import settings
 from pvegpu.operations import training
+from pvegpu.unit import unit_file
 
 s = settings(host)
-unit = f"{s.training_unit_name}.service"
+unit = unit_file(s)
 
 training.unit_installed(name=f"Install {unit}", settings=s)
 training.unit_running(

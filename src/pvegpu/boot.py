@@ -18,7 +18,8 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+from .paths import TEMPLATES
+
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
@@ -57,14 +58,22 @@ def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
 def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=()) -> str:
     minors = sorted(set(gpu_minors))
     nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
-    return _env().get_template("nvidia-uvm-init.service.j2").render(
-        nvidia_modprobe=nvidia_modprobe, commands=uvm_init_commands(minors, extras), gpu_nodes=nodes
+    return (
+        _env()
+        .get_template("nvidia-uvm-init.service.j2")
+        .render(
+            nvidia_modprobe=nvidia_modprobe,
+            commands=uvm_init_commands(minors, extras),
+            gpu_nodes=nodes,
+        )
     )
 
 
 def render_persistenced_unit(nvidia_persistenced="/usr/bin/nvidia-persistenced") -> str:
-    return _env().get_template("nvidia-persistenced.service.j2").render(
-        nvidia_persistenced=nvidia_persistenced
+    return (
+        _env()
+        .get_template("nvidia-persistenced.service.j2")
+        .render(nvidia_persistenced=nvidia_persistenced)
     )
 
 
@@ -78,8 +87,10 @@ def manages_persistenced(unit: dict) -> bool:
     (Debian's nvidia-persistenced package ships one in /lib/systemd/system; then it is only
     enabled).
 
-    >>> manages_persistenced({"paths": []}), manages_persistenced({"paths": ["/lib/systemd/system/x"]})
-    (True, False)
+    >>> manages_persistenced({"paths": []})
+    True
+    >>> manages_persistenced({"paths": ["/lib/systemd/system/x"]})
+    False
     """
     ours = f"{UNIT_DIR}/{PERSISTENCED_UNIT}"
     return all(p == ours for p in unit.get("paths", []))

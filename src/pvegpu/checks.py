@@ -7,7 +7,9 @@ warnings. Nothing here touches a host; tests/unit/test_verify_checks.py drives e
 
 >>> torch_problems({"present": True, "version": "2.11.0+cu128", "cuda": "12.8", "available": True,
 ...                 "device_count": 8}, "2.11.0", "cu130", "13.0", 8)[0]
-'torch is 2.11.0+cu128, expected 2.11.0+cu130: run deploy.py (it rebuilds the venv for torch_variant=cu130)'
+... # doctest: +NORMALIZE_WHITESPACE
+'torch is 2.11.0+cu128, expected 2.11.0+cu130: run deploy.py (it rebuilds the venv for
+torch_variant=cu130)'
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def torch_problems(
         return [f"no venv python at {rt.get('python')}: run deploy.py to build the venv"]
     if rt.get("import_error"):
         return [
-            f"torch does not import in {rt.get('python')} ({rt['import_error']}): run deploy.py --data rebuild=venv"
+            f"torch does not import in {rt.get('python')} ({rt['import_error']}): run deploy.py "
+            "--data rebuild=venv"
         ]
     problems = []
     if rt.get("version") != want:
@@ -56,8 +59,8 @@ def torch_problems(
         problems.append(f"torch.version.cuda is {rt.get('cuda')}, expected {cuda} for {variant}")
     if not rt.get("available"):
         problems.append(
-            f"CUDA is not available to torch ({rt.get('init_error') or 'no reason given'}): check the "
-            "driver parity and the GPU passthrough (run deploy.py)"
+            f"CUDA is not available to torch ({rt.get('init_error') or 'no reason given'}): "
+            "check the driver parity and the GPU passthrough (run deploy.py)"
         )
     elif rt.get("device_count") != expected_count:
         problems.append(
@@ -299,7 +302,8 @@ def is_training_command(argv: list[str], matcher: dict) -> bool:
         return False
     python = argv[0]
     return python in matcher["pythons"] or (
-        python.endswith("/bin/python") and any(python.startswith(p) for p in matcher["python_under"])
+        python.endswith("/bin/python")
+        and any(python.startswith(p) for p in matcher["python_under"])
     )
 
 
@@ -484,9 +488,13 @@ def verify(
                         "run deploy.py: it installs the node driver's exact userspace",
                     )
                 )
-    if ct and ct.get("gpu_error") and "not installed" not in ct["gpu_error"]:
-        if "mismatch" in ct["gpu_error"] or not ct.get("gpus"):
-            v.warnings.append(f"nvidia-smi in CT {vmid}: {ct['gpu_error']}")
+    if (
+        ct
+        and ct.get("gpu_error")
+        and "not installed" not in ct["gpu_error"]
+        and ("mismatch" in ct["gpu_error"] or not ct.get("gpus"))
+    ):
+        v.warnings.append(f"nvidia-smi in CT {vmid}: {ct['gpu_error']}")
 
     # ---- torch --------------------------------------------------------------------------------
     rt = ct.get("torch") if ct else None
@@ -670,7 +678,9 @@ def verify(
     pending: list[str] = []
     clears = False
     if active is not None:
-        active, pending = unit_plan(settings, active, unit_doc.get("started"), unit_doc.get("built"))
+        active, pending = unit_plan(
+            settings, active, unit_doc.get("started"), unit_doc.get("built")
+        )
         running = active in RUNNING
         clears = clears_leftovers(settings, active, pending)
     matcher = training_matcher(settings)
@@ -712,7 +722,9 @@ def verify(
                     f"or pass CT {vmid} other GPUs (pvegpu never stops another container's work)"
                 )
             elif leftover and not running:
-                fix = "run deploy.py: it clears leftover training processes before it starts the unit"
+                fix = (
+                    "run deploy.py: it clears leftover training processes before it starts the unit"
+                )
             elif leftover and pending:
                 fix = (
                     f"a second copy of the training beside the running {unit}: stop it on node "
@@ -895,11 +907,12 @@ def _compile_problems(v: Verdict, comp: dict, rt: dict, settings: Settings) -> N
         v.problems.append(
             Problem(
                 "concurrent torch.compile",
-                f"flex_attention compiles from {n} threads at once (one per GPU, as the trainer does)",
+                f"flex_attention compiles from {n} threads at once (one per GPU, as the trainer "
+                "does)",
                 f"FX-tracing race on GPU {', '.join(map(str, racing))} with torch {build}: "
                 f"RuntimeError: Detected that you are using {FX_RACE}",
-                "torch's FX-tracing flag is process-wide: run one training process per GPU, or compile "
-                "under a lock and warm each device in turn before training"
+                "torch's FX-tracing flag is process-wide: run one training process per GPU, or "
+                "compile under a lock and warm each device in turn before training"
                 + (f"; {serial_text}" if serial_text else ""),
             )
         )
@@ -921,6 +934,7 @@ def _compile_problems(v: Verdict, comp: dict, rt: dict, settings: Settings) -> N
                 "concurrent torch.compile",
                 "compiled kernels (no eager fallback)",
                 f"fell back: {comp['fallback'][0]}",
-                "fix the compile (TORCH_LOGS=graph_breaks,recompiles in the trainer) before a long run",
+                "fix the compile (TORCH_LOGS=graph_breaks,recompiles in the trainer) before a long "
+                "run",
             )
         )

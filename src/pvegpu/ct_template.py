@@ -17,7 +17,10 @@ import re
 
 # The newest standard template of each Debian release when this was written: what the error
 # line tells the user to download when the node has none.
-KNOWN = {12: "debian-12-standard_12.12-1_amd64.tar.zst", 13: "debian-13-standard_13.1-2_amd64.tar.zst"}
+KNOWN = {
+    12: "debian-12-standard_12.12-1_amd64.tar.zst",
+    13: "debian-13-standard_13.1-2_amd64.tar.zst",
+}
 
 
 def debian_major(pve_version: str | None) -> int:
@@ -37,7 +40,9 @@ def newest_standard(debian: int, templates: list[str]) -> str | None:
     ...                      "debian-12-standard_12.12-1_amd64.tar.zst", "x.tar.zst"])
     'debian-12-standard_12.12-1_amd64.tar.zst'
     """
-    pattern = re.compile(rf"^debian-{debian}-standard_{debian}\.(\d+)-(\d+)_amd64\.tar\.(zst|gz|xz)$")
+    pattern = re.compile(
+        rf"^debian-{debian}-standard_{debian}\.(\d+)-(\d+)_amd64\.tar\.(zst|gz|xz)$"
+    )
     found = []
     for name in templates:
         m = pattern.match(name)

@@ -11,12 +11,11 @@ configure a node and how to run the demo instead.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import yaml
-
 from pyinfra.api.exceptions import InventoryError
 
 HOW_TO_CONFIGURE = (
@@ -82,9 +81,8 @@ def record_new_host_keys_once() -> None:
             client._host_keys.add(hostname, key.get_name(), key)
         append(self, client, hostname, key)
 
-    policy.missing_host_key = missing_host_key
-    policy._pvegpu_once = True
-
+    policy.missing_host_key = missing_host_key  # type: ignore[method-assign]
+    policy._pvegpu_once = True  # type: ignore[attr-defined]
 
 
 def _int(name: str, value, where: str, low: int | None = None, high: int | None = None) -> int:
@@ -122,24 +120,30 @@ def _key_file(name: str, value, where: str) -> str | None:
         return None
     path = os.path.expanduser(str(value))
     if not os.path.isfile(path):
-        raise FleetError(f"{name}={value} in {where} does not exist or is not a file: point it at "
-                         "the private key that logs in to the node")
+        raise FleetError(
+            f"{name}={value} in {where} does not exist or is not a file: point it at "
+            "the private key that logs in to the node"
+        )
     return str(value)
 
 
-def _check_unique(nodes: list["Node"], where: str) -> list["Node"]:
+def _check_unique(nodes: list[Node], where: str) -> list[Node]:
     """Each node once, each container once: a node or CT listed twice would be deployed twice,
     side by side."""
     seen: set[str] = set()
     for node in nodes:
         if node.address in seen:
-            raise FleetError(f"node {node.address} is listed twice in {where}: list it once, "
-                             "with all its containers")
+            raise FleetError(
+                f"node {node.address} is listed twice in {where}: list it once, "
+                "with all its containers"
+            )
         seen.add(node.address)
         twice = sorted({v for v in node.containers if node.containers.count(v) > 1})
         if twice:
-            raise FleetError(f"CT {twice[0]} of node {node.address} is listed twice in {where}: "
-                             "list each container once")
+            raise FleetError(
+                f"CT {twice[0]} of node {node.address} is listed twice in {where}: "
+                "list each container once"
+            )
     return nodes
 
 
@@ -166,7 +170,9 @@ def fleet_from_file(path: Path) -> list[Node]:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise FleetError(f"fleet file {path} is not valid YAML ({e.__class__.__name__}): fix it") from None
+        raise FleetError(
+            f"fleet file {path} is not valid YAML ({e.__class__.__name__}): fix it"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise FleetError(f"fleet file {path} has no `nodes:` list: see fleet.example.yaml")
     nodes = []
@@ -177,7 +183,9 @@ def fleet_from_file(path: Path) -> list[Node]:
         known_hosts_problem(entry.get("ssh_known_hosts_file"), f"{where} ssh_known_hosts_file")
         containers = entry.get("containers", [200])
         if not isinstance(containers, list) or not containers:
-            raise FleetError(f"{where} containers={containers!r} must be a list of vmids, e.g. [200]")
+            raise FleetError(
+                f"{where} containers={containers!r} must be a list of vmids, e.g. [200]"
+            )
         nodes.append(
             Node(
                 address=str(entry["address"]),

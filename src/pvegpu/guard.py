@@ -8,10 +8,12 @@ setting says, so a wrong ``venvs_dir`` can cost at most a pvegpu build, never da
 
 >>> delete_command(["/root/venvs/torch-2.11.0-cu130.b2"], venvs_dir="/root/venvs")
 'rm -rf -- /root/venvs/torch-2.11.0-cu130.b2'
->>> delete_command(["/data"], venvs_dir="/data")
+>>> delete_command(["/data"], venvs_dir="/data")  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-pvegpu.guard.UnsafeDelete: refusing to delete /data: not one of pvegpu's own build directories (<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, /var/lib/pvegpu/*, /tmp/pvegpu-*)
+pvegpu.guard.UnsafeDelete: refusing to delete /data: not one of pvegpu's own build directories
+(<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, /var/lib/pvegpu/*,
+/tmp/pvegpu-*)
 
 This file is plain Python with no imports of pvegpu and no ``from __future__`` line: the probes
 that delete (they run inside the container, where pvegpu is not installed) get its source
@@ -35,15 +37,36 @@ BUILD_NAME_RE = re.compile(
 # Directories a setting must never name, equal or contain (node and container alike). A prefix
 # ending in "*" covers its siblings (/lib, /lib64, /libx32, ...).
 SYSTEM_DIRS = (
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib*", "/media", "/mnt", "/opt", "/proc",
-    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/log",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib*",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/lib",
+    "/var/log",
     "/var/tmp",
 )
 # Node directories Proxmox itself owns (guest configs, images, templates, backups).
 PROXMOX_DIRS = ("/etc/pve", "/var/lib/vz", "/var/lib/pve-cluster", "/var/lib/lxc")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-WHERE = ("<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, "
-         "/var/lib/pvegpu/*, /tmp/pvegpu-*")
+WHERE = (
+    "<venvs_dir>/torch-<version>-<variant>[.b<n>|.building|.next], /opt/pvegpu/*, "
+    "/var/lib/pvegpu/*, /tmp/pvegpu-*"
+)
 
 
 class UnsafeDelete(ValueError):
@@ -90,7 +113,11 @@ def system_dir(path, extra=()):
     ('/lib*', '/etc', None)
     """
     for entry in (*SYSTEM_DIRS, *extra):
-        if entry.endswith("*") and path.startswith(entry[:-1]) and "/" not in path[len(entry) - 1:]:
+        if (
+            entry.endswith("*")
+            and path.startswith(entry[:-1])
+            and "/" not in path[len(entry) - 1 :]
+        ):
             return entry
         if path == entry:
             return entry
@@ -107,8 +134,13 @@ def delete_refusal(path, venvs_dir=None):
     if problem is None and system_dir(path, PROXMOX_DIRS) is None:
         parent, name = path.rsplit("/", 1)
         parent = parent or "/"
-        if venvs_dir and parent == venvs_dir and path_problem(venvs_dir) is None \
-                and system_dir(venvs_dir, PROXMOX_DIRS) is None and BUILD_NAME_RE.match(name):
+        if (
+            venvs_dir
+            and parent == venvs_dir
+            and path_problem(venvs_dir) is None
+            and system_dir(venvs_dir, PROXMOX_DIRS) is None
+            and BUILD_NAME_RE.match(name)
+        ):
             return None
         if any(path.startswith(own + "/") for own in OWN_DIRS):
             return None

@@ -19,8 +19,14 @@ import shlex
 
 # Utility -> the Debian package that ships it, in the installer's own search order.
 INSTALLER_TOOLS = {
-    "ldconfig": "libc-bin", "grep": "grep", "dmesg": "util-linux", "tail": "coreutils",
-    "modprobe": "kmod", "rmmod": "kmod", "lsmod": "kmod", "depmod": "kmod",
+    "ldconfig": "libc-bin",
+    "grep": "grep",
+    "dmesg": "util-linux",
+    "tail": "coreutils",
+    "modprobe": "kmod",
+    "rmmod": "kmod",
+    "lsmod": "kmod",
+    "depmod": "kmod",
 }
 
 
@@ -55,10 +61,14 @@ def install_kmod_script(vmid, missing) -> str:
     >>> "apt-get -q install -y --no-install-recommends kmod" in install_kmod_script(200, ["lsmod"])
     True
     """
-    what = (f"CT {vmid} lacks kmod ({', '.join(missing)}), which the NVIDIA installer needs, "
-            f"and apt-get could not install it")
-    fix = (f"give CT {vmid} an apt source that has kmod (e.g. the site's Debian mirror) or "
-           f"install kmod in it, then deploy again")
+    what = (
+        f"CT {vmid} lacks kmod ({', '.join(missing)}), which the NVIDIA installer needs, "
+        f"and apt-get could not install it"
+    )
+    fix = (
+        f"give CT {vmid} an apt source that has kmod (e.g. the site's Debian mirror) or "
+        f"install kmod in it, then deploy again"
+    )
     # apt-get update may fail for one source and still leave kmod installable: the install
     # decides; apt's own output is kept out of the way and only its first E:/W: line reported.
     return (

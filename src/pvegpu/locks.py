@@ -25,14 +25,14 @@ pip compile`` and ``uv pip sync`` honour both when the requirements come from a 
 >>> print(requirements_in(s), end="")
 torch==2.11.0+cu128
 transformers==5.6.0
->>> parse_pins("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:ab\\n    # via -r x.in\\nNumPy==2.3.0\\n")
+>>> parse_pins("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:ab\\n"
+...            "    # via -r x.in\\nNumPy==2.3.0\\n")
 {'torch': '2.11.0+cu130', 'numpy': '2.3.0'}
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import re
@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .digests import text_digest
+from .paths import PROJECT
 from .settings import Settings
 
-PROJECT = Path(__file__).resolve().parents[2]
 PIN_LINE = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([A-Za-z0-9.+!_-]+)\s*(?:;.*)?$"
 )
@@ -194,8 +195,10 @@ def credential_conflict(settings: Settings) -> str | None:
         if not cred or not host:
             continue
         if host in seen and seen[host][1] != cred:
-            return (f"{seen[host][0]} and {key} carry different credentials for {host}: uv reads "
-                    "one login per host (netrc): give both the same user:token")
+            return (
+                f"{seen[host][0]} and {key} carry different credentials for {host}: uv reads "
+                "one login per host (netrc): give both the same user:token"
+            )
         seen[host] = (key, cred)
     return None
 
@@ -208,8 +211,10 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
     import urllib.request
 
     urlopen = urlopen or urllib.request.urlopen
-    for key, url in (("package_index_url", settings.package_index_url),
-                     ("torch_index_base", settings.torch_index_url)):
+    for key, url in (
+        ("package_index_url", settings.package_index_url),
+        ("torch_index_base", settings.torch_index_url),
+    ):
         clean, cred = split_credentials(url)
         req = urllib.request.Request(clean.rstrip("/") + "/", method="HEAD")
         if cred:
@@ -219,12 +224,16 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
             urlopen(req, timeout=20).close()
         except urllib.error.HTTPError as e:
             if e.code in (401, 403):
-                return (f"{key}={redact(url)} refused the credentials (HTTP {e.code}): fix the "
-                        f"user:token in {key}")
+                return (
+                    f"{key}={redact(url)} refused the credentials (HTTP {e.code}): fix the "
+                    f"user:token in {key}"
+                )
         except Exception as e:  # noqa: BLE001 - any failure is one line
             why = redact(str(getattr(e, "reason", e)))
-            return (f"{key}={redact(url)} is not reachable from this machine ({why}), where "
-                    f"locks are made: fix {key} or start the index")
+            return (
+                f"{key}={redact(url)} is not reachable from this machine ({why}), where "
+                f"locks are made: fix {key} or start the index"
+            )
     return None
 
 
@@ -283,15 +292,28 @@ def index_args(settings: Settings) -> list[str]:
     return ["--index-url", url, "--index-strategy", "first-index"]
 
 
-def compile_argv(settings: Settings, uv: str, pyproject: str, output: str,
-                 python_version: str) -> list[str]:
+def compile_argv(
+    settings: Settings, uv: str, pyproject: str, output: str, python_version: str
+) -> list[str]:
     """``uv pip compile`` of the pyproject into a hashed lock for CPython ``python_version`` on
     x86_64 glibc Linux (what the container runs), without uv's header (it would name temp
     paths)."""
     return [
-        uv, "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--no-header",
-        *index_args(settings), "--python-version", python_version,
-        "--python-platform", "x86_64-manylinux_2_28", pyproject, "-o", output,
+        uv,
+        "pip",
+        "compile",
+        "--no-config",
+        "--quiet",
+        "--generate-hashes",
+        "--no-header",
+        *index_args(settings),
+        "--python-version",
+        python_version,
+        "--python-platform",
+        "x86_64-manylinux_2_28",
+        pyproject,
+        "-o",
+        output,
     ]
 
 
@@ -315,10 +337,6 @@ class LockPlan:
     made: bool = False
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _in_problem(settings: Settings, project: Path) -> str | None:
     """Why ``<variant>.in`` cannot be used for these settings (None: it pins them, or is
     missing and will be written from them)."""
@@ -330,10 +348,12 @@ def _in_problem(settings: Settings, project: Path) -> str | None:
     wanted = desired_pins(settings)
     if in_pins == wanted:
         return None
-    differ = sorted(f"{k} {in_pins.get(k, '(absent)')} vs {wanted.get(k, '(absent)')}"
-                    for k in set(in_pins) | set(wanted) if in_pins.get(k) != wanted.get(k))
-    return (f"{display(path, project)} does not pin what the settings ask for "
-            f"({'; '.join(differ)})")
+    differ = sorted(
+        f"{k} {in_pins.get(k, '(absent)')} vs {wanted.get(k, '(absent)')}"
+        for k in set(in_pins) | set(wanted)
+        if in_pins.get(k) != wanted.get(k)
+    )
+    return f"{display(path, project)} does not pin what the settings ask for ({'; '.join(differ)})"
 
 
 def _lock_problem(settings: Settings, text: str | None, path: Path, project: Path) -> str | None:
@@ -343,8 +363,10 @@ def _lock_problem(settings: Settings, text: str | None, path: Path, project: Pat
     locked = parse_pins(text)
     stale = sorted(k for k, ver in wanted.items() if locked.get(k) != ver)
     if stale:
-        return (f"{display(path, project)} is out of date (it does not pin "
-                f"{', '.join(f'{k}=={wanted[k]}' for k in stale)})")
+        return (
+            f"{display(path, project)} is out of date (it does not pin "
+            f"{', '.join(f'{k}=={wanted[k]}' for k in stale)})"
+        )
     unhashed = unhashed_pins(text)
     if unhashed:
         return f"{display(path, project)} has entries without hashes ({', '.join(unhashed)})"
@@ -362,24 +384,30 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
         # to be committed) unless require_lock says the recorded ones are the only ones allowed.
         if not settings.require_lock:
             return LockPlan("make", "", "", source, reason=problem)
-        fix = (f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
-               f"{display(in_path(settings, project), project)} and delete its "
-               f"{settings.torch_variant}-py*.lock files, or run deploy.py once without "
-               "require_lock (it makes them), review and commit them")
-        return LockPlan("make", "", "", source, reason=problem,
-                        error=f"require_lock=true and {problem}: {fix}")
+        fix = (
+            f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
+            f"{display(in_path(settings, project), project)} and delete its "
+            f"{settings.torch_variant}-py*.lock files, or run deploy.py once without "
+            "require_lock (it makes them), review and commit them"
+        )
+        return LockPlan(
+            "make", "", "", source, reason=problem, error=f"require_lock=true and {problem}: {fix}"
+        )
     try:
         text = path.read_text()
     except OSError:
         text = None
     reason = _lock_problem(settings, text, path, project)
     if reason is None:
-        return LockPlan("lock", text, _sha(text), source)
+        assert text is not None  # a missing file is a reason
+        return LockPlan("lock", text, text_digest(text), source)
     error = None
     if settings.require_lock:
-        error = (f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
-                 f"makes {source} on this machine from the configured indexes), review it and "
-                 "commit it")
+        error = (
+            f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
+            f"makes {source} on this machine from the configured indexes), review it and "
+            "commit it"
+        )
     return LockPlan("make", "", "", source, reason=reason, error=error)
 
 
@@ -393,7 +421,7 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
         return lock_plan(settings, settings.python_version, project).error
     v = settings.torch_variant
     found = sorted(locks_dir(settings, project).glob(f"{v}-py*.lock"))
-    versions = [f.name[len(v) + 3:-len(".lock")] for f in found]
+    versions = [f.name[len(v) + 3 : -len(".lock")] for f in found]
     errors = [lock_plan(settings, version, project).error for version in versions]
     if errors and not all(errors):
         return None  # one of them may be the container's: venv_built decides
@@ -404,9 +432,11 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
         return lock_plan(settings, "X.Y", project).error
     if settings.require_lock:
         where = display(locks_dir(settings, project) / f"{v}-py<X.Y>.lock", project)
-        return (f"require_lock=true and there is no {where}: run deploy.py once without "
-                "require_lock (it makes the lock for the container's Python on this machine "
-                "from the configured indexes), review it and commit it")
+        return (
+            f"require_lock=true and there is no {where}: run deploy.py once without "
+            "require_lock (it makes the lock for the container's Python on this machine "
+            "from the configured indexes), review it and commit it"
+        )
     return None
 
 
@@ -421,8 +451,14 @@ IN_HEADER = (
 )
 
 
-def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
-              uv: str | None = None, run=subprocess.run, check=index_problem) -> LockPlan:
+def make_lock(
+    settings: Settings,
+    python_version: str,
+    project: Path = PROJECT,
+    uv: str | None = None,
+    run=subprocess.run,
+    check=index_problem,
+) -> LockPlan:
     """Compile ``<variant>-py<X.Y>.lock`` on this machine (the controller) from the settings'
     pins against the configured indexes, write it (and a missing ``.in``) atomically, and
     return its plan; on failure a plan with ``error`` (one line: what, why, the fix).
@@ -437,8 +473,9 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
     source = display(path, project)
     problem = check(settings)
     if problem:
-        return LockPlan("make", "", "", source, reason=plan.reason,
-                        error=f"making {source} failed: {problem}")
+        return LockPlan(
+            "make", "", "", source, reason=plan.reason, error=f"making {source} failed: {problem}"
+        )
     if uv is None:
         import uv as uv_package
 
@@ -447,8 +484,11 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
         pyproject = Path(tmp) / "pyproject.toml"
         pyproject.write_text(training_pyproject(settings, desired_pins_list(settings)))
         out = Path(tmp) / "lock.txt"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")
+        }
         env.update(UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never")
         netrc = netrc_text(settings)
         if netrc:
@@ -460,19 +500,28 @@ def make_lock(settings: Settings, python_version: str, project: Path = PROJECT,
         proc = run(argv, env=env, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0 or not out.is_file():
             why = uv_reason(redact(proc.stdout + proc.stderr).splitlines())
-            return LockPlan("make", "", "", source, reason=plan.reason, error=(
-                f"making {source} failed: {why}: fix the pins or the indexes "
-                "(package_index_url, torch_index_base) and run deploy.py again"))
+            return LockPlan(
+                "make",
+                "",
+                "",
+                source,
+                reason=plan.reason,
+                error=(
+                    f"making {source} failed: {why}: fix the pins or the indexes "
+                    "(package_index_url, torch_index_base) and run deploy.py again"
+                ),
+            )
         body = out.read_text()
     problem = _lock_problem(settings, body, path, project)
     if problem:
-        return LockPlan("make", "", "", source, reason=plan.reason,
-                        error=f"making {source} failed: {problem}")
+        return LockPlan(
+            "make", "", "", source, reason=plan.reason, error=f"making {source} failed: {problem}"
+        )
     text = lock_header(settings, python_version, project) + body
     if not in_path(settings, project).exists() or _in_problem(settings, project):
         _write_atomically(in_path(settings, project), None, settings, replace_in=True)
     _write_atomically(path, text, settings)
-    return LockPlan("lock", text, _sha(text), source, reason=plan.reason, made=True)
+    return LockPlan("lock", text, text_digest(text), source, reason=plan.reason, made=True)
 
 
 def lock_header(settings: Settings, python_version: str, project: Path = PROJECT) -> str:
@@ -484,8 +533,9 @@ def lock_header(settings: Settings, python_version: str, project: Path = PROJECT
     )
 
 
-def _write_atomically(path: Path, text: str | None, settings: Settings,
-                      replace_in: bool = False) -> None:
+def _write_atomically(
+    path: Path, text: str | None, settings: Settings, replace_in: bool = False
+) -> None:
     """Write ``text`` to ``path`` via a temp file and a rename; ``None`` writes the ``.in`` of
     the settings (only when it is missing, unless ``replace_in``)."""
     if text is None:
@@ -506,7 +556,9 @@ def uv_reason(lines: list[str]) -> str:
     'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
     >>> uv_reason(["  × No solution found when resolving dependencies:",
     ...            "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
-    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
+    the package registry ...'
     """
     picked = []
     for line in lines:

@@ -55,21 +55,24 @@ def holder_script(wait_s: int, who: str) -> str:
     """The node-side holder: take the flock (waiting at most ``wait_s``), record who holds it,
     print ``LOCKED``, then keep it until stdin closes. Prints ``WAIT <holder>`` when it has to wait
     and ``BUSY <holder>`` (exit 75) when the wait ran out."""
-    return "\n".join([
-        "mkdir -p /run/lock || exit 1",
-        f"exec 9>>{LOCK} || exit 1",
-        "if ! flock -n 9; then",
-        f'  echo "WAIT $(cat {HOLDER} 2>/dev/null)"',
-        f"  if ! flock -w {int(wait_s)} 9; then",
-        f'    echo "BUSY $(cat {HOLDER} 2>/dev/null)"; exit {BUSY_EXIT}',
-        "  fi",
-        "fi",
-        f'printf "pid %s since %s: %s\\n" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" {shlex.quote(who)}'
-        f" > {HOLDER}.tmp && mv -f {HOLDER}.tmp {HOLDER}",
-        "echo LOCKED",
-        # exec keeps the pid the record names and the fd that holds the lock; EOF ends both.
-        "exec cat >/dev/null",
-    ])
+    return "\n".join(
+        [
+            "mkdir -p /run/lock || exit 1",
+            f"exec 9>>{LOCK} || exit 1",
+            "if ! flock -n 9; then",
+            f'  echo "WAIT $(cat {HOLDER} 2>/dev/null)"',
+            f"  if ! flock -w {int(wait_s)} 9; then",
+            f'    echo "BUSY $(cat {HOLDER} 2>/dev/null)"; exit {BUSY_EXIT}',
+            "  fi",
+            "fi",
+            'printf "pid %s since %s: %s\\n" "$$" '
+            f'"$(date -u +%Y-%m-%dT%H:%M:%SZ)" {shlex.quote(who)}'
+            f" > {HOLDER}.tmp && mv -f {HOLDER}.tmp {HOLDER}",
+            "echo LOCKED",
+            # exec keeps the pid the record names and the fd that holds the lock; EOF ends both.
+            "exec cat >/dev/null",
+        ]
+    )
 
 
 def busy_line(node: str, holder: str, wait_s: int) -> str:
@@ -90,8 +93,9 @@ def acquire(node_host, wait_s: int) -> tuple[object | None, str | None]:
     client = getattr(node_host.connector, "client", None)
     transport = client.get_transport() if client is not None else None
     if transport is None or not transport.is_active():
-        return None, (f"{node_host.name}: cannot take the deploy lock {LOCK}: no SSH connection "
-                      "to the node")
+        return None, (
+            f"{node_host.name}: cannot take the deploy lock {LOCK}: no SSH connection to the node"
+        )
     channel = transport.open_session()
     channel.exec_command(holder_script(wait_s, this_run()))
     for raw in channel.makefile("rb"):
@@ -99,12 +103,16 @@ def acquire(node_host, wait_s: int) -> tuple[object | None, str | None]:
         if line == "LOCKED":
             return channel, None
         if line.startswith("WAIT"):
-            logger.warning(f"--> {node_host.name}: waiting up to {wait_s}s for the deploy lock, "
-                           f"held by {line[5:] or 'another deploy'}")
+            logger.warning(
+                f"--> {node_host.name}: waiting up to {wait_s}s for the deploy lock, "
+                f"held by {line[5:] or 'another deploy'}"
+            )
         elif line.startswith("BUSY"):
             channel.close()
             return None, busy_line(node_host.name, line[5:], wait_s)
     status = channel.recv_exit_status()
     channel.close()
-    return None, (f"{node_host.name}: could not take the deploy lock {LOCK} (holder exited "
-                  f"{status}): check that flock (util-linux) is installed on the node")
+    return None, (
+        f"{node_host.name}: could not take the deploy lock {LOCK} (holder exited "
+        f"{status}): check that flock (util-linux) is installed on the node"
+    )

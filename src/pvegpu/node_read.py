@@ -45,12 +45,17 @@ def changes(state) -> int:
 
 def covers(read: Read, vmids, ct_detail: str, args: dict | None, paths=()) -> bool:
     """Whether ``read`` holds everything a read with these arguments would."""
-    return (set(vmids) <= set(read.vmids) and DETAIL[ct_detail] <= DETAIL[read.ct_detail]
-            and (args is None or args == read.args) and set(paths) <= set(read.paths))
+    return (
+        set(vmids) <= set(read.vmids)
+        and DETAIL[ct_detail] <= DETAIL[read.ct_detail]
+        and (args is None or args == read.args)
+        and set(paths) <= set(read.paths)
+    )
 
 
-def node_state(node_host, vmids=(), ct_detail: str = "none", args: dict | None = None,
-               paths=()) -> dict:
+def node_state(
+    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=()
+) -> dict:
     """The node's ``NodeState`` document, from this run's last read when nothing ran since and it
     covers the request, else read now (``args``: the probe's other arguments; None: any earlier
     read will do, and a fresh read uses the probe's defaults; ``paths``: node paths whose kind
@@ -61,9 +66,14 @@ def node_state(node_host, vmids=(), ct_detail: str = "none", args: dict | None =
     last = reads.get(node_host.name)
     if last is not None and last.point == point and covers(last, vmids, ct_detail, args, paths):
         return last.doc
-    doc = node_host.get_fact(NodeState, vmids=list(vmids), ct_detail=ct_detail,
-                             paths=list(paths), **(args or {})) or {}
+    doc = (
+        node_host.get_fact(
+            NodeState, vmids=list(vmids), ct_detail=ct_detail, paths=list(paths), **(args or {})
+        )
+        or {}
+    )
     if doc:
-        reads[node_host.name] = Read(point, tuple(vmids), ct_detail, dict(args or {}), doc,
-                                     tuple(paths))
+        reads[node_host.name] = Read(
+            point, tuple(vmids), ct_detail, dict(args or {}), doc, tuple(paths)
+        )
     return doc

@@ -23,8 +23,11 @@ CORE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 DEV_KEY = re.compile(r"^dev(\d+)$")
 
 
-def wanted_devices(node_devices: dict, extras: tuple[str, ...] | list[str],
-                   gpu_minors: list[int] | tuple[int, ...] | None = None) -> list[str]:
+def wanted_devices(
+    node_devices: dict,
+    extras: tuple[str, ...] | list[str],
+    gpu_minors: list[int] | tuple[int, ...] | None = None,
+) -> list[str]:
     """Device paths to pass: every GPU node (by minor), the control/uvm nodes, chosen extras.
 
     GPU nodes come from the GPUs' minor numbers (nvidia-smi) and from the /dev/nvidiaN nodes
@@ -33,7 +36,7 @@ def wanted_devices(node_devices: dict, extras: tuple[str, ...] | list[str],
     >>> wanted_devices({}, (), gpu_minors=[1, 0])
     ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']
     """
-    minors = {int(GPU_NODE.match(p).group(1)) for p in node_devices if GPU_NODE.match(p)}
+    minors = {int(m.group(1)) for p in node_devices if (m := GPU_NODE.match(p))}
     minors |= {int(m) for m in (gpu_minors or []) if m is not None}
     paths = [f"/dev/nvidia{m}" for m in sorted(minors)] + list(CORE_NODES)
     if "nvidia-modeset" in extras:
@@ -55,8 +58,12 @@ def expected_numbers(path: str, node_devices: dict, majors: dict) -> tuple[int, 
     m = GPU_NODE.match(path)
     if m:
         return (nv, int(m.group(1))) if nv is not None else None
-    fixed = {"/dev/nvidiactl": ("nvidia", 255), "/dev/nvidia-modeset": ("nvidia", 254),
-             "/dev/nvidia-uvm": ("nvidia-uvm", 0), "/dev/nvidia-uvm-tools": ("nvidia-uvm", 1)}
+    fixed = {
+        "/dev/nvidiactl": ("nvidia", 255),
+        "/dev/nvidia-modeset": ("nvidia", 254),
+        "/dev/nvidia-uvm": ("nvidia-uvm", 0),
+        "/dev/nvidia-uvm-tools": ("nvidia-uvm", 1),
+    }
     if path in fixed:
         name, minor = fixed[path]
         return (majors[name], minor) if name in majors else None
@@ -160,7 +167,8 @@ def raw_lxc_lines(paths: list[str], node_devices: dict, majors: dict) -> list[tu
     """The ``lxc.*`` lines passing ``paths``: one cgroup allow per major, one bind per node.
 
     >>> raw_lxc_lines(["/dev/nvidia0", "/dev/nvidia-uvm"],
-    ...               {"/dev/nvidia0": {"major": 195, "minor": 0}}, {"nvidia": 195, "nvidia-uvm": 508})
+    ...               {"/dev/nvidia0": {"major": 195, "minor": 0}},
+    ...               {"nvidia": 195, "nvidia-uvm": 508})
     ... # doctest: +NORMALIZE_WHITESPACE
     [('lxc.cgroup2.devices.allow', 'c 195:* rwm'), ('lxc.cgroup2.devices.allow', 'c 508:* rwm'),
      ('lxc.mount.entry', '/dev/nvidia0 dev/nvidia0 none bind,optional,create=file'),
@@ -172,7 +180,9 @@ def raw_lxc_lines(paths: list[str], node_devices: dict, majors: dict) -> list[tu
         if major is not None and major not in wanted_majors:
             wanted_majors.append(major)
     lines = [("lxc.cgroup2.devices.allow", f"c {m}:* rwm") for m in wanted_majors]
-    lines += [("lxc.mount.entry", f"{p} {p.lstrip('/')} none bind,optional,create=file") for p in paths]
+    lines += [
+        ("lxc.mount.entry", f"{p} {p.lstrip('/')} none bind,optional,create=file") for p in paths
+    ]
     return lines
 
 
@@ -235,7 +245,7 @@ def _drop_pending_dev(rest: list[str]) -> list[str]:
     start = 0
     for line in rest:
         if line.startswith("["):
-            if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+            if section == "[pve:pending]" and not any(kept.strip() for kept in out[start + 1 :]):
                 del out[start:]
             section = line.strip()
             start = len(out)
@@ -244,7 +254,7 @@ def _drop_pending_dev(rest: list[str]) -> list[str]:
             if DEV_KEY.match(key.strip()) and value.strip().startswith("/dev/nvidia"):
                 continue
         out.append(line)
-    if section == "[pve:pending]" and not any(l.strip() for l in out[start + 1:]):
+    if section == "[pve:pending]" and not any(kept.strip() for kept in out[start + 1 :]):
         del out[start:]
     while out and not out[-1].strip():
         out.pop()
@@ -284,7 +294,9 @@ def pending_ours(ct: dict) -> list[str]:
     return sorted(keys)
 
 
-def stale_live_devices(paths: list[str], node_devices: dict, majors: dict, live: dict | None) -> list[str]:
+def stale_live_devices(
+    paths: list[str], node_devices: dict, majors: dict, live: dict | None
+) -> list[str]:
     """How the running container's NVIDIA nodes differ from the node's (devices are fixed at
     `pct start`, so a uvm module reloaded with a new major leaves the container with dead nodes).
 
@@ -303,7 +315,8 @@ def stale_live_devices(paths: list[str], node_devices: dict, majors: dict, live:
             problems.append(f"{path} is missing in the container")
         elif want is not None and (got["major"], got["minor"]) != tuple(want):
             problems.append(
-                f"{path} is {got['major']}:{got['minor']} in the container, {want[0]}:{want[1]} on the node"
+                f"{path} is {got['major']}:{got['minor']} in the container, {want[0]}:{want[1]} on "
+                "the node"
             )
     for path in sorted(set(have) - set(paths)):
         problems.append(f"{path} is in the container but no longer passed through")
@@ -317,7 +330,9 @@ class Plan:
 
     mode: str
     paths: list[str]
-    modprobe: list[list[str]] = field(default_factory=list)  # nvidia-modprobe calls, [] = none missing
+    modprobe: list[list[str]] = field(
+        default_factory=list
+    )  # nvidia-modprobe calls, [] = none missing
     set_args: list[str] = field(default_factory=list)  # `pct set` args (dev mode)
     new_text: str | None = None  # rewritten config file (raw lines / switching modes)
     pending: list[str] = field(default_factory=list)  # our devN changes waiting for a start
@@ -374,7 +389,7 @@ def device_hotplug(state: dict) -> bool:
     if len(container) >= 3:
         return tuple(int(x) for x in container[:3]) >= (6, 0, 4)
     major = re.match(r"(\d+)", state.get("pve_version") or "")
-    return bool(major) and int(major.group(1)) >= 9
+    return major is not None and int(major.group(1)) >= 9
 
 
 def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
@@ -388,8 +403,12 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
     minors = [g.get("minor") for g in state.get("gpus") or [] if g.get("minor") is not None]
     paths = wanted_devices(devices, extras, gpu_minors=minors)
     mode = select_mode(setting, state.get("pve_version"))
-    plan = Plan(mode=mode, paths=paths, modprobe=modprobe_args(paths, devices),
-                running=ct.get("status") == "running")
+    plan = Plan(
+        mode=mode,
+        paths=paths,
+        modprobe=modprobe_args(paths, devices),
+        running=ct.get("status") == "running",
+    )
     config = effective_config(ct)
     raw = ct.get("raw_lxc", [])
     text = ct.get("text", "")

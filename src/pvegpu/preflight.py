@@ -17,7 +17,7 @@ from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
 from .settings import Settings, load_all
 from .training_preflight import node_training_paths, training_path_problems
-from .unit import renamed_unit_line, running_other_units
+from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
 from .variants import driver_fit
 
 
@@ -25,8 +25,9 @@ class PreflightError(PyinfraError):
     """The node cannot run the selected build; nothing was changed."""
 
 
-def node_problems(settings: Settings, state: dict, node: str,
-                  vmids=()) -> tuple[list[str], list[str]]:
+def node_problems(
+    settings: Settings, state: dict, node: str, vmids=()
+) -> tuple[list[str], list[str]]:
     """(problems, warnings) of one node's facts against the settings.
 
     Each problem is one line: the fact, the value found, the fix.
@@ -57,15 +58,20 @@ def node_problems(settings: Settings, state: dict, node: str,
         elif fit == "reduced":
             warnings.append(
                 f"{node}: driver {driver} runs {settings.torch_variant} only in CUDA minor-version "
-                f"compatibility mode (reduced features); >= {settings.variant.min_driver} recommended"
+                f"compatibility mode (reduced features); >= {settings.variant.min_driver} "
+                "recommended"
             )
     gpus = state.get("gpus")
     if driver and gpus is None:
-        problems.append(f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): fix the driver install")
-    elif driver and len(gpus) != settings.expected_gpu_count:
+        problems.append(
+            f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): "
+            "fix the driver install"
+        )
+    elif driver and gpus is not None and len(gpus) != settings.expected_gpu_count:
         problems.append(
             f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
-            f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set expected_gpu_count"
+            f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set "
+            "expected_gpu_count"
         )
     smi = state.get("driver_version_smi")
     if driver and smi and smi != driver:
@@ -83,8 +89,11 @@ def node_problems(settings: Settings, state: dict, node: str,
             f"{node}: nvidia-modprobe is not installed: install the driver's nvidia-modprobe "
             f"(the .run driver puts it in /usr/bin; Debian: package nvidia-modprobe)"
         )
-    if driver and not (state.get("tools") or {}).get("nvidia-persistenced") and \
-            not (state.get("units") or {}).get("nvidia-persistenced.service", {}).get("path"):
+    if (
+        driver
+        and not (state.get("tools") or {}).get("nvidia-persistenced")
+        and not (state.get("units") or {}).get("nvidia-persistenced.service", {}).get("path")
+    ):
         warnings.append(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
@@ -102,14 +111,18 @@ def node_problems(settings: Settings, state: dict, node: str,
     return problems, warnings
 
 
-def container_problems(settings: Settings, state: dict, node: str, vmid) -> tuple[list[str], list[str]]:
+def container_problems(
+    settings: Settings, state: dict, node: str, vmid
+) -> tuple[list[str], list[str]]:
     """What would stop the container stage half-way, found before anything changes."""
-    problems, warnings = [], []
+    problems: list[str] = []
+    warnings: list[str] = []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
     if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run
-        volid = default_template(settings.ct_template, state.get("pve_version"),
-                                 state.get("templates", []))
+        volid = default_template(
+            settings.ct_template, state.get("pve_version"), state.get("templates", [])
+        )
         template = volid.split("/")[-1]
         why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
         if template not in state.get("templates", []):
@@ -127,17 +140,20 @@ def container_problems(settings: Settings, state: dict, node: str, vmid) -> tupl
             f"{node}: CT {vmid} is {'un' if unpriv else ''}privileged but ct_unprivileged is "
             f"{settings.ct_unprivileged}: only rebuild=container changes it"
         )
-    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    plan = plan_passthrough(
+        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
+    )
     reasons = plan.restart_reasons
     live = ct.get("live")
     if reasons and not settings.restart_training:
-        unit = f"{settings.training_unit_name}.service"
+        unit = unit_file(settings)
         if live is None:
             problems.append(
-                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs in "
-                f"it could not be read: check the container, or pass --data restart_training=true"
+                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs "
+                "in it could not be read: check the container, or pass "
+                "--data restart_training=true"
             )
-        elif live.get("unit_active") in ("active", "activating", "reloading", "deactivating"):
+        elif live.get("unit_active") in RUNNING:
             problems.append(
                 f"{node}: CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
                 f"{unit} is running in it: stop the training first, or pass --data "
@@ -194,9 +210,13 @@ def node_failures(state) -> dict[str, list[str]]:
 
 def node_read_args(s: Settings) -> dict:
     """The node probe's arguments besides the containers: the same for every read of a run."""
-    return {"installer_dir": s.nvidia_installer_dir, "data_dir": s.data_dir_node,
-            "boot_files": boot.boot_files(), "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-            "unit_name": f"{s.training_unit_name}.service"}
+    return {
+        "installer_dir": s.nvidia_installer_dir,
+        "data_dir": s.data_dir_node,
+        "boot_files": boot.boot_files(),
+        "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
+        "unit_name": f"{s.training_unit_name}.service",
+    }
 
 
 def _check_fleet(state, inventory) -> dict[str, Settings]:
@@ -212,7 +232,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     for node_host in nodes:
         if node_host.name not in held:
             channel, problem = node_lock.acquire(
-                node_host, settings[node_host.name].deploy_lock_wait_s)
+                node_host, settings[node_host.name].deploy_lock_wait_s
+            )
             if problem:
                 failures[node_host.name] = [problem]
             else:
@@ -229,7 +250,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [
-                f"{node_host.name}: node facts could not be read: check SSH to the node"]
+                f"{node_host.name}: node facts could not be read: check SSH to the node"
+            ]
             continue
         found, warnings = node_problems(s, facts, node_host.name, vmids)
         if found:

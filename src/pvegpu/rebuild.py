@@ -31,7 +31,11 @@ def pollution_lines(found: dict, fallback_pins: dict[str, str]) -> list[str]:
     else:
         locked = parse_pins(found["lock"]) if found.get("lock") else fallback_pins
         lines += [f"venv: {line}" for line in drift(packages, locked).lines()]
-    lines += [f"/usr/local: {path} was not placed by pvegpu" for path in found.get("usr_local") or []]
-    lines += [f"apt: {pkg} was installed after the container was created"
-              for pkg in found.get("apt_extras") or []]
+    lines += [
+        f"/usr/local: {path} was not placed by pvegpu" for path in found.get("usr_local") or []
+    ]
+    lines += [
+        f"apt: {pkg} was installed after the container was created"
+        for pkg in found.get("apt_extras") or []
+    ]
     return lines

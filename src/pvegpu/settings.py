@@ -5,23 +5,26 @@ Defaults live only in group_data/all.py; ``defaults()`` reads them for callers o
 >>> s = Settings.from_data({**defaults(), "torch_variant": "cu128"})
 >>> s.torch_pin, s.torch_index_url
 ('torch==2.11.0+cu128', 'https://download.pytorch.org/whl/cu128')
->>> Settings.from_data({**defaults(), "torch_variant": "cu129"})
+>>> Settings.from_data({**defaults(), "torch_variant": "cu129"})  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-pvegpu.settings.SettingsError: torch_variant='cu129' is not a known variant: set torch_variant to one of cu128, cu130
+pvegpu.settings.SettingsError: torch_variant='cu129' is not a known variant: set torch_variant to
+one of cu128, cu130
 """
 
 from __future__ import annotations
 
 import re
 import runpy
-from pathlib import Path
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any
 
 from pyinfra.api.exceptions import PyinfraError
 
 from .guard import OWN_DIRS, PROXMOX_DIRS, is_within, overlaps, path_problem, system_dir
+from .paths import GROUP_DATA
 from .variants import VARIANTS, Variant
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
@@ -35,8 +38,17 @@ ALLOC_CONF_RE = re.compile(r"^[A-Za-z0-9_.:,\[\]]*$")
 # RFC 1123 host name (what pct's dns-name format accepts, with RFC 1123's label and name lengths).
 HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # Paths in the container and on the node (the rest of the path settings are controller paths).
-CT_PATHS = ("python_interpreter", "venv_path", "venvs_dir", "uv_cache_dir", "data_dir_ct",
-            "training_script", "training_workdir", "dataset_dir", "checkpoint_dir")
+CT_PATHS = (
+    "python_interpreter",
+    "venv_path",
+    "venvs_dir",
+    "uv_cache_dir",
+    "data_dir_ct",
+    "training_script",
+    "training_workdir",
+    "dataset_dir",
+    "checkpoint_dir",
+)
 NODE_PATHS = ("data_dir_node", "nvidia_installer_dir")
 # Where pvegpu deletes (builds) or replaces (the live link): kept apart from data and each other.
 DELETE_REACH = ("venv_path", "venvs_dir", "uv_cache_dir")
@@ -144,7 +156,7 @@ class Settings:
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
-    def from_data(cls, data: Mapping[str, Any] | Any) -> "Settings":
+    def from_data(cls, data: Mapping[str, Any] | Any) -> Settings:
         """Build from host.data (or a dict), raising SettingsError with every problem found."""
         get = data.get if hasattr(data, "get") else (lambda k, d=None: getattr(data, k, d))
         values: dict[str, Any] = {}
@@ -153,7 +165,10 @@ class Settings:
             raw = get(f.name, None)
             if raw is None:
                 if not f.type.startswith("str | None"):
-                    errors.append(f"{f.name} is not set: define it in group_data/all.py or pass --data {f.name}=...")
+                    errors.append(
+                        f"{f.name} is not set: define it in group_data/all.py or pass --data "
+                        f"{f.name}=..."
+                    )
                 continue
             try:
                 values[f.name] = _coerce(f.name, f.type, raw)
@@ -186,11 +201,14 @@ class Settings:
         for key in ("torch_index_base", "package_index_url"):
             url = getattr(self, key)
             if not re.match(r"^(https?|file)://\S+$", url):
-                errs.append(f"{key}={url!r} is not a URL: set it to an http(s) index, e.g. a local mirror")
+                errs.append(
+                    f"{key}={url!r} is not a URL: set it to an http(s) index, e.g. a local mirror"
+                )
         for pin in self.training_requirements:
             if not PIN_RE.match(pin):
                 errs.append(
-                    f"training_requirements entry {pin!r} is not an exact pin: write it as name==version"
+                    f"training_requirements entry {pin!r} is not an exact pin: write it as "
+                    "name==version"
                 )
             elif re.match(r"^torch(\[|==)", pin, re.I):
                 errs.append(
@@ -204,32 +222,52 @@ class Settings:
                 "follow the container's Python"
             )
         if not self.locks_dir.strip():
-            errs.append("locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)")
+            errs.append(
+                "locks_dir is empty: set it to the directory of <variant>.in/.lock (default locks)"
+            )
         if not VERSION_RE.match(self.uv_version or ""):
-            errs.append(f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked uv)")
+            errs.append(
+                f"uv_version={self.uv_version!r} is not X.Y.Z: leave it to group_data (the locked "
+                "uv)"
+            )
         errs.extend(self._path_problems())
         if not 0 <= self.deploy_lock_wait_s <= 86400:
-            errs.append(f"deploy_lock_wait_s={self.deploy_lock_wait_s} must be 0..86400: the "
-                        "seconds a deploy waits for another one on the same node")
+            errs.append(
+                f"deploy_lock_wait_s={self.deploy_lock_wait_s} must be 0..86400: the "
+                "seconds a deploy waits for another one on the same node"
+            )
         if self.keep_venvs < 1:
-            errs.append(f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept")
+            errs.append(
+                f"keep_venvs={self.keep_venvs} must be >= 1: the selected build is always kept"
+            )
         if self.expected_gpu_count < 1:
-            errs.append(f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of GPUs on the node")
+            errs.append(
+                f"expected_gpu_count={self.expected_gpu_count} must be >= 1: set the number of "
+                "GPUs on the node"
+            )
         errs.extend(self._gpu_problems())
         for dev in self.passthrough_extra_devices:
             if dev not in ("nvidia-modeset", "nvidia-caps"):
                 errs.append(
-                    f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or nvidia-caps"
+                    f"passthrough_extra_devices entry {dev!r} is unknown: use nvidia-modeset or "
+                    "nvidia-caps"
                 )
         if self.passthrough_mode not in ("auto", "dev", "lxc"):
-            errs.append(f"passthrough_mode={self.passthrough_mode!r} is unknown: use auto, dev or lxc")
+            errs.append(
+                f"passthrough_mode={self.passthrough_mode!r} is unknown: use auto, dev or lxc"
+            )
         if self.rebuild not in (None, "venv", "container"):
-            errs.append(f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or leave it unset)")
+            errs.append(
+                f"rebuild={self.rebuild!r} is unknown: use rebuild=venv or rebuild=container (or "
+                "leave it unset)"
+            )
         if self.verify_level not in ("basic", "compile"):
             errs.append(f"verify_level={self.verify_level!r} is unknown: use basic or compile")
         if not UNIT_NAME_RE.match(self.training_unit_name):
-            errs.append(f"training_unit_name={self.training_unit_name!r} is not a valid unit name: "
-                        "use letters, digits, - _ . @ (not first)")
+            errs.append(
+                f"training_unit_name={self.training_unit_name!r} is not a valid unit name: "
+                "use letters, digits, - _ . @ (not first)"
+            )
         if not ALLOC_CONF_RE.match(self.pytorch_cuda_alloc_conf):
             errs.append(
                 f"pytorch_cuda_alloc_conf={self.pytorch_cuda_alloc_conf!r} has characters outside "
@@ -241,19 +279,32 @@ class Settings:
             for variant in sorted(set(VARIANTS) | set(self.variant_overrides)):
                 value = self.variant_overrides.get(variant, {}).get(key, getattr(self, key))
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    errs.append(f"{key}={value!r} (for {variant}) must be a positive integer: fix it in group_data/all.py or --data")
+                    errs.append(
+                        f"{key}={value!r} (for {variant}) must be a positive integer: fix it in "
+                        "group_data/all.py or --data"
+                    )
         for variant in self.variant_overrides:
             if variant not in VARIANTS:
-                errs.append(f"variant_overrides has unknown variant {variant!r}: use one of {', '.join(sorted(VARIANTS))}")
+                errs.append(
+                    f"variant_overrides has unknown variant {variant!r}: use one of "
+                    f"{', '.join(sorted(VARIANTS))}"
+                )
             for key in self.variant_overrides[variant]:
                 if key not in OVERRIDABLE:
                     errs.append(
                         f"variant_overrides[{variant!r}] has unknown key {key!r}: only "
                         f"{', '.join(OVERRIDABLE)} can differ per variant"
                     )
-        for key in ("training_stop_timeout_s", "training_restart_delay_s", "training_restart_burst"):
+        for key in (
+            "training_stop_timeout_s",
+            "training_restart_delay_s",
+            "training_restart_burst",
+        ):
             if getattr(self, key) <= 0:
-                errs.append(f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or --data")
+                errs.append(
+                    f"{key}={getattr(self, key)} must be positive: fix it in group_data/all.py or "
+                    "--data"
+                )
         return errs
 
     def _path_problems(self) -> list[str]:
@@ -274,29 +325,39 @@ class Settings:
         data = self.data_dir_ct
         data_ok = not (system_dir(data) or _in_tree(data, SYSTEM_TREES + OWN_DIRS))
         if not data_ok:
-            errs.append(f"data_dir_ct={data!r} is a system directory of the container (the mount "
-                        f"would hide it): use a directory of its own, e.g. /data")
+            errs.append(
+                f"data_dir_ct={data!r} is a system directory of the container (the mount "
+                f"would hide it): use a directory of its own, e.g. /data"
+            )
         for key in DELETE_REACH:
             path = getattr(self, key)
             if system_dir(path):
-                errs.append(f"{key}={path!r} is a system directory: use a directory of its own, "
-                            f"e.g. the default {_DEFAULT_HINT[key]}")
+                errs.append(
+                    f"{key}={path!r} is a system directory: use a directory of its own, "
+                    f"e.g. the default {_DEFAULT_HINT[key]}"
+                )
             elif data_ok and overlaps(path, data):
-                errs.append(f"{key}={path!r} overlaps data_dir_ct={data!r} (a rebuild could reach "
-                            f"the data): keep them apart (defaults: {key}={_DEFAULT_HINT[key]}, "
-                            "data_dir_ct=/data)")
+                errs.append(
+                    f"{key}={path!r} overlaps data_dir_ct={data!r} (a rebuild could reach "
+                    f"the data): keep them apart (defaults: {key}={_DEFAULT_HINT[key]}, "
+                    "data_dir_ct=/data)"
+                )
         for i, a in enumerate(DELETE_REACH):
-            for b in DELETE_REACH[i + 1:]:
+            for b in DELETE_REACH[i + 1 :]:
                 pa, pb = getattr(self, a), getattr(self, b)
                 if overlaps(pa, pb) and not (system_dir(pa) or system_dir(pb)):
-                    errs.append(f"{a}={pa!r} and {b}={pb!r} overlap (deleting one would reach "
-                                f"the other): keep them apart, e.g. {a}={_DEFAULT_HINT[a]} "
-                                f"{b}={_DEFAULT_HINT[b]}")
+                    errs.append(
+                        f"{a}={pa!r} and {b}={pb!r} overlap (deleting one would reach "
+                        f"the other): keep them apart, e.g. {a}={_DEFAULT_HINT[a]} "
+                        f"{b}={_DEFAULT_HINT[b]}"
+                    )
         node = self.data_dir_node
         if system_dir(node, PROXMOX_DIRS) or _in_tree(node, SYSTEM_TREES + PROXMOX_DIRS):
-            errs.append(f"data_dir_node={node!r} is a system directory of the node (it would be "
-                        "bind-mounted into the container): use a data directory, e.g. "
-                        "/tank/dflash")
+            errs.append(
+                f"data_dir_node={node!r} is a system directory of the node (it would be "
+                "bind-mounted into the container): use a data directory, e.g. "
+                "/tank/dflash"
+            )
         return errs
 
     def _container_problems(self) -> list[str]:
@@ -304,8 +365,10 @@ class Settings:
         errs = []
         name = self.ct_hostname
         if len(name) > 253 or not all(HOST_LABEL_RE.match(label) for label in name.split(".")):
-            errs.append(f"ct_hostname={name!r} is not a valid host name (RFC 1123: letters, "
-                        f"digits and inner '-', dot-separated labels): e.g. dflash-train")
+            errs.append(
+                f"ct_hostname={name!r} is not a valid host name (RFC 1123: letters, "
+                f"digits and inner '-', dot-separated labels): e.g. dflash-train"
+            )
         for key, (low, high) in CT_RANGES.items():
             value = getattr(self, key)
             if value < low or (high is not None and value > high):
@@ -323,8 +386,9 @@ class Settings:
             if f.name in (*CT_PATHS, *NODE_PATHS, *STRICT_STRINGS):
                 continue  # checked more strictly elsewhere
             if any(isinstance(v, str) and CONTROL_RE.search(v) for v in values):
-                errs.append(f"{f.name}={value!r} contains a newline or control character: "
-                            "remove it")
+                errs.append(
+                    f"{f.name}={value!r} contains a newline or control character: remove it"
+                )
         return errs
 
     def _gpu_problems(self) -> list[str]:
@@ -337,24 +401,34 @@ class Settings:
                 if i < 0 or i >= self.expected_gpu_count:
                     errs.append(
                         f"{key} has GPU {i}, outside 0..{self.expected_gpu_count - 1} "
-                        f"(expected_gpu_count={self.expected_gpu_count}): fix the index or the count"
+                        f"(expected_gpu_count={self.expected_gpu_count}): fix the index or the "
+                        "count"
                     )
             if len(set(gpus)) != len(gpus):
                 errs.append(f"{key}={list(gpus)} lists a GPU twice: list each once")
         overlap = sorted(set(self.target_gpus) & set(self.drafter_gpus))
         if overlap:
             errs.append(
-                f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a drafter"
+                f"target_gpus and drafter_gpus overlap on {overlap}: a GPU is either a target or a "
+                "drafter"
             )
         return errs
 
 
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # String settings with a character rule of their own (no control character passes it).
-STRICT_STRINGS = ("pytorch_cuda_alloc_conf", "training_unit_name", "ct_hostname", "torch_version",
-                  "torch_variant")
-_DEFAULT_HINT = {"venv_path": "/root/venv", "venvs_dir": "/root/venvs",
-                 "uv_cache_dir": "/root/.cache/uv"}
+STRICT_STRINGS = (
+    "pytorch_cuda_alloc_conf",
+    "training_unit_name",
+    "ct_hostname",
+    "torch_version",
+    "torch_variant",
+)
+_DEFAULT_HINT = {
+    "venv_path": "/root/venv",
+    "venvs_dir": "/root/venvs",
+    "uv_cache_dir": "/root/.cache/uv",
+}
 
 
 def _in_tree(path: str, trees) -> bool:
@@ -373,14 +447,20 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
     """Convert a data value (possibly a --data string) to the field's type, or raise ValueError."""
     t = str(typ)
     if t.startswith("tuple[int"):
-        if not isinstance(raw, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
-            raise ValueError(f"{name}={raw!r} must be a list of GPU indices: write it like [0, 1, 2]")
+        if not isinstance(raw, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in raw
+        ):
+            raise ValueError(
+                f"{name}={raw!r} must be a list of GPU indices: write it like [0, 1, 2]"
+            )
         return tuple(raw)
     if t.startswith("tuple[str"):
         if isinstance(raw, str):
             raw = [raw]
         if not isinstance(raw, (list, tuple)) or not all(isinstance(i, str) for i in raw):
-            raise ValueError(f'{name}={raw!r} must be a list of strings: write it like ["transformers==5.6.0"]')
+            raise ValueError(
+                f'{name}={raw!r} must be a list of strings: write it like ["transformers==5.6.0"]'
+            )
         return tuple(raw)
     if t == "bool":
         if isinstance(raw, bool):
@@ -394,7 +474,10 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
         return raw
     if t.startswith("Mapping"):
         if not isinstance(raw, Mapping):
-            raise ValueError(f'{name}={raw!r} must be a mapping: write it like {{"cu130": {{"token_budget": 49152}}}}')
+            raise ValueError(
+                f"{name}={raw!r} must be a mapping: write it like "
+                f'{{"cu130": {{"token_budget": 49152}}}}'
+            )
         return raw
     if t.startswith("str | None"):
         if raw in ("", "none", "None", "null"):
@@ -407,8 +490,8 @@ def _coerce(name: str, typ: Any, raw: Any) -> Any:
 
 def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
     """The variables of group_data/all.py (the project's one defaults file) as a dict."""
-    root = Path(project_dir) if project_dir else Path(__file__).resolve().parents[2]
-    namespace = runpy.run_path(str(root / "group_data" / "all.py"))
+    all_py = Path(project_dir) / "group_data" / "all.py" if project_dir else GROUP_DATA
+    namespace = runpy.run_path(str(all_py))
     return {k: v for k, v in namespace.items() if not k.startswith("_")}
 
 
@@ -418,7 +501,8 @@ def load_all(hosts) -> dict[str, Settings]:
     every host."""
     from .unit import unit_problems  # here: unit imports this module
 
-    result, errors = {}, []
+    result: dict = {}
+    errors: list[str] = []
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)

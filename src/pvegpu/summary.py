@@ -31,20 +31,25 @@ def node_line(node: str, preflight: list[str], failed_ops: dict[str, str]) -> st
 class _FailedOps(BaseStateCallback):
     """Records, per host, the first operation that failed on it, and whether anything ran."""
 
+    # pyinfra declares the hooks static but calls them on the registered instance, so these
+    # methods keep their state on self (hence the type: ignore[override]).
+
     def __init__(self):
         self.failed: dict[str, str] = {}
         self.executed = False
 
-    def operation_start(self, state, op_hash):
+    def operation_start(self, state, op_hash):  # type: ignore[override]
         self.executed = True
 
-    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+    def operation_host_error(  # type: ignore[override]
+        self, state, host, op_hash, retry_count=0, max_retries=0
+    ):
         if retry_count < max_retries:
             return
         names = state.get_op_meta(op_hash).names
         self.failed.setdefault(host.name, ", ".join(sorted(names)) or op_hash)
 
-    def host_connect_error(self, state, host, error):
+    def host_connect_error(self, state, host, error):  # type: ignore[override]
         self.failed.setdefault(host.name, f"connect ({error})")
 
 
@@ -54,11 +59,19 @@ def summary_lines(state, recorder: _FailedOps) -> list[str]:
     failures = node_failures(state)
     lines = []
     for node in state.inventory.get_group("pve_hosts", []):
-        hosts = [node.name] + [h.name for h in state.inventory.get_group("training_cts", [])
-                               if h.data.get("pct_node") == node.name]
+        hosts = [node.name] + [
+            h.name
+            for h in state.inventory.get_group("training_cts", [])
+            if h.data.get("pct_node") == node.name
+        ]
         ops = {h: recorder.failed[h] for h in hosts if h in recorder.failed}
-        ops.update({h.name: "(stopped)" for h in state.failed_hosts
-                    if h.name in hosts and h.name not in ops})
+        ops.update(
+            {
+                h.name: "(stopped)"
+                for h in state.failed_hosts
+                if h.name in hosts and h.name not in ops
+            }
+        )
         lines.append(node_line(node.name, failures.get(node.name, []), ops))
     return lines
 

@@ -28,17 +28,21 @@ def node_path(settings: Settings, path: str) -> str | None:
     ct_root = settings.data_dir_ct.rstrip("/")
     if path != ct_root and not path.startswith(ct_root + "/"):
         return None
-    return settings.data_dir_node.rstrip("/") + path[len(ct_root):]
+    return settings.data_dir_node.rstrip("/") + path[len(ct_root) :]
 
 
-def path_problems(settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, node: str, vmid) -> list[str]:
+def path_problems(
+    settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, node: str, vmid
+) -> list[str]:
     """One line per training path that is not what the unit needs.
 
     >>> from pvegpu.settings import defaults
     >>> path_problems(Settings.from_data(defaults()),
-    ...               {"/tank/dflash/dflash": "directory", "/tank/dflash/dflash/train.py": "missing"},
-    ...               {}, "n1", 200)[0].split(":")[:2]
-    ['n1', ' training_script=/data/dflash/train.py is missing (node path /tank/dflash/dflash/train.py)']
+    ...               {"/tank/dflash/dflash": "directory",
+    ...                "/tank/dflash/dflash/train.py": "missing"},
+    ...               {}, "n1", 200)[0].split(":")[:2]  # doctest: +NORMALIZE_WHITESPACE
+    ['n1',
+     ' training_script=/data/dflash/train.py is missing (node path /tank/dflash/dflash/train.py)']
     """
     problems = []
     for key, want in TRAINING_PATHS:
@@ -49,7 +53,8 @@ def path_problems(settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, no
             if found != want:
                 problems.append(
                     f"{node}: {key}={path} is {'missing' if found == 'missing' else 'a ' + found} "
-                    f"(node path {on_node}): put the training {'script' if want == 'file' else 'directory'} "
+                    f"(node path {on_node}): put the training "
+                    f"{'script' if want == 'file' else 'directory'} "
                     f"at {on_node} on the node (CT {vmid} sees {settings.data_dir_node} at "
                     f"{settings.data_dir_ct}), or fix {key}"
                 )
@@ -58,8 +63,10 @@ def path_problems(settings: Settings, kinds_on_node: dict, kinds_in_ct: dict, no
             if found != want:
                 state = "missing" if found in (None, "missing") else "a " + found
                 problems.append(
-                    f"{node}: {key}={path} is {state} in CT {vmid} (or CT {vmid} does not run yet): "
-                    f"keep it under data_dir_ct={settings.data_dir_ct} (node: {settings.data_dir_node}), "
+                    f"{node}: {key}={path} is {state} in CT {vmid} (or CT {vmid} does not run "
+                    "yet): "
+                    f"keep it under data_dir_ct={settings.data_dir_ct} (node: "
+                    f"{settings.data_dir_node}), "
                     f"which exists before the container and outlives every rebuild"
                 )
     return problems
@@ -94,8 +101,9 @@ def training_path_problems(inventory, settings: dict, node_kinds: dict | None = 
         in_ct = [p for p in paths if node_path(s, p) is None]
         kinds_on_node = node_kinds.get(node_name)
         if kinds_on_node is None or not set(on_node) <= set(kinds_on_node):
-            kinds_on_node = (node.get_fact(PathKinds, paths=on_node)
-                             if on_node and node is not None else {})
+            kinds_on_node = (
+                node.get_fact(PathKinds, paths=on_node) if on_node and node is not None else {}
+            )
         kinds_in_ct = ct.get_fact(PathKinds, paths=in_ct) if in_ct else {}
         problems += path_problems(s, kinds_on_node, kinds_in_ct, node_name, vmid)
     return problems

@@ -18,7 +18,6 @@ compares that with what a start now would run, to tell whether a restart is pend
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import shutil
 import subprocess
@@ -27,9 +26,10 @@ from pathlib import Path
 
 import jinja2
 
+from .digests import text_digest as digest
+from .paths import TEMPLATES
 from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
 RUNNING = ("active", "activating", "reloading", "deactivating")
@@ -50,7 +50,8 @@ def unit_path(settings: Settings) -> str:
 
 
 def runtime_dir(settings: Settings) -> str:
-    """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at stop."""
+    """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at
+    stop."""
     return f"pvegpu-{settings.training_unit_name}"
 
 
@@ -104,10 +105,12 @@ def unit_value(value):
 
     >>> unit_value("/data/x.py"), unit_value(48)
     ('/data/x.py', 48)
-    >>> unit_value("a\\nExecStartPre=/bin/touch /tmp/INJECTED")
+    >>> unit_value("a\\nExecStartPre=/bin/touch /tmp/INJECTED")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    pvegpu.settings.SettingsError: 'a\\nExecStartPre=/bin/touch /tmp/INJECTED' cannot be written into a systemd unit (newline, space, quote, $, %, \\ or ; would be interpreted): fix the setting it comes from
+    pvegpu.settings.SettingsError: 'a\\nExecStartPre=/bin/touch /tmp/INJECTED' cannot be written
+    into a systemd unit (newline, space, quote, $, %, \\ or ; would be interpreted): fix the
+    setting it comes from
     """
     if isinstance(value, (bool, int)) or UNIT_VALUE_RE.match(str(value)):
         return value
@@ -139,13 +142,16 @@ def verify_problems(text: str, unit_name: str) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="pvegpu-unit-") as d:
         path = Path(d) / f"{unit_name}.service"
         path.write_text(text)
-        p = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True,
-                           timeout=120)
-    lines = [line.strip().replace(str(path), path.name) for line in p.stderr.splitlines()
-             if path.name in line]
+        p = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=120)
+    lines = [
+        line.strip().replace(str(path), path.name)
+        for line in p.stderr.splitlines()
+        if path.name in line
+    ]
     if p.returncode != 0 and not lines:
         lines = [line.strip() for line in p.stderr.splitlines() if line.strip()][-1:] or [
-            f"exit status {p.returncode}"]
+            f"exit status {p.returncode}"
+        ]
     return tuple(lines)
 
 
@@ -160,13 +166,11 @@ def unit_problems(settings: Settings, templates: Path = TEMPLATES) -> list[str]:
         text = render_unit(settings, templates)
     except SettingsError as e:
         return [str(e)]
-    return [f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
-            "fix the setting or templates/training.service.j2"
-            for line in verify_problems(text, settings.training_unit_name)]
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return [
+        f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
+        "fix the setting or templates/training.service.j2"
+        for line in verify_problems(text, settings.training_unit_name)
+    ]
 
 
 def training_argv_prefix(settings: Settings) -> list[str]:
@@ -237,15 +241,20 @@ def parse_started_record(text: str | None) -> dict | None:
 
 def desired_start(settings: Settings, unit_text: str, built: object) -> dict:
     """What a start now would record: the rendered unit, the selected build, its build time."""
-    return {"unit": digest(unit_text), "venv": settings.build_venv,
-            "built": "" if built is None else str(built)}
+    return {
+        "unit": digest(unit_text),
+        "venv": settings.build_venv,
+        "built": "" if built is None else str(built),
+    }
 
 
 def pending_reasons(started: dict | None, desired: dict) -> list[str]:
     """Why the running unit differs from what a start now would run (empty: it does not)."""
     if started is None:
-        return ["the running unit left no start record (started before pvegpu recorded starts, "
-                "or the record write failed)"]
+        return [
+            "the running unit left no start record (started before pvegpu recorded starts, "
+            "or the record write failed)"
+        ]
     reasons = []
     if started.get("unit") != desired["unit"]:
         reasons.append("unit file changed")
@@ -256,8 +265,9 @@ def pending_reasons(started: dict | None, desired: dict) -> list[str]:
     return reasons
 
 
-def unit_plan(settings: Settings, active: str | None, started: str | None,
-              built: object) -> tuple[str, list[str]]:
+def unit_plan(
+    settings: Settings, active: str | None, started: str | None, built: object
+) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from its ``systemctl is-active``
     answer, its start record's text and the selected build's time (the marker's mtime).
 

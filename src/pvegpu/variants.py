@@ -3,7 +3,8 @@
 Adding a variant (cu126, cu132) is one row here plus its ``locks/<variant>.in``; nothing else
 changes. Driver minimums come from NVIDIA's CUDA Toolkit release notes (table 3, "CUDA Toolkit
 and Corresponding Driver Versions"): CUDA 12.8 GA needs >= 570.26 and runs, with reduced features,
-from 525.60.13 under 12.x minor-version compatibility; CUDA 13.0 needs >= 580.65.06 (13.x floor 580).
+from 525.60.13 under 12.x minor-version compatibility; CUDA 13.0 needs >= 580.65.06 (13.x floor
+580).
 
 >>> VARIANTS["cu130"].cuda
 '13.0'

@@ -2,8 +2,10 @@
 
 Layout in the container (``venvs_dir=/root/venvs``, ``venv_path=/root/venv``)::
 
-    /root/venv -> /root/venvs/torch-2.11.0-cu130          the live link (switched by renaming a temp link)
-    /root/venvs/torch-2.11.0-cu130 -> torch-2.11.0-cu130.b2  the build's link (switched the same way)
+    /root/venv -> /root/venvs/torch-2.11.0-cu130            the live link (switched by
+                                                            renaming a temp link)
+    /root/venvs/torch-2.11.0-cu130 -> torch-2.11.0-cu130.b2  the build's link (switched the same
+                                                            way)
     /root/venvs/torch-2.11.0-cu130.b2/                      a real venv (relocatable), with
         .pvegpu-build.json   what it was built from (marker)
         .pvegpu-lock.txt     the exact hashed pins it was synced to (drift is measured against it)
@@ -110,8 +112,11 @@ class Drift:
     def lines(self) -> list[str]:
         out = []
         for name, (have, want) in sorted(self.wrong_variant.items()):
-            what = ("PyPI's unlabeled build, not the " + _label(want) + " build"
-                    if not _label(have) else f"the {_label(have)} build, not {_label(want)}")
+            what = (
+                "PyPI's unlabeled build, not the " + _label(want) + " build"
+                if not _label(have)
+                else f"the {_label(have)} build, not {_label(want)}"
+            )
             out.append(f"{name} is {have}, the lock says {want} (wrong variant: {what})")
         for name, (have, want) in sorted(self.wrong_version.items()):
             out.append(f"{name} is {have}, the lock says {want} (wrong version)")
@@ -122,9 +127,12 @@ class Drift:
         return out
 
     def as_dict(self) -> dict:
-        return {"extra": self.extra, "missing": self.missing,
-                "wrong_version": {k: list(v) for k, v in self.wrong_version.items()},
-                "wrong_variant": {k: list(v) for k, v in self.wrong_variant.items()}}
+        return {
+            "extra": self.extra,
+            "missing": self.missing,
+            "wrong_version": {k: list(v) for k, v in self.wrong_version.items()},
+            "wrong_variant": {k: list(v) for k, v in self.wrong_variant.items()},
+        }
 
 
 def drift(installed: dict[str, str], locked: dict[str, str]) -> Drift:
@@ -176,7 +184,9 @@ def build_reasons(state: dict, settings, plan: LockPlan) -> list[str]:
     build = settings.build_name
     reasons = []
     if f"{build}.next" in venvs:
-        reasons.append(f"an unchecked build {build}.next was left by an earlier run (rebuilt from scratch)")
+        reasons.append(
+            f"an unchecked build {build}.next was left by an earlier run (rebuilt from scratch)"
+        )
     entry = selected_entry(state, build)
     if entry is None:
         return reasons + [f"{build} is not built yet"]
@@ -185,9 +195,13 @@ def build_reasons(state: dict, settings, plan: LockPlan) -> list[str]:
     have = entry.get("build") or {}
     if not entry.get("python_ok") or not have:
         return reasons + [f"{build} ({entry.get('real')}) is incomplete"]
-    for key, what in (("torch", "torch build"), ("input_sha256", "lock input"),
-                      ("python", "python_interpreter"), ("python_version", "python version"),
-                      ("compile_cache_dir", "compile cache dir")):
+    for key, what in (
+        ("torch", "torch build"),
+        ("input_sha256", "lock input"),
+        ("python", "python_interpreter"),
+        ("python_version", "python version"),
+        ("compile_cache_dir", "compile cache dir"),
+    ):
         if have.get(key) != want[key]:
             reasons.append(
                 f"{build}: its {what} changed ({_short(have.get(key))} -> {_short(want[key])})"

@@ -140,7 +140,7 @@ class PctConnector(BaseConnector):
 
     ssh: SSHConnector
 
-    def __init__(self, state: "State", host: "Host"):
+    def __init__(self, state: State, host: Host):
         inherit_node_ssh_data(state, host)
         super().__init__(state, host)
         self.ssh = SSHConnector(state, host)
@@ -170,7 +170,7 @@ class PctConnector(BaseConnector):
         print_input: bool = False,
         **arguments,
     ):
-        control = extract_control_arguments(arguments)
+        control = extract_control_arguments(arguments)  # type: ignore[arg-type]
         inner = make_unix_command_for_host(self.state, self.host, command, **arguments)
         node_command = StringCommand(
             *(QuoteString(part) for part in pct_exec_argv(self.vmid, "")[:-1]),
@@ -180,7 +180,9 @@ class PctConnector(BaseConnector):
             node_command, print_output=print_output, print_input=print_input, **control
         )
         if not status:
-            if not self.state.is_executing and explain_pct_error(self.node, self.vmid, output.stderr):
+            if not self.state.is_executing and explain_pct_error(
+                self.node, self.vmid, output.stderr
+            ):
                 # Preview (pyinfra without -y): the container is created or started later in this
                 # run, so read it as empty: facts return their defaults and the operations show
                 # what they will do, instead of the host failing before anything ran.
@@ -197,7 +199,7 @@ class PctConnector(BaseConnector):
     def _exec_bytes(self, command: str, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run one command in the container over the node's SSH transport, bytes in and out."""
         assert self.ssh.client is not None, "not connected"
-        channel = self.ssh.client.get_transport().open_session()
+        channel = self.ssh.client.get_transport().open_session()  # type: ignore[union-attr]
         try:
             channel.exec_command(shlex.join(pct_exec_argv(self.vmid, command)))
             stderr: list[bytes] = []
@@ -232,7 +234,7 @@ class PctConnector(BaseConnector):
         code, _, stderr = self._exec_bytes(put_command(remote_filename), stdin=data)
         if code != 0:
             message = stderr.decode(errors="replace").strip()
-            raise IOError(
+            raise OSError(
                 explain_pct_error(self.node, self.vmid, message)
                 or f"upload to {remote_filename} in CT {self.vmid} on {self.node} failed: {message}"
             )
@@ -251,16 +253,17 @@ class PctConnector(BaseConnector):
         code, data, stderr = self._exec_bytes(get_command(remote_filename))
         if code != 0:
             message = stderr.decode(errors="replace").strip()
-            raise IOError(
+            raise OSError(
                 explain_pct_error(self.node, self.vmid, message)
-                or f"download of {remote_filename} from CT {self.vmid} on {self.node} failed: {message}"
+                or f"download of {remote_filename} from CT {self.vmid} on {self.node} failed: "
+                f"{message}"
             )
         with get_file_io(filename_or_io, "wb") as file_io:
             file_io.write(data)
         return True
 
 
-def inherit_node_ssh_data(state: "State", host: "Host") -> None:
+def inherit_node_ssh_data(state: State, host: Host) -> None:
     """Give a container host the ssh_* data of its node host where it has none of its own.
 
     The inventory may describe the node once (port, key, known_hosts); the container reaches the
@@ -278,5 +281,11 @@ def inherit_node_ssh_data(state: "State", host: "Host") -> None:
             host.host_data[key] = node_host.data.get(key)
 
 
-__all__ = ["PctConnector", "parse_pct_name", "pct_exec_argv", "put_command", "get_command",
-           "explain_pct_error"]
+__all__ = [
+    "PctConnector",
+    "parse_pct_name",
+    "pct_exec_argv",
+    "put_command",
+    "get_command",
+    "explain_pct_error",
+]

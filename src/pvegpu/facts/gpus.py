@@ -129,7 +129,9 @@ def smi_error(rc: int | None, stdout: str, stderr: str) -> str | None:
     >>> smi_error(6, "No devices were found\\n", "")
     'no GPUs found (nvidia-smi: No devices were found)'
     >>> smi_error(18, "Failed to initialize NVML: Driver/library version mismatch\\n", "")
-    'NVML driver/library version mismatch (nvidia-smi: Failed to initialize NVML: Driver/library version mismatch)'
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'NVML driver/library version mismatch (nvidia-smi: Failed to initialize NVML: Driver/library
+    version mismatch)'
     """
     if rc == 0:
         return None
@@ -176,7 +178,8 @@ def module_version(text: str | None) -> str | None:
 
     >>> module_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025")
     '580.95.05'
-    >>> module_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build")
+    >>> module_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05"
+    ...                "  Release Build")
     '580.95.05'
     """
     m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+(?:\.\d+)+)", text or "")

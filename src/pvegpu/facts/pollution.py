@@ -19,10 +19,11 @@ class Pollution(ProbeFact):
     probe = "pollution"
 
     def command(self, venv, uv_bin, lock_file, baseline, usr_local_ours=()):
-        return self.command_for(venv=venv, python=f"{venv}/bin/python", uv_bin=uv_bin,
-                                lock_file=lock_file, baseline=baseline,
-                                usr_local_ours=list(usr_local_ours))
-
-    @staticmethod
-    def default():
-        return {}
+        return self.command_for(
+            venv=venv,
+            python=f"{venv}/bin/python",
+            uv_bin=uv_bin,
+            lock_file=lock_file,
+            baseline=baseline,
+            usr_local_ours=list(usr_local_ours),
+        )

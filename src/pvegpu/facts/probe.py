@@ -53,7 +53,8 @@ def parse_probe_output(name: str, lines: list[str]) -> dict:
 
 
 class ProbeFact(FactBase):
-    """Base for composite facts; subclasses set ``probe`` and build ``args``."""
+    """Base for composite facts; subclasses set ``probe`` and build ``args``. The default, an
+    empty document, means the host could not be asked (e.g. a container not created yet)."""
 
     probe = ""
     python = "python3"
@@ -62,6 +63,10 @@ class ProbeFact(FactBase):
         """Subclasses define ``command(self, <named args>)`` (pyinfra binds fact arguments by
         name) and return ``self.command_for(**args)``."""
         return probe_command(self.probe, args, self.python)
+
+    @staticmethod
+    def default():
+        return {}
 
     def process(self, output):
         return parse_probe_output(self.probe, list(output))

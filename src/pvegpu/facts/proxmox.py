@@ -1,9 +1,13 @@
-"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, boot units, container configs."""
+"""Node facts: Proxmox, NVIDIA driver, GPUs, device nodes and majors, boot units, container
+configs."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from ..documents import NodeStateDoc
 from ..installer_tools import INSTALLER_TOOLS
-from .probe import ProbeFact
+from .probe import ProbeFact, parse_probe_output
 
 
 class NodeState(ProbeFact):
@@ -37,14 +41,28 @@ class NodeState(ProbeFact):
 
     probe = "node_state"
 
-    def command(self, vmids=(), installer_dir="/root", data_dir="/", boot_files=(), units=(),
-                ct_detail="full", unit_name=None, paths=()):
+    def command(
+        self,
+        vmids=(),
+        installer_dir="/root",
+        data_dir="/",
+        boot_files=(),
+        units=(),
+        ct_detail="full",
+        unit_name=None,
+        paths=(),
+    ):
         return self.command_for(
-            vmids=list(vmids), installer_dir=installer_dir, data_dir=data_dir,
-            boot_files=list(boot_files), units=list(units), ct_detail=ct_detail,
-            unit_name=unit_name, installer_tools=list(INSTALLER_TOOLS), paths=list(paths),
+            vmids=list(vmids),
+            installer_dir=installer_dir,
+            data_dir=data_dir,
+            boot_files=list(boot_files),
+            units=list(units),
+            ct_detail=ct_detail,
+            unit_name=unit_name,
+            installer_tools=list(INSTALLER_TOOLS),
+            paths=list(paths),
         )
 
-    @staticmethod
-    def default():
-        return {}
+    def process(self, output) -> NodeStateDoc:
+        return cast(NodeStateDoc, parse_probe_output(self.probe, list(output)))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .probe import ProbeFact
+from typing import cast
+
+from ..documents import ContainerStateDoc
+from .probe import ProbeFact, parse_probe_output
 
 
 class ContainerState(ProbeFact):
@@ -25,15 +28,33 @@ class ContainerState(ProbeFact):
 
     probe = "ct_state"
 
-    def command(self, uv_bin, venvs_dir, venv_path, unit_path=None, unit_name=None, cache_dir=None,
-                started_path=None, python=None, uv_cache_dir=None, locks_cache=None,
-                baseline_path=None):
+    def command(
+        self,
+        uv_bin,
+        venvs_dir,
+        venv_path,
+        unit_path=None,
+        unit_name=None,
+        cache_dir=None,
+        started_path=None,
+        python=None,
+        uv_cache_dir=None,
+        locks_cache=None,
+        baseline_path=None,
+    ):
         return self.command_for(
-            uv_bin=uv_bin, venvs_dir=venvs_dir, venv_path=venv_path, unit_path=unit_path,
-            unit_name=unit_name, cache_dir=cache_dir, started_path=started_path, python=python,
-            uv_cache_dir=uv_cache_dir, locks_cache=locks_cache, baseline_path=baseline_path,
+            uv_bin=uv_bin,
+            venvs_dir=venvs_dir,
+            venv_path=venv_path,
+            unit_path=unit_path,
+            unit_name=unit_name,
+            cache_dir=cache_dir,
+            started_path=started_path,
+            python=python,
+            uv_cache_dir=uv_cache_dir,
+            locks_cache=locks_cache,
+            baseline_path=baseline_path,
         )
 
-    @staticmethod
-    def default():
-        return {}
+    def process(self, output) -> ContainerStateDoc:
+        return cast(ContainerStateDoc, parse_probe_output(self.probe, list(output)))

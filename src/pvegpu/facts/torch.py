@@ -25,7 +25,3 @@ class TorchRuntime(ProbeFact):
 
     def command(self, python):
         return self.command_for(python=python, inner=probe_source("torch_inner"))
-
-    @staticmethod
-    def default():
-        return {}

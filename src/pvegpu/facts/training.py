@@ -21,8 +21,8 @@ class PathKinds(FactBase):
     def command(self, paths):
         quoted = " ".join(shlex.quote(p) for p in paths)
         return (
-            f"for p in {quoted}; do if [ -f \"$p\" ]; then k=file; elif [ -d \"$p\" ]; then "
-            "k=directory; else k=missing; fi; printf '%s %s\\n' \"$k\" \"$p\"; done"
+            f'for p in {quoted}; do if [ -f "$p" ]; then k=file; elif [ -d "$p" ]; then '
+            'k=directory; else k=missing; fi; printf \'%s %s\\n\' "$k" "$p"; done'
         )
 
     @staticmethod

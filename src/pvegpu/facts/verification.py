@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyinfra.api.exceptions import FactProcessError
 
+from ..documents import ContainerVerificationDoc
 from .gpus import GPU_QUERY, library_version, module_version, parse_smi
 from .probe import ProbeFact, parse_probe_output, probe_source
 
@@ -29,7 +30,7 @@ REQUIRED = (
 )
 
 
-def shape(doc: dict) -> dict:
+def shape(doc: dict) -> ContainerVerificationDoc:
     """Validate the probe's document and add the parsed views (``gpus``, driver versions).
 
     >>> d = shape({"venv": "/root/venv", "python": "/root/venv/bin/python", "present": False,
@@ -90,8 +91,17 @@ class ContainerVerification(ProbeFact):
 
     probe = "verification"
 
-    def command(self, venv, uv_bin=None, compile_check=False, compile_gpus=None, timeout=600,
-                unit_name=None, started_path=None, build_venv=None):
+    def command(
+        self,
+        venv,
+        uv_bin=None,
+        compile_check=False,
+        compile_gpus=None,
+        timeout=600,
+        unit_name=None,
+        started_path=None,
+        build_venv=None,
+    ):
         return self.command_for(
             venv=venv,
             uv_bin=uv_bin,
@@ -108,9 +118,5 @@ class ContainerVerification(ProbeFact):
             timeout=timeout,
         )
 
-    def process(self, output):
+    def process(self, output) -> ContainerVerificationDoc:
         return shape(parse_probe_output(self.probe, list(output)))
-
-    @staticmethod
-    def default():
-        return {}

@@ -61,10 +61,12 @@ def node_host_of(h):
     return h.inventory.get_host(name, None) if name else None
 
 
-def lock_for(settings: Settings,
-             ct: dict | None = None) -> tuple[dict[str, str] | None, str | None]:
+def lock_for(
+    settings: Settings, ct: dict | None = None
+) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
-    usable lock (the venv was built from the settings' pins: see :func:`pvegpu.checks.package_drift`).
+    usable lock (the venv was built from the settings' pins: see
+    :func:`pvegpu.checks.package_drift`).
 
     Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
     lock applies only when its ``.in`` pins what the settings ask for), for the venv's Python
@@ -156,7 +158,7 @@ def verified(settings: Settings):
         text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
         printed = getattr(state, "pvegpu_printed", None)
         if printed is None:
-            printed = state.pvegpu_printed = {}
+            printed = state.pvegpu_printed = {}  # type: ignore[attr-defined]
         if printed.get(host.name) != text:
             printed[host.name] = text
             for line in text:

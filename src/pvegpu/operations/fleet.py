@@ -18,5 +18,7 @@ def node_ready(problems: list[str]):
     """
     if problems:
         # The lines themselves were printed once when the run was prepared (also in a preview).
-        yield fail(f"preflight failed ({len(problems)} problem(s) printed above): nothing was "
-                   "changed on this node or its containers")
+        yield fail(
+            f"preflight failed ({len(problems)} problem(s) printed above): nothing was "
+            "changed on this node or its containers"
+        )

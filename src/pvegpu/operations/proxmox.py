@@ -16,13 +16,13 @@ from pyinfra.api import StringCommand, operation
 
 from .. import boot, node_read
 from ..ct_template import default_template
+from ..digests import text_digest
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
 from ..preflight import node_read_args
 from ..settings import Settings
+from ..unit import RUNNING, unit_file
 from .util import fail, note, write_file_command
-
-ACTIVE = ("active", "activating", "reloading", "deactivating")
 
 
 def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
@@ -55,19 +55,34 @@ def create_args(settings: Settings, vmid: int, template: str) -> list[str]:
     """`pct create` argv. ``--unprivileged`` is always explicit: its default flipped in PVE 9
     (pve-container 6, "api: create: default to unprivileged containers")."""
     return [
-        "pct", "create", str(vmid), template,
-        "--hostname", settings.ct_hostname,
-        "--cores", str(settings.ct_cores),
-        "--memory", str(settings.ct_memory_mib),
-        "--swap", str(settings.ct_swap_mib),
-        "--rootfs", settings.ct_rootfs,
-        "--net0", settings.ct_net0,
-        "--unprivileged", "1" if settings.ct_unprivileged else "0",
-        "--features", settings.ct_features,
-        "--mp0", mount_spec(settings),
-        "--onboot", "1" if settings.ct_onboot else "0",
-        "--protection", "1" if settings.ct_protection else "0",
-        "--ostype", "debian",
+        "pct",
+        "create",
+        str(vmid),
+        template,
+        "--hostname",
+        settings.ct_hostname,
+        "--cores",
+        str(settings.ct_cores),
+        "--memory",
+        str(settings.ct_memory_mib),
+        "--swap",
+        str(settings.ct_swap_mib),
+        "--rootfs",
+        settings.ct_rootfs,
+        "--net0",
+        settings.ct_net0,
+        "--unprivileged",
+        "1" if settings.ct_unprivileged else "0",
+        "--features",
+        settings.ct_features,
+        "--mp0",
+        mount_spec(settings),
+        "--onboot",
+        "1" if settings.ct_onboot else "0",
+        "--protection",
+        "1" if settings.ct_protection else "0",
+        "--ostype",
+        "debian",
     ]
 
 
@@ -90,8 +105,10 @@ def data_mount_key(config: dict, settings: Settings) -> str | None:
     mps = sorted((int(k[2:]), k) for k in config if k.startswith("mp") and k[2:].isdigit())
     for _, key in mps:
         source, opts = parse_mount(config[key])
-        if source.startswith("/") and (source == settings.data_dir_node.rstrip("/") or
-                                       opts.get("mp", "").rstrip("/") == settings.data_dir_ct):
+        if source.startswith("/") and (
+            source == settings.data_dir_node.rstrip("/")
+            or opts.get("mp", "").rstrip("/") == settings.data_dir_ct
+        ):
             return key
     return None
 
@@ -120,18 +137,22 @@ def settings_args(config: dict, settings: Settings) -> list[str]:
     ['--cores', '32', '--protection', '1', '--mp1', '/tank/dflash,mp=/data,backup=0']
     """
     args: list[str] = []
-    want = {"cores": str(settings.ct_cores), "memory": str(settings.ct_memory_mib),
-            "swap": str(settings.ct_swap_mib), "onboot": "1" if settings.ct_onboot else "0"}
+    want = {
+        "cores": str(settings.ct_cores),
+        "memory": str(settings.ct_memory_mib),
+        "swap": str(settings.ct_swap_mib),
+        "onboot": "1" if settings.ct_onboot else "0",
+    }
     defaults = {"onboot": "0", "swap": "512", "memory": "512"}
     for key, value in want.items():
         if config.get(key, defaults.get(key)) != value:
             args += [f"--{key}", value]
     if settings.ct_protection and config.get("protection") != "1":
         args += ["--protection", "1"]
-    key = data_mount_key(config, settings)
-    if not data_mount_current(config, key, settings):
-        key = key or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
-        args += [f"--{key}", mount_spec(settings)]
+    mp = data_mount_key(config, settings)
+    if not data_mount_current(config, mp, settings):
+        mp = mp or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
+        args += [f"--{mp}", mount_spec(settings)]
     return args
 
 
@@ -160,21 +181,28 @@ def boot_persistence(settings: Settings):
     tools = state.get("tools", {})
     units = state.get("units", {})
     minors = [g["minor"] for g in state.get("gpus") or [] if g.get("minor") is not None]
-    minors = minors or [int(p[len("/dev/nvidia"):]) for p in state.get("devices", {})
-                        if p[len("/dev/nvidia"):].isdigit()]
+    minors = minors or [
+        int(p[len("/dev/nvidia") :])
+        for p in state.get("devices", {})
+        if p[len("/dev/nvidia") :].isdigit()
+    ]
     wanted = {
         boot.MODULES_LOAD: boot.render_modules(settings.passthrough_extra_devices),
         f"{boot.UNIT_DIR}/{boot.UVM_UNIT}": boot.render_uvm_unit(
-            minors, tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
-            settings.passthrough_extra_devices),
+            minors,
+            tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
+            settings.passthrough_extra_devices,
+        ),
     }
     persistenced = tools.get("nvidia-persistenced")
     pers_unit = units.get(boot.PERSISTENCED_UNIT, {})
     if persistenced and boot.manages_persistenced(pers_unit):
-        wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(persistenced)
+        wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(
+            persistenced
+        )
     wrote_unit = False
     for path, text in wanted.items():
-        if digests.get(path) != _sha256(text):
+        if digests.get(path) != text_digest(text):
             yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
             yield write_file_command(path, text, mode="0644")
             wrote_unit = wrote_unit or path.endswith(".service")
@@ -183,16 +211,15 @@ def boot_persistence(settings: Settings):
     enable = [boot.UVM_UNIT]
     if persistenced or pers_unit.get("path"):
         enable.append(boot.PERSISTENCED_UNIT)
-    todo = [u for u in enable if wrote_unit or not units.get(u, {}).get("enabled")
-            or units.get(u, {}).get("active") != "active"]
+    todo = [
+        u
+        for u in enable
+        if wrote_unit
+        or not units.get(u, {}).get("enabled")
+        or units.get(u, {}).get("active") != "active"
+    ]
     if todo:
         yield StringCommand("systemctl", "enable", "--now", *todo)
-
-
-def _sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- container ----------------------------------------------------------------------------------
@@ -218,8 +245,9 @@ def container_present(vmid: int, settings: Settings):
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
-    template = default_template(settings.ct_template, state.get("pve_version"),
-                                state.get("templates", []))
+    template = default_template(
+        settings.ct_template, state.get("pve_version"), state.get("templates", [])
+    )
     template_file = template.split("/")[-1]
     if state and template_file not in state.get("templates", []):
         yield fail(
@@ -235,15 +263,19 @@ def restart_blocker(vmid: int, settings: Settings, ct: dict, reasons: list[str])
     if settings.restart_training:
         return None
     live = ct.get("live")
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     if live is None:
-        return (f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
-                f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
-                f"or pass --data restart_training=true")
-    if live.get("unit_active") in ACTIVE:
-        return (f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
-                f"{unit} is running in it: stop the training first, or pass --data "
-                f"restart_training=true to restart it anyway")
+        return (
+            f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
+            f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
+            f"or pass --data restart_training=true"
+        )
+    if live.get("unit_active") in RUNNING:
+        return (
+            f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+            f"{unit} is running in it: stop the training first, or pass --data "
+            f"restart_training=true to restart it anyway"
+        )
     return None
 
 
@@ -266,7 +298,9 @@ def gpu_passthrough(vmid: int, settings: Settings):
     state, ct = node_state(settings, vmid, "full")
     if not ct.get("exists"):
         return  # preview of a container that is created earlier in this run
-    plan = plan_passthrough(settings.passthrough_mode, settings.passthrough_extra_devices, state, ct)
+    plan = plan_passthrough(
+        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
+    )
     reasons = plan.restart_reasons
     if reasons:
         blocker = restart_blocker(vmid, settings, ct, reasons)
@@ -275,8 +309,10 @@ def gpu_passthrough(vmid: int, settings: Settings):
             return
     for args in plan.modprobe:
         call = f"nvidia-modprobe {' '.join(args)}"
-        message = (f"{call} failed on {host.name}: the NVIDIA device nodes cannot be created "
-                   f"(is the driver's module loaded? check dmesg)")
+        message = (
+            f"{call} failed on {host.name}: the NVIDIA device nodes cannot be created "
+            f"(is the driver's module loaded? check dmesg)"
+        )
         yield StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
     if plan.new_text is not None:
         yield write_file_command(f"/etc/pve/lxc/{vmid}.conf", plan.new_text)
@@ -330,16 +366,20 @@ def driver_userspace(vmid: int, settings: Settings):
         yield fail(missing_tools_line(vmid, missing))
         return
     if action == "install_kmod":
-        yield note(f"CT {vmid} lacks {', '.join(missing)} (kmod), which the NVIDIA installer "
-                   f"needs: installing kmod from the container's apt sources")
+        yield note(
+            f"CT {vmid} lacks {', '.join(missing)} (kmod), which the NVIDIA installer "
+            f"needs: installing kmod from the container's apt sources"
+        )
         yield StringCommand(
             f"pct exec {vmid} -- sh -c {shlex.quote(install_kmod_script(vmid, missing))}"
         )
     yield note(f"CT {vmid}: kernel module {target}, userspace {', '.join(wrong)}: reinstalling")
     name = installer.rsplit("/", 1)[-1]
     target_path = f"/root/{name}"
-    script = (f"test -s {target_path} && sh {target_path} --silent --no-kernel-modules; rc=$?; "
-              f"rm -f {target_path}; exit $rc")
+    script = (
+        f"test -s {target_path} && sh {target_path} --silent --no-kernel-modules; rc=$?; "
+        f"rm -f {target_path}; exit $rc"
+    )
     # pct push exits 0 even when the copy fails inside the container: the script checks it.
     yield StringCommand(
         f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target_path)} && "

@@ -39,17 +39,35 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.operations import files
 
 from ..facts.probe import probe_command
-from ..guard import delete_command, delete_refusal
 from ..facts.python_env import ContainerState
+from ..guard import delete_command, delete_refusal
 from ..locks import (
-    LockPlan, index_args, lock_plan, make_lock, netrc_text, parse_pins, redact, split_credentials,
-    training_pyproject, uv_wheel_hashes,
+    LockPlan,
+    index_args,
+    lock_plan,
+    make_lock,
+    netrc_text,
+    parse_pins,
+    redact,
+    split_credentials,
+    training_pyproject,
+    uv_wheel_hashes,
 )
 from ..settings import Settings
-from ..unit import started_record
+from ..unit import started_record, unit_file, unit_path
 from ..venvs import (
-    CACHE_PTH, LOCK_FILE, MARKER, SELECTED_FILE, build_reasons, drift, effective_python_version,
-    marker, next_number, prune_plan, python_minor, real_name,
+    CACHE_PTH,
+    LOCK_FILE,
+    MARKER,
+    SELECTED_FILE,
+    build_reasons,
+    drift,
+    effective_python_version,
+    marker,
+    next_number,
+    prune_plan,
+    python_minor,
+    real_name,
 )
 from .util import fail, note, run_point
 
@@ -61,10 +79,25 @@ LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
 BASELINE = "/var/lib/pvegpu/baseline-packages"
 #: Environment variables that would change what uv installs or from where; unset for every call.
 UV_UNSET = (
-    "UV_TORCH_BACKEND", "UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
-    "UV_INDEX_STRATEGY", "UV_FIND_LINKS", "UV_NO_INDEX", "UV_CONSTRAINT", "UV_OVERRIDE",
-    "UV_PRERELEASE", "UV_RESOLUTION", "UV_EXCLUDE_NEWER", "UV_CONFIG_FILE", "UV_OFFLINE",
-    "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_LINK_MODE", "VIRTUAL_ENV",
+    "UV_TORCH_BACKEND",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX_STRATEGY",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+    "UV_CONSTRAINT",
+    "UV_OVERRIDE",
+    "UV_PRERELEASE",
+    "UV_RESOLUTION",
+    "UV_EXCLUDE_NEWER",
+    "UV_CONFIG_FILE",
+    "UV_OFFLINE",
+    "UV_PYTHON",
+    "UV_SYSTEM_PYTHON",
+    "UV_LINK_MODE",
+    "VIRTUAL_ENV",
 )
 
 
@@ -92,8 +125,8 @@ def container_state(settings: Settings) -> dict:
         uv_bin=uv_bin(settings),
         venvs_dir=settings.venvs_dir,
         venv_path=settings.venv_path,
-        unit_path=f"/etc/systemd/system/{settings.training_unit_name}.service",
-        unit_name=f"{settings.training_unit_name}.service",
+        unit_path=unit_path(settings),
+        unit_name=unit_file(settings),
         cache_dir=settings.compile_cache_dir,
         started_path=started_record(settings),
         python=settings.python_interpreter,
@@ -127,8 +160,9 @@ def uv_env(settings: Settings) -> str:
     )
 
 
-def sync_argv(settings: Settings, uv: str, python: str, pyproject: str, lock: str,
-              offline: bool = False) -> list[str]:
+def sync_argv(
+    settings: Settings, uv: str, python: str, pyproject: str, lock: str, offline: bool = False
+) -> list[str]:
     """``uv pip sync`` of a hashed lock: exactly its packages, anything else removed.
 
     The requirements are the lock's pins in a pyproject that binds torch to the explicit torch
@@ -136,8 +170,18 @@ def sync_argv(settings: Settings, uv: str, python: str, pyproject: str, lock: st
     hashes, and ``--require-hashes`` refuses any file whose hash is not in it.
     """
     return [
-        uv, "pip", "sync", "--no-config", "--quiet", "--require-hashes", "--python", python,
-        *index_args(settings), "--constraints", lock, *(["--offline"] if offline else []),
+        uv,
+        "pip",
+        "sync",
+        "--no-config",
+        "--quiet",
+        "--require-hashes",
+        "--python",
+        python,
+        *index_args(settings),
+        "--constraints",
+        lock,
+        *(["--offline"] if offline else []),
         pyproject,
     ]
 
@@ -195,8 +239,9 @@ NETRC = "/root/.config/pvegpu/netrc"
 
 
 def has_credentials(settings: Settings) -> bool:
-    return any(split_credentials(u)[1] for u in (settings.package_index_url,
-                                                 settings.torch_index_url))
+    return any(
+        split_credentials(u)[1] for u in (settings.package_index_url, settings.torch_index_url)
+    )
 
 
 def reach_command(settings: Settings) -> str:
@@ -233,7 +278,19 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
         "set -e",
         f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
         delete_command([T, N], venvs_dir=V),
-        f"{env} {_q([uv, 'venv', '--no-config', '--quiet', '--relocatable', '--python', settings.python_interpreter, T])}",
+        f"{env} "
+        + _q(
+            [
+                uv,
+                "venv",
+                "--no-config",
+                "--quiet",
+                "--relocatable",
+                "--python",
+                settings.python_interpreter,
+                T,
+            ]
+        ),
         f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
         _file(lock, plan.text),
         _file(pyproject, training_pyproject(settings, lock_requirements(plan.text))),
@@ -241,7 +298,8 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     offline = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock, offline=True))}"
     online = f"{env} {_q(sync_argv(settings, uv, py, pyproject, lock))}"
     lines += [
-        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' >&2;"
+        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' "
+        ">&2;"
         f" else {reach}; {online}; fi",
     ]
     cache = settings.compile_cache_dir
@@ -253,8 +311,11 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     pth_b64 = base64.b64encode(pth.encode()).decode()
     lines += [
         f"for d in {shlex.quote(T)}/lib/python*/site-packages; do "
-        f"printf %s {pth_b64} | base64 -d > \"$d/{CACHE_PTH}\"; done",
-        _file(f"{T}/{MARKER}", json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n"),
+        f'printf %s {pth_b64} | base64 -d > "$d/{CACHE_PTH}"; done',
+        _file(
+            f"{T}/{MARKER}",
+            json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n",
+        ),
         f"mv {shlex.quote(T)} {shlex.quote(N)}",
     ]
     return "\n".join(lines)
@@ -269,7 +330,9 @@ def uv_error(lines: list[str]) -> str | None:
     'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
     >>> uv_error(["  × No solution found when resolving dependencies:",
     ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
-    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in the package registry ...'
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
+    the package registry ...'
     """
     picked = []
     for line in lines:
@@ -280,8 +343,13 @@ def uv_error(lines: list[str]) -> str | None:
     return " ".join(picked) if picked else None
 
 
-def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = (),
-                hints: dict[str, str] | None = None) -> FunctionCommand:
+def remote_step(
+    what: str,
+    script: str,
+    fix: str,
+    notes: tuple[str, ...] = (),
+    hints: dict[str, str] | None = None,
+) -> FunctionCommand:
     """Run ``script`` on the host; on failure log one line: what failed, why, and the fix
     (``hints``: a fix that replaces it when the reason contains the key)."""
 
@@ -289,7 +357,9 @@ def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = (),
         for line in notes:
             host.log_styled(line, fg="yellow", log_func=logger.warning)
         status, output = host.run_shell_command(
-            StringCommand(script), print_output=state.print_output, print_input=state.print_input,
+            StringCommand(script),
+            print_output=state.print_output,
+            print_input=state.print_input,
         )
         lines = [o.line for o in output.combined_lines]
         ours = [line.split("pvegpu: ", 1)[1] for line in lines if "pvegpu: " in line]
@@ -299,12 +369,15 @@ def remote_step(what: str, script: str, fix: str, notes: tuple[str, ...] = (),
             return True
         for line in lines:
             logger.debug(f"{host.name}: {redact(line)}")
-        reason = (ours[-1] if ours else None) or uv_error(lines) or next(
-            (line.strip() for line in reversed(lines) if line.strip()), "no output"
+        reason = (
+            (ours[-1] if ours else None)
+            or uv_error(lines)
+            or next((line.strip() for line in reversed(lines) if line.strip()), "no output")
         )
         fix_now = next((h for key, h in (hints or {}).items() if key in reason), fix)
-        host.log_styled(redact(f"{what} failed: {reason}; {fix_now}"), fg="red",
-                        log_func=logger.error)
+        host.log_styled(
+            redact(f"{what} failed: {reason}; {fix_now}"), fg="red", log_func=logger.error
+        )
         return False
 
     return FunctionCommand(step, (), {})
@@ -326,7 +399,10 @@ def index_credentials(settings: Settings) -> None:
         return
     files.put(
         name="Index credentials for uv in the container (netrc, mode 600)",
-        src=io.StringIO(text), dest=NETRC, mode="600", create_remote_dir=True,
+        src=io.StringIO(text),
+        dest=NETRC,
+        mode="600",
+        create_remote_dir=True,
     )
 
 
@@ -344,9 +420,12 @@ def uv_installed(settings: Settings):
     if state.get("uv_version") == settings.uv_version:
         return
     args = {
-        "version": settings.uv_version, "index": split_credentials(settings.package_index_url)[0],
-        "home": uv_home(settings), "hashes": uv_wheel_hashes(settings.uv_version),
-        "link": "/usr/local/bin/uv", "netrc": NETRC if has_credentials(settings) else None,
+        "version": settings.uv_version,
+        "index": split_credentials(settings.package_index_url)[0],
+        "home": uv_home(settings),
+        "hashes": uv_wheel_hashes(settings.uv_version),
+        "link": "/usr/local/bin/uv",
+        "netrc": NETRC if has_credentials(settings) else None,
     }
     yield remote_step(
         f"installing uv {settings.uv_version}",
@@ -358,13 +437,17 @@ def uv_installed(settings: Settings):
 def _python_problem(state: dict, settings: Settings) -> str | None:
     found = (state.get("python") or {}).get("version")
     if not found:
-        return (f"python_interpreter={settings.python_interpreter} does not run in the container: "
-                "install it (apt install python3) or set python_interpreter")
+        return (
+            f"python_interpreter={settings.python_interpreter} does not run in the container: "
+            "install it (apt install python3) or set python_interpreter"
+        )
     want = settings.python_version
     if want is not None and found != want and python_minor(found) != want:
-        return (f"python_interpreter={settings.python_interpreter} is Python {found}, "
-                f"python_version={want}: point python_interpreter at a Python {want} or set "
-                f"python_version={python_minor(found)} (and make the locks for it)")
+        return (
+            f"python_interpreter={settings.python_interpreter} is Python {found}, "
+            f"python_version={want}: point python_interpreter at a Python {want} or set "
+            f"python_version={python_minor(found)} (and make the locks for it)"
+        )
     return None
 
 
@@ -380,7 +463,8 @@ def controller_lock(settings: Settings, python_version: str) -> LockPlan:
         host.log_styled(
             f"wrote {plan.source} ({plan.reason}; made on this machine from the configured "
             "indexes): commit it; later deploys install exactly its files",
-            fg="yellow", log_func=logger.warning,
+            fg="yellow",
+            log_func=logger.warning,
         )
     return plan
 
@@ -409,7 +493,7 @@ def venv_built(settings: Settings):
         yield fail(problem)
         return
     python_version = effective_python_version(settings, state)
-    plan = lock_plan(settings, python_version)
+    plan = lock_plan(settings, python_version)  # type: ignore[arg-type]  # a version was found
     if plan.error:
         yield fail(plan.error)
         return
@@ -417,7 +501,7 @@ def venv_built(settings: Settings):
         if not host.state.is_executing:
             yield note(f"{plan.reason}: the deploy makes it on this machine")  # the preview
             return
-        plan = controller_lock(settings, python_version)
+        plan = controller_lock(settings, python_version)  # type: ignore[arg-type]
         if plan.error:
             yield fail(plan.error)
             return
@@ -428,21 +512,28 @@ def venv_built(settings: Settings):
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"
-    notes = [f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name)
-             else r for r in reasons]
+    notes = [
+        f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name) else r
+        for r in reasons
+    ]
     if state.get("uv_cache_same_fs") is False:
-        notes.append(f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
-                     f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking")
+        notes.append(
+            f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
+            f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking"
+        )
     yield remote_step(
         f"building {settings.build_venv}.next",
         build_script(settings, plan, (state.get("python") or {}).get("version")),
         f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
         "(the build restarts from scratch)",
         tuple(notes),
-        {"Hash mismatch": (
-            f"the index serves another file than {plan.source} records: refused; "
-            f"{settings.venv_path} still points at {live}, untouched; find out why the index "
-            "changed a released file (never edit the lock to match it)")},
+        {
+            "Hash mismatch": (
+                f"the index serves another file than {plan.source} records: refused; "
+                f"{settings.venv_path} still points at {live}, untouched; find out why the index "
+                "changed a released file (never edit the lock to match it)"
+            )
+        },
     )
 
 
@@ -461,8 +552,11 @@ def compile_caches(settings: Settings):
         return
     cache = shlex.quote(settings.compile_cache_dir)
     yield f"mkdir -p {cache}/inductor {cache}/triton"
-    remember(lambda doc: doc.update(cache_dir_exists=True,
-                                    compile_cache_dirs={"inductor": True, "triton": True}))
+    remember(
+        lambda doc: doc.update(
+            cache_dir_exists=True, compile_cache_dirs={"inductor": True, "triton": True}
+        )
+    )
 
 
 @operation()
@@ -480,7 +574,8 @@ def venv_checked(settings: Settings):
     from . import checks  # here: operations.checks imports this module
 
     yield from checks.torch_runtime._inner(
-        python=f"{settings.build_venv}.next/bin/python", settings=settings,
+        python=f"{settings.build_venv}.next/bin/python",
+        settings=settings,
     )
 
 
@@ -544,15 +639,19 @@ def venvs_pruned(settings: Settings):
     remove, in_use = prune_plan(state, settings)
     for name in in_use:
         pids = ", ".join(str(p) for p in (state["venvs"][name].get("in_use") or []))
-        host.log_styled(f"keeping {settings.venvs_dir}/{name}: in use by pid {pids}", fg="yellow",
-                        log_func=logger.warning)
+        host.log_styled(
+            f"keeping {settings.venvs_dir}/{name}: in use by pid {pids}",
+            fg="yellow",
+            log_func=logger.warning,
+        )
     if not remove:
         return
     V = settings.venvs_dir.rstrip("/")
     for name in [n for n in remove if delete_refusal(f"{V}/{n}", V)]:
         remove.remove(name)  # not a name pvegpu gives builds: never deleted
-        host.log_styled(f"keeping {V}/{name}: not a pvegpu build name", fg="yellow",
-                        log_func=logger.warning)
+        host.log_styled(
+            f"keeping {V}/{name}: not a pvegpu build name", fg="yellow", log_func=logger.warning
+        )
     if not remove:
         return
     yield StringCommand(delete_command([f"{V}/{name}" for name in remove], venvs_dir=V))
@@ -568,9 +667,13 @@ def drift_report(state: dict, settings: Settings) -> list[str]:
         return []  # no live venv: the torch runtime check says so
     where = f"{settings.venv_path} ({real})"
     if entry.get("locked") is None:
-        return [f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "
-                "run deploy.py to rebuild it from the lock"]
-    return [f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()]
+        return [
+            f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "
+            "run deploy.py to rebuild it from the lock"
+        ]
+    return [
+        f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()
+    ]
 
 
 @operation()
@@ -585,5 +688,8 @@ def venv_matches_lock(settings: Settings):
     """
     lines = drift_report(container_state(settings), settings)
     if lines:
-        yield fail(*lines, "fix: run deploy.py (it rebuilds the venv from its lock beside the "
-                           "live one and switches to it)")
+        yield fail(
+            *lines,
+            "fix: run deploy.py (it rebuilds the venv from its lock beside the "
+            "live one and switches to it)",
+        )

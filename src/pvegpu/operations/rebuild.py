@@ -13,18 +13,18 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..rebuild import pollution_lines
-from ..unit import RUNNING
-from ..venvs import LOCK_FILE, prune_plan
 from ..settings import Settings
+from ..unit import RUNNING, unit_file
+from ..venvs import LOCK_FILE, prune_plan
 from .python_env import BASELINE, container_state, remember, uv_bin
-from .util import fail
+from .util import fail, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
@@ -36,10 +36,14 @@ def refuse_while_training(settings: Settings, runner: str) -> str:
     """
     if settings.restart_training:
         return ""
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
+    refusal = (
+        f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+        "--data restart_training=true"
+    )
     return (
         f"if {runner} systemctl is-active --quiet {unit}; then echo "
-        f"{shlex.quote(f'{unit} is running: rebuild={settings.rebuild} refused; stop it, or add --data restart_training=true')}"
+        f"{shlex.quote(refusal)}"
         " >&2; exit 1; fi; "
     )
 
@@ -55,21 +59,27 @@ def pollution_report(settings: Settings):
     if not settings.rebuild:
         return
     found = host.get_fact(
-        Pollution, venv=settings.venv_path, uv_bin=uv_bin(settings), lock_file=LOCK_FILE,
-        baseline=BASELINE, usr_local_ours=OURS_IN_USR_LOCAL,
+        Pollution,
+        venv=settings.venv_path,
+        uv_bin=uv_bin(settings),
+        lock_file=LOCK_FILE,
+        baseline=BASELINE,
+        usr_local_ours=OURS_IN_USR_LOCAL,
         _ignore_errors=True,  # a container that does not exist yet has nothing to report
     )
     if not found:
-        host.log_styled("container not reachable: nothing to report before the rebuild",
-                        fg="yellow", log_func=logger.warning)
+        notice("container not reachable: nothing to report before the rebuild")
         return
     lines = pollution_lines(found, desired_pins(settings))
-    scope = ("the venv (every build)" if settings.rebuild == "venv"
-             else "the whole container: venv, /usr/local, apt packages")
-    host.log_styled(f"rebuild={settings.rebuild} replaces {scope}; differences found:",
-                    fg="yellow", log_func=logger.warning)
-    for line in lines or ["none (the rebuild starts from scratch anyway)"]:
-        host.log_styled(f"  {line}", fg="yellow", log_func=logger.warning)
+    scope = (
+        "the venv (every build)"
+        if settings.rebuild == "venv"
+        else "the whole container: venv, /usr/local, apt packages"
+    )
+    notice(
+        f"rebuild={settings.rebuild} replaces {scope}; differences found:",
+        *(f"  {line}" for line in lines or ["none (the rebuild starts from scratch anyway)"]),
+    )
     return
     yield
 
@@ -87,10 +97,12 @@ def venv_rebuild_allowed(settings: Settings):
     """
     if settings.rebuild != "venv" or settings.restart_training:
         return
-    unit = f"{settings.training_unit_name}.service"
+    unit = unit_file(settings)
     if container_state(settings).get("unit_active") in RUNNING:
-        yield fail(f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
-                   "--data restart_training=true")
+        yield fail(
+            f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+            "--data restart_training=true"
+        )
 
 
 @operation()
@@ -107,8 +119,7 @@ def old_builds_removed(settings: Settings):
     state = container_state(settings)
     remove, in_use = prune_plan(state, replace(settings, keep_venvs=1))
     for name in in_use:
-        host.log_styled(f"keeping {settings.venvs_dir}/{name}: a running process uses it",
-                        fg="yellow", log_func=logger.warning)
+        notice(f"keeping {settings.venvs_dir}/{name}: a running process uses it")
     if not remove:
         return
     V = settings.venvs_dir.rstrip("/")
@@ -156,7 +167,8 @@ def baseline_recorded(settings: Settings):
     if container_state(settings).get("baseline_exists"):
         return
     yield StringCommand(
-        f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > {BASELINE}.tmp"
+        f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > "
+        f"{BASELINE}.tmp"
         f" && mv {BASELINE}.tmp {BASELINE}"
     )
     remember(lambda doc: doc.update(baseline_exists=True))

@@ -28,11 +28,18 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..settings import Settings
 from ..unit import (
-    RUNNING, digest, render_unit, renamed_unit_line, running_other_units, training_matcher,
-    unit_file, unit_path, unit_plan,
+    RUNNING,
+    digest,
+    renamed_unit_line,
+    render_unit,
+    running_other_units,
+    training_matcher,
+    unit_file,
+    unit_path,
+    unit_plan,
 )
 from .python_env import container_state, remember
-from .util import fail, write_file_command
+from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
 LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
@@ -46,12 +53,6 @@ def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
     built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
     return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
-
-
-def notice(*lines: str) -> None:
-    """Print a visible notice now, without yielding a command (a notice is not a change)."""
-    for line in lines:
-        host.log_styled(line, fg="yellow", log_func=logger.warning)
 
 
 def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> StringCommand:
@@ -86,7 +87,9 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         if node is None:
             host.log_styled(
                 f"cannot clear leftover training processes: node host {node_name!r} is not in the "
-                "inventory (container hosts are @pct/<node>/<vmid>)", fg="red", log_func=logger.error,
+                "inventory (container hosts are @pct/<node>/<vmid>)",
+                fg="red",
+                log_func=logger.error,
             )
             return False
         args = {
@@ -97,32 +100,46 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
             "term_wait_s": 30,
             "log": LEFTOVER_LOG,
         }
-        status, output = node.run_shell_command(StringCommand(probe_command("training_leftovers", args)))
+        status, output = node.run_shell_command(
+            StringCommand(probe_command("training_leftovers", args))
+        )
         try:
-            doc = parse_probe_output("training_leftovers", list(output.stdout_lines)) if status else {}
+            doc = (
+                parse_probe_output("training_leftovers", list(output.stdout_lines))
+                if status
+                else {}
+            )
         except FactProcessError as e:
             doc = {"error": str(e)}
         if not status or doc.get("error"):
             reason = doc.get("error") or " ".join(output.stderr_lines[-3:]) or "no output"
-            host.log_styled(f"clearing leftover training processes on {node_name} failed: {reason}",
-                            fg="red", log_func=logger.error)
+            host.log_styled(
+                f"clearing leftover training processes on {node_name} failed: {reason}",
+                fg="red",
+                log_func=logger.error,
+            )
             return False
         for p in doc["killed"]:
             host.log_styled(
                 f"ended leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} "
-                f"({' '.join(p['argv'])})", fg="yellow", log_func=logger.warning,
+                f"({' '.join(p['argv'])})",
+                fg="yellow",
+                log_func=logger.warning,
             )
         for p in doc["foreign"]:
             host.log_styled(
                 f"GPU {gpu_list(p['gpus'])} is also used by process {p['pid']} "
                 f"({' '.join(p['argv']) or '?'}): not {unit}'s training, left alone",
-                fg="yellow", log_func=logger.warning,
+                fg="yellow",
+                log_func=logger.warning,
             )
         for p in doc["remaining"]:
             host.log_styled(
-                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived SIGKILL: "
-                f"not starting {unit_file(settings)}; check it on {node_name} (`ps -o stat= {p['pid']}`)",
-                fg="red", log_func=logger.error,
+                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived "
+                f"SIGKILL: not starting {unit_file(settings)}; check it on {node_name} "
+                f"(`ps -o stat= {p['pid']}`)",
+                fg="red",
+                log_func=logger.error,
             )
         return not doc["remaining"]
 
@@ -148,8 +165,9 @@ def unit_installed(settings: Settings):
     state = container_state(settings)
     if state.get("unit_digest") == digest(text):
         return
-    yield StringCommand(write_file_command(unit_path(settings), text, mode="0644"), "&&",
-                        "systemctl daemon-reload")
+    yield StringCommand(
+        write_file_command(unit_path(settings), text, mode="0644"), "&&", "systemctl daemon-reload"
+    )
     if state.get("unit_digest"):
         remember(lambda doc: doc.update(unit_digest=digest(text)))
 
@@ -160,9 +178,11 @@ def old_units_retired(settings: Settings, state: dict):
     (``unit_running`` refuses without), stopped, cleared of its own leftovers, then disabled."""
     for name, found in sorted((state.get("other_units") or {}).items()):
         if found.get("active") in RUNNING:
-            notice(f"{name} was the training unit before training_unit_name="
-                   f"{settings.training_unit_name}: stopping and disabling it "
-                   "(restart_training=true)")
+            notice(
+                f"{name} was the training unit before training_unit_name="
+                f"{settings.training_unit_name}: stopping and disabling it "
+                "(restart_training=true)"
+            )
             yield stop_and_wait_command(settings, name)
             yield clear_leftovers_command(settings, name)
         if found.get("enabled") == "enabled":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import shlex
 
-from pyinfra import logger
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 
@@ -22,6 +22,12 @@ def fail(*lines: str) -> FunctionCommand:
         return False
 
     return FunctionCommand(report, (), {})
+
+
+def notice(*lines: str) -> None:
+    """Print a visible notice now, without yielding a command (a notice is not a change)."""
+    for line in lines:
+        host.log_styled(line, fg="yellow", log_func=logger.warning)
 
 
 def note(*lines: str) -> FunctionCommand:

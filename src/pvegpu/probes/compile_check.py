@@ -27,7 +27,7 @@ FALLBACK_MARKS = (
     "cache_size_limit",
     "graph break",
 )
-out = {
+out: dict = {
     "ok": False,
     "error": None,
     "race": False,
@@ -50,7 +50,7 @@ try:
 except Exception as e:  # noqa: BLE001
     out["error"] = "cannot import torch.compile / flex_attention: " + first_line(e)
     print(json.dumps(out))
-    raise SystemExit(0)
+    raise SystemExit(0) from None
 
 seq = int(ARGS.get("seq") or 256)
 gpus = ARGS.get("gpus")

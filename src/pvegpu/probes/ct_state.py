@@ -125,7 +125,7 @@ def users(root):
 
     def hit(pid, path):
         if path and path.startswith(prefix):
-            found.setdefault(path[len(prefix):].split("/", 1)[0], set()).add(pid)
+            found.setdefault(path[len(prefix) :].split("/", 1)[0], set()).add(pid)
 
     me = os.getpid()
     try:
@@ -220,6 +220,7 @@ def same_fs(a, b):
             return os.stat(p or "/").st_dev
         except OSError:
             return None
+
     da, db = dev(a), dev(b)
     return None if da is None or db is None else da == db
 
@@ -238,8 +239,10 @@ def other_units(unit_path, unit_name):
         if name == unit_name or not name.endswith(".service") or os.path.islink(path):
             continue
         if (text(path) or "").startswith(UNIT_MARKER):
-            found[name] = {"active": run(["systemctl", "is-active", name])[1] or None,
-                           "enabled": run(["systemctl", "is-enabled", name])[1] or None}
+            found[name] = {
+                "active": run(["systemctl", "is-active", name])[1] or None,
+                "enabled": run(["systemctl", "is-enabled", name])[1] or None,
+            }
     return found
 
 
@@ -256,8 +259,12 @@ doc = {
     "venv_real": os.path.realpath(link) if os.path.islink(link) else None,
     "venv_path_is_dir": os.path.isdir(link) and not os.path.islink(link),
     "python": python_info(A["python"]) if A.get("python") else None,
-    "uv_cache_same_fs": same_fs(A["uv_cache_dir"], A["venvs_dir"]) if A.get("uv_cache_dir") else None,
-    "resolved_locks": sorted(os.listdir(locks_cache)) if locks_cache and os.path.isdir(locks_cache) else [],
+    "uv_cache_same_fs": same_fs(A["uv_cache_dir"], A["venvs_dir"])
+    if A.get("uv_cache_dir")
+    else None,
+    "resolved_locks": sorted(os.listdir(locks_cache))
+    if locks_cache and os.path.isdir(locks_cache)
+    else [],
     "unit_digest": digest(A["unit_path"]) if A.get("unit_path") else None,
     "unit_active": run(["systemctl", "is-active", unit])[1] if unit else None,
     "unit_enabled": run(["systemctl", "is-enabled", unit])[1] if unit else None,
@@ -268,11 +275,13 @@ doc = {
     # the apt package baseline recorded after creation (operations.rebuild.baseline_recorded)
     "baseline_exists": (
         os.path.isfile(A["baseline_path"]) and not os.path.islink(A["baseline_path"])
-        if A.get("baseline_path") else None
+        if A.get("baseline_path")
+        else None
     ),
     "compile_cache_dirs": (
         {sub: os.path.isdir(os.path.join(cache, sub)) for sub in ("inductor", "triton")}
-        if cache else None
+        if cache
+        else None
     ),
 }
 print(json.dumps(doc, sort_keys=True))

@@ -1,6 +1,7 @@
 # Installer (not a probe, same transport): put the pinned uv into its own directory, with the
 # container's system python3 and the standard library only (no pip, no ensurepip, no curl | sh).
-# ARGS is prepended: {"version": "0.13.9", "index": "<package_index_url>", "home": "/opt/pvegpu/uv-0.13.9",
+# ARGS is prepended: {"version": "0.13.9", "index": "<package_index_url>", "home":
+# "/opt/pvegpu/uv-0.13.9",
 #                     "hashes": {"<wheel file name>": "<sha256>"}, "link": "/usr/local/bin/uv",
 #                     "netrc": "<path>" or null}
 # The index URL carries no credentials: those are read from the netrc (basic auth), never argv.
@@ -37,7 +38,9 @@ def platform_ok(tags):
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError):
         libc = ""
-    glibc = tuple(int(x) for x in re.findall(r"\d+", libc)[:2]) if libc.startswith("glibc") else None
+    glibc = (
+        tuple(int(x) for x in re.findall(r"\d+", libc)[:2]) if libc.startswith("glibc") else None
+    )
     for tag in tags.split("."):
         if not tag.endswith("_" + machine):
             continue
@@ -71,8 +74,10 @@ try:
         body = r.read().decode("utf-8", "replace")
         page = r.geturl()
 except Exception as e:  # noqa: BLE001 - any failure is one line
-    die(f"package_index_url={A['index']} is not reachable from the container for uv=={version} "
-        f"({type(e).__name__}: {e}): fix package_index_url or start the mirror")
+    die(
+        f"package_index_url={A['index']} is not reachable from the container for uv=={version} "
+        f"({type(e).__name__}: {e}): fix package_index_url or start the mirror"
+    )
 
 candidates = []
 for href in re.findall(r'<a\s[^>]*href="([^"]+)"', body):
@@ -82,13 +87,15 @@ for href in re.findall(r'<a\s[^>]*href="([^"]+)"', body):
     m = re.fullmatch(rf"uv-{re.escape(version)}-[^-]+-[^-]+-(.+)\.whl", name)
     if not m or not platform_ok(m.group(1)):
         continue
-    index_sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+    index_sha = frag[len("sha256=") :] if frag.startswith("sha256=") else None
     want = A["hashes"].get(name) if A["hashes"] else index_sha
     if want:
         candidates.append((name, path, want, index_sha))
 if not candidates:
-    die(f"no uv=={version} wheel for {os.uname().machine} with a pinned sha256 at {page}: "
-        f"put uv=={version} (the version in uv.lock) on the package index")
+    die(
+        f"no uv=={version} wheel for {os.uname().machine} with a pinned sha256 at {page}: "
+        f"put uv=={version} (the version in uv.lock) on the package index"
+    )
 name, url, want, index_sha = candidates[0]
 
 parent = os.path.dirname(home)
@@ -105,7 +112,10 @@ try:
     except Exception as e:  # noqa: BLE001
         die(f"downloading {name} from {url} failed ({type(e).__name__}: {e})")
     if h.hexdigest() != want:
-        die(f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another file")
+        die(
+            f"{name} has sha256 {h.hexdigest()}, uv.lock pins {want}: the mirror serves another "
+            "file"
+        )
     new = os.path.join(tmp, "home")
     os.makedirs(os.path.join(new, "bin"))
     with zipfile.ZipFile(wheel) as z:
@@ -121,15 +131,21 @@ try:
             with open(dest, "wb") as f:
                 f.write(data)
             os.chmod(dest, 0o755)
-    got = subprocess.run([os.path.join(new, "bin", "uv"), "--version"], capture_output=True, text=True)
+    got = subprocess.run(
+        [os.path.join(new, "bin", "uv"), "--version"], capture_output=True, text=True
+    )
     if got.returncode != 0 or got.stdout.split()[1:2] != [version]:
-        die(f"the unpacked uv does not run or is not {version}: {got.stdout.strip()} {got.stderr.strip()}")
-    with open(os.path.join(new, "WHEEL-SHA256"), "w") as f:
-        f.write(f"{name} {want}\n")
-    remove_tree(home)  # the delete guard (pvegpu/guard.py, prepended): only under /opt/pvegpu
+        die(
+            f"the unpacked uv does not run or is not {version}: "
+            f"{got.stdout.strip()} {got.stderr.strip()}"
+        )
+    with open(os.path.join(new, "WHEEL-SHA256"), "w") as record:
+        record.write(f"{name} {want}\n")
+    # The delete guard (pvegpu/guard.py, prepended): only under /opt/pvegpu.
+    remove_tree(home)  # noqa: F821
     os.rename(new, home)
 finally:
-    remove_tree(tmp, ignore_errors=True)
+    remove_tree(tmp, ignore_errors=True)  # noqa: F821
 link = A.get("link")
 if link:
     os.makedirs(os.path.dirname(link), exist_ok=True)

@@ -24,8 +24,12 @@ LIBDIR = "/usr/lib/x86_64-linux-gnu"
 # First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
 # under another name are earlier training_unit_names (a rename must not run two trainers).
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
-             "/usr/lib/systemd/system")
+UNIT_DIRS = (
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/lib/systemd/system",
+    "/usr/lib/systemd/system",
+)
 
 
 def run(argv, timeout=120):
@@ -55,7 +59,10 @@ def pve_versions():
             versions[name.strip()] = rest.strip().split(" ")[0]
     manager = versions.get("pve-manager", "")
     m = re.match(r"(\d+\.\d+(?:\.\d+)?)", manager)
-    return {"pve_version": m.group(1) if m else None, "pve_container": versions.get("pve-container")}
+    return {
+        "pve_version": m.group(1) if m else None,
+        "pve_container": versions.get("pve-container"),
+    }
 
 
 def module_version(text):
@@ -77,12 +84,13 @@ PROC_GPUS = "/proc/driver/nvidia/gpus"
 def pci_key(text):
     """(domain, bus, device, function) of a PCI address in any spelling, else None: nvidia-smi
     prints 00000000:83:00.0, the kernel module's directory is 0000:83:00.0 (case differs too)."""
-    m = re.fullmatch(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])",
-                     (text or "").strip())
+    m = re.fullmatch(
+        r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])",
+        (text or "").strip(),
+    )
     if not m:
         return None
-    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16),
-            int(m.group(4)))
+    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4)))
 
 
 def info_minor(text):
@@ -123,7 +131,9 @@ def gpus():
                 "index": int(row["index"]),
                 "name": row["name"],
                 "uuid": row["uuid"],
-                "memory_total_mib": int(row["memory.total"]) if row["memory.total"].isdigit() else None,
+                "memory_total_mib": int(row["memory.total"])
+                if row["memory.total"].isdigit()
+                else None,
                 "pci_bus_id": row["pci.bus_id"],
                 # never the index: a public report shows index 3 with Device Minor 0
                 "minor": minors.get(pci_key(row["pci.bus_id"])),
@@ -134,8 +144,11 @@ def gpus():
 
 def compute_apps():
     code, out, _ = run(
-        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
-         "--format=csv,noheader,nounits"]
+        [
+            "nvidia-smi",
+            "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+            "--format=csv,noheader,nounits",
+        ]
     )
     apps = []
     if code == 0:
@@ -144,13 +157,19 @@ def compute_apps():
             if len(cells) == 4 and cells[0].isdigit():
                 raw = read(f"/proc/{cells[0]}/cmdline") or ""
                 cmdline = raw.replace("\0", " ").strip()
-                apps.append({"pid": int(cells[0]), "name": cells[1], "gpu_uuid": cells[3],
-                             "used_mib": int(cells[2]) if cells[2].isdigit() else None,
-                             "cmdline": cmdline,
-                             # exact argv (the verify stage matches the training command on it)
-                             "argv": raw.split("\0")[:-1] if raw else [],
-                             # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
-                             "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip()})
+                apps.append(
+                    {
+                        "pid": int(cells[0]),
+                        "name": cells[1],
+                        "gpu_uuid": cells[3],
+                        "used_mib": int(cells[2]) if cells[2].isdigit() else None,
+                        "cmdline": cmdline,
+                        # exact argv (the verify stage matches the training command on it)
+                        "argv": raw.split("\0")[:-1] if raw else [],
+                        # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
+                        "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip(),
+                    }
+                )
     return apps
 
 
@@ -212,7 +231,8 @@ CT_SCRIPT = r"""
 v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
 for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
 echo "smi $(command -v nvidia-smi)"
-for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
+for f in /dev/nvidia* /dev/nvidia-caps/*; do
+    [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
 echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
 for t in %(tools)s; do
   f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
@@ -231,15 +251,26 @@ echo "end"
 
 def container_view(vmid, unit):
     tools = " ".join(t for t in A.get("installer_tools", []) if re.fullmatch(r"[\w.-]+", t))
-    script = CT_SCRIPT % {"lib": LIBDIR, "unit": unit or "pvegpu-none.service",
-                          "tools": tools, "marker": UNIT_MARKER}
+    script = CT_SCRIPT % {
+        "lib": LIBDIR,
+        "unit": unit or "pvegpu-none.service",
+        "tools": tools,
+        "marker": UNIT_MARKER,
+    }
     code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
     if "not running" in err and code != 0:
         return "stopped", None
     if code != 0 or "\nend" not in "\n" + out:
         return None, None
-    view = {"driver_version": None, "libs": {}, "nvidia_smi": False, "devices": {},
-            "unit_active": None, "missing_tools": [], "other_units": {}}
+    view = {
+        "driver_version": None,
+        "libs": {},
+        "nvidia_smi": False,
+        "devices": {},
+        "unit_active": None,
+        "missing_tools": [],
+        "other_units": {},
+    }
     for line in out.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "module":
@@ -269,8 +300,17 @@ def container(vmid, detail, unit):
     if text is None:
         return {"exists": False}
     keys, raw, pending, pending_delete = parse_config(text)
-    info = {"exists": True, "status": None, "config": keys, "raw_lxc": raw, "text": text,
-            "pending": pending, "pending_delete": pending_delete, "live": None, "libcuda": None}
+    info = {
+        "exists": True,
+        "status": None,
+        "config": keys,
+        "raw_lxc": raw,
+        "text": text,
+        "pending": pending,
+        "pending_delete": pending_delete,
+        "live": None,
+        "libcuda": None,
+    }
     status = None
     if detail == "full":
         status, info["live"] = container_view(vmid, unit)
@@ -301,7 +341,8 @@ def unit_state(name):
                 wanted_by += v.split()
     enabled = bool(wanted_by) and all(
         os.path.lexists(f"/etc/systemd/system/{t}.wants/{name}")
-        or os.path.lexists(f"/etc/systemd/system/{t}.requires/{name}") for t in wanted_by
+        or os.path.lexists(f"/etc/systemd/system/{t}.requires/{name}")
+        for t in wanted_by
     )
     return {"path": path, "paths": paths, "enabled": enabled, "active": None}
 
@@ -340,7 +381,8 @@ doc = {
     "units": units(A.get("units", [])),
     "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},
     "templates": sorted(os.listdir("/var/lib/vz/template/cache"))
-    if os.path.isdir("/var/lib/vz/template/cache") else [],
+    if os.path.isdir("/var/lib/vz/template/cache")
+    else [],
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
 }
 if drv:

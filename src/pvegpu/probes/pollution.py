@@ -21,7 +21,9 @@ def venv_packages():
     if not os.path.exists(A["python"]):
         return None
     # --no-cache: a report must not write (uv caches interpreter info otherwise).
-    code, out = run([A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]])
+    code, out = run(
+        [A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]]
+    )
     if code != 0:
         return None
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out or "[]")}
@@ -57,5 +59,14 @@ def apt_extras():
     return sorted(set(out.split()) - baseline) if code == 0 else None
 
 
-print(json.dumps({"packages": venv_packages(), "lock": lock_text(), "usr_local": usr_local_files(),
-                  "apt_extras": apt_extras()}, sort_keys=True))
+print(
+    json.dumps(
+        {
+            "packages": venv_packages(),
+            "lock": lock_text(),
+            "usr_local": usr_local_files(),
+            "apt_extras": apt_extras(),
+        },
+        sort_keys=True,
+    )
+)

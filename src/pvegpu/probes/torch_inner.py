@@ -5,13 +5,13 @@ import json
 import sys
 import warnings
 
-doc = {"import_error": None, "python_version": sys.version.split()[0]}
+doc: dict = {"import_error": None, "python_version": sys.version.split()[0]}
 try:
     import torch
 except Exception as e:  # noqa: BLE001 (a broken install is a fact to report)
     doc["import_error"] = f"{type(e).__name__}: {e}".strip().splitlines()[0]
     print(json.dumps(doc))
-    raise SystemExit(0)
+    raise SystemExit(0) from None
 
 
 def first_line(e):
@@ -45,7 +45,7 @@ if available:
     except Exception as e:  # noqa: BLE001
         doc["init_error"] = first_line(e)
     for i in range(doc["device_count"]):
-        dev = {"index": i}
+        dev: dict = {"index": i}
         try:
             p = torch.cuda.get_device_properties(i)
             dev.update(

@@ -13,7 +13,8 @@
 # and it is a process of this container's training unit (its cgroup), or the training command
 # (the script run by the venv's python or a build's: also a stalled run started by hand) that no
 # other service of this container runs: a renamed or second unit's trainer is never ours to end.
-# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again right before each signal.
+# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again
+# right before each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
 # appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
 import json
@@ -37,11 +38,21 @@ def is_training_argv(argv):
 
 
 def smi(query):
-    p = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if p.returncode != 0:
-        raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[:1] or [f"exit {p.returncode}"])
-    return [[c.strip() for c in line.split(",")] for line in p.stdout.strip().splitlines() if line.strip()]
+        raise RuntimeError(
+            (p.stderr or p.stdout).strip().splitlines()[:1] or [f"exit {p.returncode}"]
+        )
+    return [
+        [c.strip() for c in line.split(",")]
+        for line in p.stdout.strip().splitlines()
+        if line.strip()
+    ]
 
 
 def argv_of(pid):
@@ -71,7 +82,9 @@ def in_unit(pid):
             lines = f.read().splitlines()
     except OSError:
         return False
-    return any(f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines)
+    return any(
+        f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines
+    )
 
 
 def other_unit(pid):
@@ -125,9 +138,16 @@ def signal_all(pids, sig, found):
             except ProcessLookupError:
                 continue
             sent.append(pid)
-            log({"time": round(time.time(), 3), "vmid": A["vmid"], "pid": pid,
-                 "signal": signal.Signals(sig).name, "gpus": found[pid]["gpus"],
-                 "argv": found[pid]["argv"]})
+            log(
+                {
+                    "time": round(time.time(), 3),
+                    "vmid": A["vmid"],
+                    "pid": pid,
+                    "signal": signal.Signals(sig).name,
+                    "gpus": found[pid]["gpus"],
+                    "argv": found[pid]["argv"],
+                }
+            )
     return sent
 
 
@@ -138,14 +158,15 @@ def wait_gone(pids, seconds):
     return [p for p in pids if alive(p)]
 
 
-doc = {"killed": [], "remaining": [], "foreign": [], "error": None}
+doc: dict = {"killed": [], "remaining": [], "foreign": [], "error": None}
 try:
     uuid_to_index = {u: int(i) for i, u in smi("--query-gpu=index,uuid")}
     apps = smi("--query-compute-apps=pid,gpu_uuid,used_memory")
 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
     doc["error"] = f"nvidia-smi on the node failed: {e}"
     apps, uuid_to_index = [], {}
-found, foreign = {}, {}
+found: dict = {}
+foreign: dict = {}
 for cells in apps:
     if len(cells) < 2 or not cells[0].isdigit():
         continue

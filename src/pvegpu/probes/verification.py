@@ -61,7 +61,8 @@ def run_inner(python, source, args=None, timeout=600, extra_env=None):
 
 def packages(venv):
     """name -> {"version", "requires"} of every distribution in the venv, from the headers of its
-    .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the controller)."""
+    .dist-info/METADATA (Requires-Dist lines kept verbatim; markers are judged on the
+    controller)."""
     found = {}
     for meta in glob.glob(
         os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info", "METADATA")
@@ -98,7 +99,9 @@ def unit_state():
     return {
         "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
         "started": read(A["started_path"]) if A.get("started_path") else None,
-        "built": mtime(os.path.join(os.path.realpath(build), ".pvegpu-build.json")) if build else None,
+        "built": mtime(os.path.join(os.path.realpath(build), ".pvegpu-build.json"))
+        if build
+        else None,
     }
 
 
@@ -157,5 +160,5 @@ if doc["present"]:
                 },
             )
         finally:
-            remove_tree(scratch, ignore_errors=True)  # the delete guard, prepended
+            remove_tree(scratch, ignore_errors=True)  # noqa: F821 (the delete guard, prepended)
 print(json.dumps(doc, sort_keys=True))

@@ -1,0 +1,186 @@
+"""Operations as tables, the way pyinfra tests its own (tests/operations/<op>/<case>.json: facts
+in, commands out): each case gives the fact document an operation reads and the exact commands
+it yields, so the glue inside operations (command order, variants) is pinned without a node.
+
+The operation's body is called through pyinfra's ``_inner``; its fact readers are replaced by
+the case's document. A yielded ``fail``/``note`` shows as ``fail: <lines>``/``note: <lines>``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api import FunctionCommand
+
+from pvegpu import boot
+from pvegpu.digests import text_digest
+from pvegpu.operations import proxmox, python_env
+from pvegpu.settings import Settings, defaults
+
+
+def shown(command) -> str:
+    """A yielded command as a line of the table (a file write as ``write <path> <mode>``)."""
+    if isinstance(command, FunctionCommand):
+        kind = command.function.__qualname__.split(".")[0]
+        lines = inspect.getclosurevars(command.function).nonlocals.get("lines")
+        return f"{kind}: {' | '.join(lines or ())}"
+    write = WRITE.fullmatch(str(command))
+    if write:
+        return f"write {write['path']} {write['mode'] or '-'}"
+    return str(command)
+
+
+WRITE = re.compile(r"printf %s \S+ \| base64 -d > (?P<path>\S+)\.pvegpu-tmp"
+                   r"(?: && chmod (?P<mode>\d+) \S+)? && mv -f \S+ \S+")
+
+
+def settings(**overrides) -> Settings:
+    return Settings.from_data({**defaults(), **overrides})
+
+
+# ---- python_env.venv_selected: the container document in, the link switches out ------------
+
+S = settings(venvs_dir="/root/venvs", venv_path="/root/venv")
+B = S.build_venv  # /root/venvs/torch-2.11.0-cu130
+N = S.build_name
+VENV_SELECTED = {
+    "already live: nothing": (
+        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}}, "venv_link": B},
+        [],
+    ),
+    "first build: promote .next to .b1, link it, switch the live link": (
+        {"venvs": {f"{N}.next": {}}, "venv_link": None},
+        [f"mv -T {B}.next /root/venvs/{N}.b1 && ln -sfn {N}.b1 {B}.pvegpu-tmp && "
+         f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected && "
+         f"ln -sfn {B} /root/venv.pvegpu-tmp && mv -T /root/venv.pvegpu-tmp /root/venv"],
+    ),
+    "a repaired live build: promote .next to .b2, the live link stays": (
+        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}, f"{N}.b1": {}, f"{N}.next": {}},
+         "venv_link": B},
+        [f"mv -T {B}.next /root/venvs/{N}.b2 && ln -sfn {N}.b2 {B}.pvegpu-tmp && "
+         f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected"],
+    ),
+    "swap to another built variant: only the live link moves": (
+        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}},
+         "venv_link": "/root/venvs/torch-2.11.0-cu128"},
+        [f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
+         "mv -T /root/venv.pvegpu-tmp /root/venv"],
+    ),
+    "a hand-made venv at venv_path: kept aside, never deleted": (
+        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}}, "venv_link": None,
+         "venv_path_is_dir": True},
+        ["mv -T /root/venv /root/venv.pre-pvegpu.$(date +%s) && "
+         f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
+         "mv -T /root/venv.pvegpu-tmp /root/venv"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(VENV_SELECTED))
+def test_venv_selected_table(monkeypatch, case):
+    doc, commands = VENV_SELECTED[case]
+    monkeypatch.setattr(python_env, "container_state", lambda settings: doc)
+    monkeypatch.setattr(python_env, "remember", lambda update: None)
+    assert [shown(c) for c in python_env.venv_selected._inner(settings=S)] == commands
+
+
+# ---- proxmox.gpu_passthrough: the node document in, modprobe/pct commands out, in order -----
+
+DEVICES = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(2)}
+DEVICES.update({"/dev/nvidiactl": {"major": 195, "minor": 255},
+                "/dev/nvidia-uvm": {"major": 508, "minor": 0}})
+MAJORS = {"nvidia": 195, "nvidia-uvm": 508}
+GPUS = [{"index": i, "minor": i} for i in range(2)]
+DEV_ARGS = ("--dev0 /dev/nvidia0 --dev1 /dev/nvidia1 --dev2 /dev/nvidiactl "
+            "--dev3 /dev/nvidia-uvm --dev4 /dev/nvidia-uvm-tools")
+WAIT = ("i=0; until pct exec 200 -- true >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 60 ] && "
+        "echo 'CT 200 started but pct exec does not answer after 60 s' >&2 && exit 1; sleep 1; "
+        "done")
+MODPROBE_UVM = ("nvidia-modprobe -u -c 0 || { echo 'nvidia-modprobe -u -c 0 failed on n1: the "
+                "NVIDIA device nodes cannot be created (is the driver'\"'\"'s module loaded? "
+                "check dmesg)' >&2; exit 1; }")
+
+
+def node_doc(status: str, devices=DEVICES, config=None) -> dict:
+    return {
+        "pve_version": "9.0.3", "devices": devices, "majors": MAJORS, "gpus": GPUS,
+        "containers": {"200": {"exists": True, "status": status, "config": config or {},
+                               "raw_lxc": [], "text": "arch: amd64\n", "live": None}},
+    }
+
+
+GPU_PASSTHROUGH = {
+    "no container yet (preview): nothing": ({"containers": {"200": {"exists": False}}}, []),
+    "stopped, nothing passed: create the missing uvm-tools node, set devN, start, wait": (
+        node_doc("stopped"),
+        [MODPROBE_UVM, f"pct set 200 {DEV_ARGS}", "pct start 200", WAIT],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GPU_PASSTHROUGH))
+def test_gpu_passthrough_table(monkeypatch, case):
+    doc, commands = GPU_PASSTHROUGH[case]
+    monkeypatch.setattr(proxmox, "read_state", lambda settings, vmids, ct_detail: doc)
+    monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
+    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, settings=settings())]
+    assert got == commands
+
+
+# ---- proxmox.boot_persistence: the node's file digests and units in, writes and enables out -
+
+UVM = "/etc/systemd/system/nvidia-uvm-init.service"
+PERS = "/etc/systemd/system/nvidia-persistenced.service"
+MODULES = "/etc/modules-load.d/nvidia.conf"
+
+
+def boot_doc(**overrides) -> dict:
+    doc = {"gpus": GPUS, "devices": DEVICES, "boot_files": {}, "units": {},
+           "tools": {"nvidia-modprobe": "/usr/bin/nvidia-modprobe",
+                     "nvidia-persistenced": "/usr/bin/nvidia-persistenced"}}
+    return {**doc, **overrides}
+
+
+def done_doc() -> dict:
+    """A node where boot_persistence already ran: digests of what it writes, units running."""
+    texts = {MODULES: boot.render_modules(()),
+             UVM: boot.render_uvm_unit([0, 1], "/usr/bin/nvidia-modprobe", ()),
+             PERS: boot.render_persistenced_unit("/usr/bin/nvidia-persistenced")}
+    running = {"paths": [], "enabled": "enabled", "active": "active"}
+    return boot_doc(boot_files={p: text_digest(text) for p, text in texts.items()},
+                    units={"nvidia-uvm-init.service": running,
+                           "nvidia-persistenced.service": dict(running, paths=[PERS])})
+
+
+BOOT_PERSISTENCE = {
+    "a fresh node: write the three files, reload, enable both units": (
+        boot_doc(),
+        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
+         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
+         "mkdir -p /etc/systemd/system", f"write {PERS} 0644",
+         "systemctl daemon-reload",
+         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+    ),
+    "Debian's persistenced unit exists: not written, only enabled": (
+        boot_doc(units={"nvidia-persistenced.service": {
+            "paths": ["/lib/systemd/system/nvidia-persistenced.service"],
+            "enabled": "disabled", "active": "inactive"}}),
+        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
+         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
+         "systemctl daemon-reload",
+         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+    ),
+    "already done: nothing (a second deploy is idempotent)": (done_doc(), []),
+    "no node document (preview before the node answers): nothing": ({}, []),
+}
+
+
+@pytest.mark.parametrize("case", list(BOOT_PERSISTENCE))
+def test_boot_persistence_table(monkeypatch, case):
+    doc, commands = BOOT_PERSISTENCE[case]
+    monkeypatch.setattr(proxmox, "read_state", lambda settings, *a, **k: doc)
+    got = [shown(c) for c in proxmox.boot_persistence._inner(settings=settings())]
+    assert got == commands
