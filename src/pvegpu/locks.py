@@ -548,14 +548,14 @@ def _write_atomically(
     os.replace(tmp, path)
 
 
-def uv_reason(lines: list[str]) -> str:
-    """uv's own explanation, as one line, from its output.
+def uv_error(lines: list[str]) -> str | None:
+    """uv's own explanation, as one line, from its output (None when it gave none).
 
-    >>> uv_reason(["error: No solution found when resolving dependencies",
-    ...            "  cause: Because transformers==9.9.9 was not found ...", "", "hint: ..."])
+    >>> uv_error(["error: No solution found when resolving dependencies",
+    ...           "  cause: Because transformers==9.9.9 was not found ...", "", "hint: ..."])
     'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
-    >>> uv_reason(["  × No solution found when resolving dependencies:",
-    ...            "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
+    >>> uv_error(["  × No solution found when resolving dependencies:",
+    ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
     ... # doctest: +NORMALIZE_WHITESPACE
     'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
     the package registry ...'
@@ -566,9 +566,18 @@ def uv_reason(lines: list[str]) -> str:
         s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:|cause:)\s*", "", s)
         if s != line.strip() and s:
             picked.append(s)
-    if picked:
-        return " ".join(picked)
-    return next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+    return " ".join(picked) if picked else None
+
+
+def uv_reason(lines: list[str]) -> str:
+    """:func:`uv_error`, else uv's last line of output.
+
+    >>> uv_reason(["resolving", "something odd"])
+    'something odd'
+    """
+    return uv_error(lines) or next(
+        (line.strip() for line in reversed(lines) if line.strip()), "no output"
+    )
 
 
 def uv_wheel_hashes(version: str, project: Path = PROJECT) -> dict[str, str]:

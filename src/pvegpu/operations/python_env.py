@@ -29,7 +29,6 @@ import base64
 import gzip
 import io
 import json
-import re
 import shlex
 
 from gevent import subprocess as gevent_subprocess
@@ -51,6 +50,7 @@ from ..locks import (
     redact,
     split_credentials,
     training_pyproject,
+    uv_error,
     uv_wheel_hashes,
 )
 from ..settings import Settings
@@ -322,25 +322,6 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
 
 
 # --- running a step with one clear line on failure -----------------------------------------------
-def uv_error(lines: list[str]) -> str | None:
-    """uv's own explanation, as one line, from its output.
-
-    >>> uv_error(["error: No solution found when resolving dependencies",
-    ...           "  cause: Because transformers==9.9.9 was not found ...", "", "hint: ..."])
-    'No solution found when resolving dependencies Because transformers==9.9.9 was not found ...'
-    >>> uv_error(["  × No solution found when resolving dependencies:",
-    ...           "  ╰─▶ Because torch==2.11.0+cu128 was not found in the package registry ..."])
-    ... # doctest: +NORMALIZE_WHITESPACE
-    'No solution found when resolving dependencies: Because torch==2.11.0+cu128 was not found in
-    the package registry ...'
-    """
-    picked = []
-    for line in lines:
-        s = line.strip()
-        s = re.sub(r"^(×|╰─▶|├─▶|│|error:|Caused by:|cause:)\s*", "", s)
-        if s != line.strip() and s:
-            picked.append(s)
-    return " ".join(picked) if picked else None
 
 
 def remote_step(
