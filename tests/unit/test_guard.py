@@ -4,6 +4,7 @@ and it refuses any path outside pvegpu's own build directories."""
 import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,12 @@ def test_remove_tree_refuses_before_touching_anything(tmp_path):
 
 
 def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
+    # Compared as whole texts, not split at "def": under mutmut guard.py holds many copies.
+    guard = resources.files("pvegpu").joinpath("guard.py").read_text()
     for name in ("install_uv", "verification"):
-        source = probe_source(name)
-        assert "def remove_tree(" in source and "shutil.rmtree(" not in source.split(
-            "def remove_tree(")[1].split("\ndef ", 1)[1], name
+        probe = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
+        assert probe_source(name) == guard + "\n" + probe, name
+        assert "def remove_tree(" in guard and "shutil.rmtree(" not in probe, name
     # The guard's source runs on its own, as prepended to a probe, and refuses /.
     code = probe_source("install_uv").split("\nversion, index, home")[0] + "\nremove_tree('/')\n"
     code = "ARGS = '{}'\n" + code
