@@ -258,10 +258,13 @@ def test_a_deploy_during_a_stop_in_progress(trainer_site):
     assert show(site, "ActiveState", "SubState") == {"ActiveState": "deactivating",
                                                      "SubState": "stop-sigterm"}
 
-    # The deploy meanwhile: the unit counts as running (deactivating), its start record is still
-    # there, so it changes nothing, starts nothing and says nothing about the stop.
+    # The deploy meanwhile: it starts nothing (that would queue behind the stop) and fails the
+    # host with one line saying why the training is not running.
     during = site.deploy()
-    assert during.rc == 0 and during.changed == 0, during.output[-4000:]
+    assert during.rc != 0, during.output[-4000:]
+    assert (f"{UNIT} is stopping (deactivating): not started; run deploy.py again once it has "
+            "stopped") in during.output, during.output[-4000:]
+    assert "Traceback" not in during.output
     assert "restart pending" not in during.output
     assert show(site, "ActiveState", "InvocationID") == {
         "ActiveState": "deactivating", "InvocationID": unit["InvocationID"]}
