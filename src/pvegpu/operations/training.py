@@ -230,8 +230,8 @@ def unit_running(settings: Settings):
     yield from old_units_retired(settings, state)
     active, reasons = start_state(settings, state)
     if active == "deactivating":
-        # A stop (maybe a 15-minute checkpoint) is in progress: starting now would queue behind it
-        # and stopping it again is not ours to do; a deploy that leaves no training running fails.
+        # A stop (maybe a 15-minute checkpoint) is in progress and someone asked for it: the deploy
+        # neither starts it nor interferes; one that leaves no training running fails, not passes.
         yield fail(stopping_line(unit))
         return
     if active not in RUNNING:
