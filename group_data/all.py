@@ -111,10 +111,12 @@ resume = True
 # Tokens per step and sequences per batch (defaults; see variant_overrides).
 token_budget = 65536
 max_batch_size = 64
-# Seconds systemd waits after SIGTERM before SIGKILL: long enough to write a checkpoint.
+# Seconds systemd waits after SIGTERM before SIGKILL: long enough to write a checkpoint (a child
+# that ignores SIGTERM after the trainer exits gets as long again: a stop takes at most twice this).
 training_stop_timeout_s = 900
 # Back-off of Restart=on-failure: seconds before each automatic restart, and at most this many
-# automatic restarts an hour (then the unit stays failed for a human to look).
+# starts an hour, the deploy's own start included (StartLimitBurst: 5 is 4 automatic restarts
+# right after a deploy), then the unit stays failed for a human to look.
 training_restart_delay_s = 30
 training_restart_burst = 5
 # PYTORCH_CUDA_ALLOC_CONF for the training process.

@@ -17,7 +17,7 @@ from pyinfra.api import FunctionCommand
 
 from pvegpu import boot
 from pvegpu.digests import text_digest
-from pvegpu.operations import proxmox, python_env
+from pvegpu.operations import proxmox, python_env, training
 from pvegpu.settings import Settings, defaults
 
 
@@ -183,4 +183,37 @@ def test_boot_persistence_table(monkeypatch, case):
     doc, commands = BOOT_PERSISTENCE[case]
     monkeypatch.setattr(proxmox, "read_state", lambda settings, *a, **k: doc)
     got = [shown(c) for c in proxmox.boot_persistence._inner(settings=settings())]
+    assert got == commands
+
+
+# ---- training.unit_running: the unit's state in, enable/start commands (or a refusal) out ----
+
+UNIT = "dflash-train.service"
+STOPPING = (f"fail: {UNIT} is stopping (deactivating): not started; run deploy.py again once it "
+            f"has stopped (`systemctl is-active {UNIT}` in the container says inactive or failed)")
+UNIT_RUNNING = {
+    "stopped: clear leftovers, start": (
+        {"unit_active": "inactive", "unit_enabled": "enabled"}, {},
+        ["clear_leftovers_command: ", f"systemctl start {UNIT}"],
+    ),
+    "failed (start limit): reset the failed state, then start": (
+        {"unit_active": "failed", "unit_enabled": "enabled"}, {},
+        ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
+    ),
+    "a stop in progress: fail the host with one line, start nothing": (
+        {"unit_active": "deactivating", "unit_enabled": "enabled"}, {}, [STOPPING],
+    ),
+    "a stop in progress, restart_training=true: the same (never a second stop)": (
+        {"unit_active": "deactivating", "unit_enabled": "enabled"}, {"restart_training": True},
+        [STOPPING],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UNIT_RUNNING))
+def test_unit_running_table(monkeypatch, case):
+    doc, overrides, commands = UNIT_RUNNING[case]
+    monkeypatch.setattr(training, "container_state", lambda settings: doc)
+    monkeypatch.setattr(training, "host", SimpleNamespace(name="ct200"))
+    got = [shown(c) for c in training.unit_running._inner(settings=settings(**overrides))]
     assert got == commands

@@ -94,6 +94,7 @@ def test_every_value_comes_from_settings():
                  "--dataset-dir /data/ds", "--checkpoint-dir /data/ck", "TimeoutStopSec=1800s",
                  "RestartSec=60s", "StartLimitBurst=3", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
                  "SyslogIdentifier=drafter", "RuntimeDirectory=pvegpu-drafter",
+                 "# Back off: at most 3 starts an hour", "2 automatic restarts right after a",
                  "--token-budget 1000", "--max-batch-size 64"):
         assert line in text, line
     assert "--resume" not in text

@@ -189,6 +189,18 @@ def old_units_retired(settings: Settings, state: dict):
             yield f"systemctl disable {shlex.quote(name)}"
 
 
+def stopping_line(unit: str) -> str:
+    """The line a deploy fails with while the unit is being stopped.
+
+    >>> stopping_line("dflash-train.service")[:55]
+    'dflash-train.service is stopping (deactivating): not st'
+    """
+    return (
+        f"{unit} is stopping (deactivating): not started; run deploy.py again once it has "
+        f"stopped (`systemctl is-active {unit}` in the container says inactive or failed)"
+    )
+
+
 @operation()
 def unit_running(settings: Settings):
     """Enable the unit; start it when it is not running; restart it only when asked.
@@ -199,6 +211,8 @@ def unit_running(settings: Settings):
 
     - another pvegpu training unit (an earlier ``training_unit_name``) runs: refuse without
       ``restart_training=true``; with it, stop it, clear its leftovers and disable it first;
+    - being stopped (deactivating): fail the host with one line, start nothing (run again once
+      it has stopped);
     - not running: clear leftover training processes on the training GPUs, then start;
     - running what a start now would run: nothing;
     - running an outdated unit or venv build: leave it running and print that a restart is
@@ -215,6 +229,11 @@ def unit_running(settings: Settings):
         yield f"systemctl enable {shlex.quote(unit)}"
     yield from old_units_retired(settings, state)
     active, reasons = start_state(settings, state)
+    if active == "deactivating":
+        # A stop (maybe a 15-minute checkpoint) is in progress and someone asked for it: the deploy
+        # neither starts it nor interferes; one that leaves no training running fails, not passes.
+        yield fail(stopping_line(unit))
+        return
     if active not in RUNNING:
         yield clear_leftovers_command(settings)
         yield start_command(settings, state)
