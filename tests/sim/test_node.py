@@ -37,6 +37,15 @@ def _exited(pid) -> bool:
     return False
 
 
+def _cmdline(pid) -> str:
+    """A process's command line, or "" once it has exited (the list of holders is a snapshot)."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def _gone(node_pid, mntns, state):
     assert _exited(node_pid)
     assert _mntns_holders(mntns) == []
@@ -50,7 +59,7 @@ def test_start_stop_leaves_nothing_behind(tmp_path):
     node = SimNode(tmp_path / "n")
     node.start()
     pid, mntns, port = node.pid, node._mntns, node.port
-    sshd = [p for p in _mntns_holders(mntns) if "sshd" in open(f"/proc/{p}/cmdline").read()]
+    sshd = [p for p in _mntns_holders(mntns) if "sshd" in _cmdline(p)]
     assert sshd
     node.stop()
     node.stop()  # idempotent
