@@ -54,6 +54,20 @@ def missing_tools_line(vmid, missing) -> str:
     )
 
 
+def missing_installer_line(vmid, driver: str, found: str, installer_dir: str) -> str:
+    """The one line for NVIDIA userspace the deploy cannot install: the .run installer of the
+    node's driver is not in ``installer_dir`` (``found``: what the container has instead).
+
+    >>> missing_installer_line(200, "580.95.05", "has none", "/root")[:55]
+    'CT 200 needs NVIDIA userspace 580.95.05 (has none), but'
+    """
+    return (
+        f"CT {vmid} needs NVIDIA userspace {driver} ({found}), but "
+        f"NVIDIA-Linux-x86_64-{driver}.run is not in {installer_dir} on the node: "
+        f"copy the installer of the node's driver there (or set nvidia_installer_dir)"
+    )
+
+
 def install_kmod_script(vmid, missing) -> str:
     """A sh script for inside the container: kmod from its own apt sources, non-interactive;
     on failure one line on stderr with apt's first error or warning, and exit 1.

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from .lxc_raw import DEV_KEY, is_our_raw_line, raw_lines_match, raw_lxc_lines, rewrite_config
+from .unit import RUNNING
 
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 CORE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -258,6 +259,31 @@ class Plan:
         if self.pending:
             reasons.append(f"pending {', '.join(self.pending)} apply only at start")
         return reasons + self.stale
+
+
+def restart_blocker(vmid: int, unit: str, live: dict | None, reasons: list[str]) -> str | None:
+    """Why a container that must restart for ``reasons`` may not be restarted now: its training
+    unit runs, or whether it runs could not be read (None: it may; ``restart_training`` skips
+    this). The one wording for the preflight and the passthrough operation.
+
+    >>> restart_blocker(200, "t.service", {"unit_active": "active"}, ["x"])[:46]
+    'CT 200 must restart to get its GPUs right (x),'
+    >>> restart_blocker(200, "t.service", {"unit_active": "inactive"}, ["x"]) is None
+    True
+    """
+    if live is None:
+        return (
+            f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
+            f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
+            f"or pass --data restart_training=true"
+        )
+    if live.get("unit_active") in RUNNING:
+        return (
+            f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+            f"{unit} is running in it: stop the training first, or pass --data "
+            f"restart_training=true to restart it anyway"
+        )
+    return None
 
 
 def select_mode(setting: str, pve_version: str | None) -> str:

@@ -14,11 +14,11 @@ from pyinfra.api.exceptions import PyinfraError
 from . import boot, node_lock, node_read, summary
 from .all_settings import load_all
 from .ct_template import default_template
-from .installer_tools import missing_tools_line, plan_tools
-from .passthrough import plan_passthrough, select_mode
+from .installer_tools import missing_installer_line, missing_tools_line, plan_tools
+from .passthrough import plan_passthrough, restart_blocker, select_mode
 from .settings import Settings
 from .training_preflight import node_training_paths, training_path_problems
-from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
+from .unit import renamed_unit_line, running_other_units, unit_file
 from .variants import driver_fit
 
 
@@ -132,7 +132,12 @@ def container_problems(
                 f"node: download it with `pveam download local {template}` or set ct_template"
             )
         if driver and not state.get("installer"):
-            problems.append(_installer_line(settings, node, vmid, driver, "none (new container)"))
+            problems.append(
+                f"{node}: "
+                + missing_installer_line(
+                    vmid, driver, "has none (new container)", settings.nvidia_installer_dir
+                )
+            )
         return problems, warnings
     config = ct.get("config", {})
     unpriv = config.get("unprivileged", "0") == "1"
@@ -146,20 +151,9 @@ def container_problems(
     )
     reasons = plan.restart_reasons
     live = ct.get("live")
-    if reasons and not settings.restart_training:
-        unit = unit_file(settings)
-        if live is None:
-            problems.append(
-                f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs "
-                "in it could not be read: check the container, or pass "
-                "--data restart_training=true"
-            )
-        elif live.get("unit_active") in RUNNING:
-            problems.append(
-                f"{node}: CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
-                f"{unit} is running in it: stop the training first, or pass --data "
-                f"restart_training=true to restart it anyway"
-            )
+    blocker = restart_blocker(vmid, unit_file(settings), live, reasons) if reasons else None
+    if blocker and not settings.restart_training:
+        problems.append(f"{node}: {blocker}")
     running_old = running_other_units((live or {}).get("other_units"))
     if running_old and not settings.restart_training:
         problems.append(renamed_unit_line(settings, f"{node}: CT {vmid}", running_old))
@@ -167,19 +161,15 @@ def container_problems(
         libcuda = (live.get("libs") or {}).get("libcuda.so.1")
         target = live.get("driver_version") or driver
         if libcuda != target and not state.get("installer"):
-            problems.append(_installer_line(settings, node, vmid, target, libcuda or "none"))
+            found = f"has {libcuda or 'none'}"
+            problems.append(
+                f"{node}: "
+                + missing_installer_line(vmid, target, found, settings.nvidia_installer_dir)
+            )
         action, missing = plan_tools(live.get("missing_tools"))
         if libcuda != target and action == "fail":  # the installer would abort: say so now
             problems.append(f"{node}: {missing_tools_line(vmid, missing)}")
     return problems, warnings
-
-
-def _installer_line(settings: Settings, node: str, vmid, driver: str, found: str) -> str:
-    return (
-        f"{node}: CT {vmid} needs NVIDIA userspace {driver} (has {found}), but "
-        f"NVIDIA-Linux-x86_64-{driver}.run is not in {settings.nvidia_installer_dir} on the node: "
-        f"copy the installer of the node's driver there (or set nvidia_installer_dir)"
-    )
 
 
 def check_fleet(state, inventory) -> dict[str, Settings]:

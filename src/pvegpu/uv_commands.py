@@ -14,8 +14,8 @@ is visible).
 from __future__ import annotations
 
 import shlex
-from importlib import resources
 
+from .facts.probe import probe_source
 from .locks import index_args, parse_pins, split_credentials
 from .settings import Settings
 
@@ -111,10 +111,11 @@ def has_credentials(settings: Settings) -> bool:
 
 def reach_command(settings: Settings) -> str:
     """The container-side check that both indexes answer (URLs without credentials): the
-    ``reach_indexes`` script of :mod:`pvegpu.probes`, run by ``python_interpreter``."""
+    ``reach_indexes`` probe (with the prelude, as every probe), run by ``python_interpreter``
+    with the URLs as arguments."""
     package, _ = split_credentials(settings.package_index_url)
     torch, _ = split_credentials(settings.torch_index_url)
-    script = resources.files("pvegpu.probes").joinpath("reach_indexes.py").read_text()
+    script = probe_source("reach_indexes")
     return (
         f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(script)} "
         f"{shlex.quote('package_index_url=' + package)} "

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.facts.probe import probe_source
+from pvegpu.facts.probe import PRELUDE_IMPORT, probe_source
 from pvegpu.guard import UnsafeDelete, delete_command, delete_refusal, remove_tree
 
 ROOT = Path(__file__).resolve().parents[2]
+PRELUDE = resources.files("pvegpu.probes").joinpath("prelude.py").read_text()
 
 
 @pytest.mark.parametrize("path, venvs_dir", [
@@ -61,7 +62,8 @@ def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
     guard = resources.files("pvegpu").joinpath("guard.py").read_text()
     for name in ("install_uv", "verification"):
         probe = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
-        assert probe_source(name) == guard + "\n" + probe, name
+        probe = PRELUDE_IMPORT.sub("", probe)
+        assert probe_source(name) == PRELUDE + "\n" + guard + "\n" + probe, name
         assert "def remove_tree(" in guard and "shutil.rmtree(" not in probe, name
     # The guard's source runs on its own, as prepended to a probe, and refuses /.
     code = probe_source("install_uv").split("\nversion, index, home")[0] + "\nremove_tree('/')\n"

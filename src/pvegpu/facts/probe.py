@@ -14,20 +14,31 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
 from importlib import resources
 
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
+#: A probe's import of the prelude's helpers: for readers and linters; the prelude itself is sent.
+PRELUDE_IMPORT = re.compile(r"^from pvegpu\.probes\.prelude import [\w, ]+(#.*)?\n", re.M)
+
 
 def probe_source(name: str) -> str:
-    """The probe's source; a probe that deletes (calls ``remove_tree``) gets the delete guard's
-    source (pvegpu/guard.py, plain Python) in front: pvegpu is not installed where probes run."""
-    text = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
+    """The probe's source as sent: the shared prelude (pvegpu/probes/prelude.py: ``run``,
+    ``read``, ``mtime``, ``digest``) in front, in place of the probe's import of it; a probe that
+    deletes (calls ``remove_tree``) also gets the delete guard's source (pvegpu/guard.py, plain
+    Python). pvegpu is not installed where probes run.
+
+    >>> "def run(" in probe_source("pollution") and "import pvegpu" not in probe_source("pollution")
+    True
+    """
+    probes = resources.files("pvegpu.probes")
+    text = PRELUDE_IMPORT.sub("", probes.joinpath(f"{name}.py").read_text())
     if "remove_tree(" in text:
         text = resources.files("pvegpu").joinpath("guard.py").read_text() + "\n" + text
-    return text
+    return probes.joinpath("prelude.py").read_text() + "\n" + text
 
 
 def probe_command(name: str, args: dict, python: str = "python3") -> str:

@@ -17,11 +17,16 @@ from pyinfra.api import StringCommand, operation
 from .. import boot, node_read
 from ..ct_template import default_template
 from ..digests import text_digest
-from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
-from ..passthrough import plan_passthrough
+from ..installer_tools import (
+    install_kmod_script,
+    missing_installer_line,
+    missing_tools_line,
+    plan_tools,
+)
+from ..passthrough import plan_passthrough, restart_blocker
 from ..preflight import node_read_args
 from ..settings import Settings
-from ..unit import RUNNING, unit_file
+from ..unit import unit_file
 from .util import fail, note, write_file_command
 
 
@@ -258,27 +263,6 @@ def container_present(vmid: int, settings: Settings):
     yield StringCommand(*(shlex.quote(a) for a in create_args(settings, vmid, template)))
 
 
-def restart_blocker(vmid: int, settings: Settings, ct: dict, reasons: list[str]) -> str | None:
-    """Why a running container may NOT be restarted now (None: it may)."""
-    if settings.restart_training:
-        return None
-    live = ct.get("live")
-    unit = unit_file(settings)
-    if live is None:
-        return (
-            f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
-            f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
-            f"or pass --data restart_training=true"
-        )
-    if live.get("unit_active") in RUNNING:
-        return (
-            f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
-            f"{unit} is running in it: stop the training first, or pass --data "
-            f"restart_training=true to restart it anyway"
-        )
-    return None
-
-
 @operation()
 def gpu_passthrough(vmid: int, settings: Settings):
     """Pass every NVIDIA device node the container needs, with majors read from the node, and
@@ -303,8 +287,8 @@ def gpu_passthrough(vmid: int, settings: Settings):
     )
     reasons = plan.restart_reasons
     if reasons:
-        blocker = restart_blocker(vmid, settings, ct, reasons)
-        if blocker:
+        blocker = restart_blocker(vmid, unit_file(settings), ct.get("live"), reasons)
+        if blocker and not settings.restart_training:
             yield fail(blocker)
             return
     for args in plan.modprobe:
@@ -353,11 +337,8 @@ def driver_userspace(vmid: int, settings: Settings):
         return
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:
-        yield fail(
-            f"CT {vmid} needs NVIDIA userspace {target} ({', '.join(wrong)}), but "
-            f"NVIDIA-Linux-x86_64-{target}.run is not in {settings.nvidia_installer_dir} on node "
-            f"{host.name}: copy the installer of the node's driver there"
-        )
+        has = ", ".join(wrong)
+        yield fail(missing_installer_line(vmid, target, has, settings.nvidia_installer_dir))
         return
     # nvidia-installer aborts without these, even with --no-kernel-modules: check them first
     # (read by the same container probe), install kmod's when only those are missing.

@@ -9,10 +9,10 @@
 # .building) has "build" (its .pvegpu-build.json), "python_ok", "built" (the marker's mtime),
 # "selected_at", "installed" ({name: version} from its dist-info METADATA), "locked" (the pins of
 # its .pvegpu-lock.txt) and "in_use" (pids whose maps, open files, cwd or argv[0] are inside it).
-import hashlib
 import json
 import os
-import subprocess
+
+from pvegpu.probes.prelude import digest, mtime, read, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
@@ -20,37 +20,6 @@ LOCK = ".pvegpu-lock.txt"
 SELECTED = ".pvegpu-selected"
 # First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER).
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
-
-
-def run(argv):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-        return p.returncode, p.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return 127, ""
-
-
-def digest(path):
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
-def mtime(path):
-    try:
-        return int(os.stat(path).st_mtime)
-    except OSError:
-        return None
-
-
-def text(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def norm(name):
@@ -100,7 +69,7 @@ def installed(path):
 
 
 def pins(path):
-    body = text(path)
+    body = read(path)
     if body is None:
         return None
     found, line = {}, ""
@@ -208,8 +177,8 @@ def venvs(root):
 
 
 def python_info(interp):
-    code, out = run([interp, "-c", "import platform; print(platform.python_version())"])
-    return {"path": interp, "version": out if code == 0 else None}
+    code, out, _ = run([interp, "-c", "import platform; print(platform.python_version())"])
+    return {"path": interp, "version": out.strip() if code == 0 else None}
 
 
 def same_fs(a, b):
@@ -238,16 +207,16 @@ def other_units(unit_path, unit_name):
         path = os.path.join(where, name)
         if name == unit_name or not name.endswith(".service") or os.path.islink(path):
             continue
-        if (text(path) or "").startswith(UNIT_MARKER):
+        if (read(path) or "").startswith(UNIT_MARKER):
             found[name] = {
-                "active": run(["systemctl", "is-active", name])[1] or None,
-                "enabled": run(["systemctl", "is-enabled", name])[1] or None,
+                "active": run(["systemctl", "is-active", name])[1].strip() or None,
+                "enabled": run(["systemctl", "is-enabled", name])[1].strip() or None,
             }
     return found
 
 
 uv_bin = A["uv_bin"]
-code, out = run([uv_bin, "--version"]) if os.path.exists(uv_bin) else (127, "")
+code, out, _ = run([uv_bin, "--version"]) if os.path.exists(uv_bin) else (127, "", "")
 link = A["venv_path"]
 unit = A.get("unit_name")
 cache = A.get("cache_dir")
@@ -266,11 +235,11 @@ doc = {
     if locks_cache and os.path.isdir(locks_cache)
     else [],
     "unit_digest": digest(A["unit_path"]) if A.get("unit_path") else None,
-    "unit_active": run(["systemctl", "is-active", unit])[1] if unit else None,
-    "unit_enabled": run(["systemctl", "is-enabled", unit])[1] if unit else None,
+    "unit_active": run(["systemctl", "is-active", unit])[1].strip() if unit else None,
+    "unit_enabled": run(["systemctl", "is-enabled", unit])[1].strip() if unit else None,
     "other_units": other_units(A["unit_path"], unit) if A.get("unit_path") else {},
     # what the running training unit started with (its ExecStartPre writes it; see pvegpu.unit)
-    "unit_started": text(A["started_path"]) if A.get("started_path") else None,
+    "unit_started": read(A["started_path"]) if A.get("started_path") else None,
     "cache_dir_exists": os.path.isdir(cache) if cache else None,
     # the apt package baseline recorded after creation (operations.rebuild.baseline_recorded)
     "baseline_exists": (

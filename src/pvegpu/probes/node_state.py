@@ -17,7 +17,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
+
+from pvegpu.probes.prelude import read, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -30,24 +31,6 @@ UNIT_DIRS = (
     "/lib/systemd/system",
     "/usr/lib/systemd/system",
 )
-
-
-def run(argv, timeout=120):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
-    except FileNotFoundError:
-        return 127, "", f"{argv[0]}: not found"
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{argv[0]}: timed out"
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def pve_versions():

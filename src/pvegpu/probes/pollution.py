@@ -4,25 +4,19 @@
 #  "baseline": "/var/lib/pvegpu/baseline-packages", "usr_local_ours": ["/usr/local/bin/uv"]}
 import json
 import os
-import subprocess
+
+from pvegpu.probes.prelude import run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
-
-
-def run(argv):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-        return p.returncode, p.stdout
-    except OSError:
-        return 127, ""
 
 
 def venv_packages():
     if not os.path.exists(A["python"]):
         return None
     # --no-cache: a report must not write (uv caches interpreter info otherwise).
-    code, out = run(
-        [A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]]
+    code, out, _ = run(
+        [A["uv_bin"], "pip", "list", "--no-cache", "--format", "json", "--python", A["python"]],
+        timeout=300,
     )
     if code != 0:
         return None
@@ -55,7 +49,7 @@ def apt_extras():
             baseline = set(f.read().split())
     except OSError:
         return None
-    code, out = run(["dpkg-query", "-W", "-f", "${Package}\\n"])
+    code, out, _ = run(["dpkg-query", "-W", "-f", "${Package}\\n"], timeout=300)
     return sorted(set(out.split()) - baseline) if code == 0 else None
 
 

@@ -13,29 +13,18 @@
 import glob
 import json
 import os
-import subprocess
 import tempfile
+
+from pvegpu.probes.prelude import mtime, read, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
 
-def run(argv, timeout=120, env=None):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-        return {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
-    except (FileNotFoundError, PermissionError):
-        return {"rc": 127, "stdout": "", "stderr": f"{argv[0]}: not found"}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "stdout": "", "stderr": f"{argv[0]}: timed out after {timeout} s"}
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
+def run_doc(argv, timeout=120, env=None):
+    """The prelude's run() as a document: {"rc", "stdout", "stderr"}."""
+    rc, out, err = run(argv, timeout=timeout, env=env)
+    return {"rc": rc, "stdout": out, "stderr": err}
 
 
 def run_inner(python, source, args=None, timeout=600, extra_env=None):
@@ -48,7 +37,7 @@ def run_inner(python, source, args=None, timeout=600, extra_env=None):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra_env or {})
     argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
-    r = run(argv, timeout=timeout, env=env)
+    r = run_doc(argv, timeout=timeout, env=env)
     for line in reversed(r["stdout"].splitlines()):
         if line.startswith("{"):
             try:
@@ -83,18 +72,11 @@ def packages(venv):
     return found
 
 
-def mtime(path):
-    try:
-        return int(os.stat(path).st_mtime)
-    except OSError:
-        return None
-
-
 def unit_state():
     unit = A.get("unit_name")
     if not unit:
         return None
-    r = run(["systemctl", "is-active", unit])
+    r = run_doc(["systemctl", "is-active", unit])
     build = A.get("build_venv")
     return {
         "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
@@ -121,7 +103,9 @@ doc = {
     "libs": {
         name: resolved(os.path.join(LIBDIR, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")
     },
-    "smi": run(["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]),
+    "smi": run_doc(
+        ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
+    ),
     "torch": None,
     "compile": None,
     "packages": None,
@@ -139,7 +123,7 @@ if doc["present"]:
         doc["marker"] = {"unreadable": True}
     uv = A.get("uv_bin")
     if uv and os.path.exists(uv):
-        r = run(
+        r = run_doc(
             [uv, "pip", "check", "--python", python],
             env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
         )
