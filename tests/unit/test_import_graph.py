@@ -42,7 +42,9 @@ def imported_names(path: Path, name: str, is_package: bool) -> set[str]:
 
 def import_graph(src: Path, package: str) -> dict[str, set[str]]:
     """Module -> the package's modules it imports; importing ``a.b.c`` also runs ``a`` and
-    ``a.b`` (their ``__init__``), so those count as edges too."""
+    ``a.b`` (their ``__init__``), so those count as edges too, except the importer's own parent
+    packages: Python has already started those before the importer runs, so a submodule that
+    imports a sibling (``from .verdict import Verdict``) does not cycle through its package."""
     files = module_files(src, package)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
@@ -51,7 +53,8 @@ def import_graph(src: Path, package: str) -> dict[str, set[str]]:
             parts = target.split(".")
             for i in range(1, len(parts) + 1):
                 prefix = ".".join(parts[:i])
-                if prefix in files and prefix != name:
+                own_parent = name.startswith(prefix + ".")
+                if prefix in files and prefix != name and not own_parent:
                     edges.add(prefix)
         graph[name] = edges
     return graph
@@ -110,5 +113,21 @@ def test_an_acyclic_package_passes_and_submodules_resolve(tmp_path):
     (pkg / "b.py").write_text("from pkg import c\n")
     (pkg / "c.py").write_text("import os\nname = 1\n")
     graph = import_graph(tmp_path, "pkg")
-    assert graph["pkg.a"] == {"pkg", "pkg.b", "pkg.c"} and graph["pkg.c"] == set()
+    assert graph["pkg.a"] == {"pkg.b", "pkg.c"} and graph["pkg.c"] == set()
     assert find_cycle(graph) is None
+
+
+def test_a_package_init_importing_its_submodules_is_not_a_cycle(tmp_path):
+    """``pkg/__init__.py`` re-exports ``pkg.v``, which imports its sibling ``pkg.w``: Python has
+    started ``pkg`` before ``pkg.v`` runs, so that is no cycle; ``pkg.w`` importing ``pkg.x``,
+    a module outside its parents that imports ``pkg.w`` back, is one."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .v import name\n")
+    (pkg / "v.py").write_text("from .w import name\n")
+    (pkg / "w.py").write_text("name = 1\n")
+    (pkg / "x.py").write_text("")
+    assert find_cycle(import_graph(tmp_path, "pkg")) is None
+    (pkg / "w.py").write_text("from . import x\nname = 1\n")
+    (pkg / "x.py").write_text("from .w import name\n")
+    assert find_cycle(import_graph(tmp_path, "pkg")) == ["pkg.w", "pkg.x", "pkg.w"]

@@ -10,7 +10,6 @@ from pyinfra.api import operation
 
 from .. import node_read
 from ..all_settings import load_all
-from ..checks import Verdict, torch_problems, verify
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
@@ -18,6 +17,7 @@ from ..report import report_document, table, verdict_line, write_report
 from ..settings import Settings
 from ..unit import started_record, unit_file
 from ..uv_commands import uv_bin
+from ..verification import Verdict, torch_problems, verify
 from .util import fail
 
 
@@ -67,7 +67,7 @@ def lock_for(
 ) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
     usable lock (the venv was built from the settings' pins: see
-    :func:`pvegpu.checks.package_drift`).
+    :func:`pvegpu.verification.package_drift`).
 
     Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
     lock applies only when its ``.in`` pins what the settings ask for), for the venv's Python
@@ -120,7 +120,7 @@ def verified(settings: Settings):
     :class:`ContainerVerification` (one ``pct exec``).
 
     In deploy.py a leftover training process on a training GPU that the training unit stage will
-    clear (see :func:`pvegpu.checks.verify`) is a warning; in verify.py it is a problem.
+    clear (see :func:`pvegpu.verification.verify`) is a warning; in verify.py it is a problem.
     """
     node_host = node_host_of(host)
     # the node's read (reused from this run's preflight when nothing changed since) and the
