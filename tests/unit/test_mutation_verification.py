@@ -1,0 +1,525 @@
+"""verify()'s pipeline (pvegpu/verification): behaviours the mutation run (bench/mutation.py)
+found unpinned. The summary, the table rows and the problem lines are asserted whole: the JSON
+report and the table print them, and each line is what a person acts on."""
+
+import pytest
+from tests.unit.test_verify_checks import run
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
+
+from pvegpu.verification import verify
+
+UNIT = "dflash-train.service"
+H200 = "NVIDIA H200"
+
+
+def test_summary_of_a_healthy_container_whole():
+    v = run()
+    assert v.summary == {
+        "torch": "2.11.0+cu130",
+        "torch_expected": "2.11.0+cu130",
+        "cuda": "13.0",
+        "cudnn": 91300,
+        "nccl": "2.27.7",
+        "arch_list": ["sm_80", "sm_90", "sm_100", "sm_120"],
+        "available": True,
+        "init_error": None,
+        "device_count": 8,
+        "expected_gpu_count": 8,
+        "target_gpus": [0, 1, 2, 3, 4],
+        "drafter_gpus": [5, 6, 7],
+        "driver_node": "580.95.05",
+        "driver_container": {"libcuda": "580.95.05", "libnvidia_ml": "580.95.05",
+                             "module": "580.95.05", "smi": None},
+        "node_gpu_count": 8,
+        "container_gpus": None,
+        "container_gpu_error": None,
+        "compute_apps": [],
+        "unit_active": None,
+        "restart_pending": [],
+        "venv": "/root/venv",
+        "venv_real": "/root/venvs/torch-2.11.0-cu130",
+        "packages": {"missing": [], "extra": [], "wrong": [],
+                     "basis": "its pins and their dependencies (no lock)"},
+        "compile": None,
+        "verify_level": "basic",
+    }
+
+
+def test_summary_without_any_facts_whole():
+    v = verify(settings(), {}, {}, where="CT 200 on n1", vmid=200)
+    assert v.summary == {
+        "torch": None, "torch_expected": "2.11.0+cu130", "cuda": None, "cudnn": None,
+        "nccl": None, "arch_list": [], "available": False, "init_error": None,
+        "device_count": None, "expected_gpu_count": 8, "target_gpus": [0, 1, 2, 3, 4],
+        "drafter_gpus": [5, 6, 7], "driver_node": None, "driver_container": {},
+        "node_gpu_count": None, "container_gpus": None, "container_gpu_error": None,
+        "compute_apps": [], "unit_active": None, "restart_pending": [], "venv": None,
+        "venv_real": None, "packages": None, "compile": None, "verify_level": "basic",
+    }
+    assert v.rows == []
+    assert v.lines() == [
+        "node facts: expected readable facts of node the node; found none (not reachable); "
+        "fix: check SSH to the node",
+        "container facts: expected CT 200 answers; found no answer; fix: start CT 200 "
+        "(pct start 200) or run deploy.py",
+    ]
+
+
+def test_summary_carries_the_facts_it_was_given():
+    ct = ct_facts()
+    ct.update(gpus=[{"index": 0}], gpu_error="boom", compile={"threads": []})
+    ct["torch"]["init_error"] = "none really"
+    apps = [{"pid": 7, "gpu_uuid": "GPU-" + UUID.format(9), "used_mib": 5}]
+    v = run(s=settings(verify_level="compile"), node=node_facts(apps=apps), ct=ct,
+            lock={"torch": "2.11.0+cu130"}, lock_source="locks/a.txt")
+    s = v.summary
+    assert (s["container_gpus"], s["container_gpu_error"], s["compile"]) == (
+        [{"index": 0}], "boom", {"threads": []})
+    assert (s["init_error"], s["compute_apps"], s["verify_level"]) == (
+        "none really", apps, "compile")
+    assert s["packages"] == {"missing": [], "extra": [], "wrong": [], "basis": "locks/a.txt"}
+
+
+def test_a_device_row_whole():
+    assert run().rows[0] == {
+        "gpu": 0, "node_gpu": 0, "name": H200, "uuid": UUID.format(0), "total_mib": 143771,
+        "free_mib": 143771, "capability": "9.0", "role": "target", "status": "ok",
+    }
+
+
+def test_rows_of_a_missing_training_gpu_and_an_unpassed_node_gpu_whole():
+    v = run(ct=ct_facts(gpus=range(7)))
+    assert v.rows[-2:] == [
+        {"gpu": 7, "node_gpu": None, "name": None, "uuid": None, "total_mib": None,
+         "free_mib": None, "capability": None, "role": "drafter", "status": "missing"},
+        {"gpu": None, "node_gpu": 7, "name": H200, "uuid": "GPU-" + UUID.format(7),
+         "total_mib": 143771, "free_mib": None, "capability": None, "role": "-",
+         "status": "not passed through"},
+    ]
+
+
+def test_node_rows_when_cuda_is_unavailable_whole():
+    ct = ct_facts()
+    ct["torch"].update(available=False, init_error="CUDA unknown error")
+    v = run(ct=ct)
+    assert len(v.rows) == 8
+    assert v.rows[3] == {
+        "gpu": None, "node_gpu": 3, "name": H200, "uuid": "GPU-" + UUID.format(3),
+        "total_mib": 143771, "free_mib": None, "capability": None, "role": "-",
+        "status": "not visible (CUDA unavailable)",
+    }
+
+
+# --- one scenario per problem and warning: every line asserted whole ------------------------------
+
+def ct_with(**torch):
+    ct = ct_facts()
+    ct["torch"].update(torch)
+    return ct
+
+
+def device(ct, n, **over):
+    ct["torch"]["devices"][n].update(over)
+    return ct
+
+
+def stopped_unit(ct):
+    ct["unit"] = {"active": "inactive", "started": None, "built": None}
+    return ct
+
+
+def app(pid, gpu, **over):
+    return {"pid": pid, "gpu_uuid": "GPU-" + UUID.format(gpu), **over}
+
+
+TRAIN = ["/root/venv/bin/python", "/data/dflash/train.py"]
+LEFTOVER = [app(21, 1, used_mib=70000, argv=TRAIN, cmdline=" ".join(TRAIN))]
+OTHERS = [
+    app(11, 1, used_mib=500, name="python", cgroup="0::/lxc/201/ns/user.slice"),
+    app(12, 2, used_mib=None, cgroup="0::/lxc/200/ns/user.slice"),
+    app(13, 3, used_mib=0, cmdline="python x.py"),
+    app(14, 9, used_mib=7, cmdline="x"),
+    app(15, 4, used_mib=9, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+]
+
+
+def uncounted_devices():
+    ct = ct_facts(gpus=range(7))
+    del ct["torch"]["device_count"]
+    return ct
+
+
+def node_with_gpu2_memory(mib):
+    node = node_facts()
+    node["gpus"][2]["memory_total_mib"] = mib
+    return node
+
+
+def running_unit_with_pending_restart():
+    ct = ct_facts()
+    ct["unit"] = {"active": "active", "started": "an older start record", "built": None}
+    return ct
+
+
+def odd_packages():
+    ct = ct_facts(packages={"torch": {"version": "2.11.0+cu128", "requires": []},
+                            "junk": {"version": "1", "requires": []}})
+    ct["pip_check"] = {"rc": 1, "output": "Checked 3 packages in 1ms\na 1 has requirement b>2\n"
+                                          "\nc\nd\ne"}
+    return ct
+
+
+def container_without_pip_check():
+    ct = ct_facts()
+    ct["pip_check"] = None
+    ct["gpu_error"] = "Failed to initialize NVML: Driver/library version mismatch"
+    return ct
+
+
+def userspace_of(version):
+    ct = ct_facts(libcuda=version)
+    ct["driver"]["smi"] = version
+    return ct
+
+
+def venv_missing():
+    ct = ct_facts()
+    ct["present"] = False
+    return ct
+
+
+def node_smi_failed():
+    node = node_facts()
+    node.update(gpus=None, gpu_error=[])
+    return node
+
+
+SCENARIOS = {
+    "device count from the device list": lambda: dict(ct=uncounted_devices()),
+    "torch reports more devices than it lists": lambda: dict(ct=ct_with(device_count=9)),
+    "memory 2% off is tolerated": lambda: dict(
+        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=98000)),
+    "memory over 2% off": lambda: dict(
+        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=97999)),
+    "another model; a newer minor runs on its major's cubin": lambda: dict(
+        ct=device(device(ct_facts(), 1, name="NVIDIA H100"), 4, capability="12.1")),
+    "arch of a newer GPU": lambda: dict(
+        ct=device(ct_with(arch_list=["sm_80", "sm_90"]), 3, capability="10.0")),
+    "unreadable device and unknown UUID": lambda: dict(
+        ct=device(device(ct_facts(), 0, error="cudaErrorUnknown"), 6, uuid=None)),
+    "processes of others, unit stopped": lambda: dict(
+        node=node_facts(apps=OTHERS), ct=stopped_unit(ct_facts())),
+    "leftover, unit stopped, verify.py": lambda: dict(
+        node=node_facts(apps=LEFTOVER), ct=stopped_unit(device(ct_facts(), 1, free_mib=1000))),
+    "leftover, unit stopped, deploying": lambda: dict(
+        node=node_facts(apps=LEFTOVER), ct=stopped_unit(device(ct_facts(), 1, free_mib=1000)),
+        deploying=True),
+    "leftover beside a running unit with a pending restart": lambda: dict(
+        node=node_facts(apps=LEFTOVER), ct=running_unit_with_pending_restart()),
+    "free memory low": lambda: dict(ct=device(ct_facts(), 5, free_mib=1023)),
+    "free memory just enough": lambda: dict(ct=device(ct_facts(), 5, free_mib=1024)),
+    "packages and pip check": lambda: dict(ct=odd_packages()),
+    "no uv pip check, nvidia-smi mismatch in the container": lambda: dict(
+        ct=container_without_pip_check()),
+    "no libcuda": lambda: dict(ct=ct_facts(libcuda=None)),
+    "userspace differs": lambda: dict(ct=userspace_of("580.82.07")),
+    "no venv": lambda: dict(ct=venv_missing()),
+    "torch import error": lambda: dict(ct=ct_with(import_error="ImportError: libx")),
+    "torch CUDA differs": lambda: dict(ct=ct_with(cuda="12.8")),
+    "CUDA init without reason": lambda: dict(
+        ct=ct_with(available=False, devices=[], device_count=0)),
+    "node nvidia-smi failed without output": lambda: dict(node=node_smi_failed()),
+    "no node driver": lambda: dict(node=node_facts(driver=None)),
+    "node GPU count": lambda: dict(node=node_facts(gpus=9)),
+    "driver too old": lambda: dict(node=node_facts(driver="570.86.10", gpus=8)),
+    "reduced driver": lambda: dict(
+        s=settings(torch_variant="cu128"), node=node_facts(driver="560.35.03"),
+        ct=ct_facts(version="2.11.0+cu128", cuda="12.8")),
+}
+
+
+def outcome(name):
+    v = run(**SCENARIOS[name]())
+    return {"lines": v.lines(), "gpu of each": [p.gpu for p in v.problems],
+            "warnings": v.warnings,
+            "status": {i: r["status"] for i, r in enumerate(v.rows) if r["status"] != "ok"}}
+
+
+EXPECTED = {
+    "device count from the device list": {
+        "lines": [
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); found 7 (node "
+            "GPU 7 not passed through); fix: pass every /dev/nvidiaN through to CT 200: run "
+            "deploy.py",
+            "GPU 7 (drafter): expected CUDA device 7 present in CT 200; found only 7 devices "
+            "(0..6); fix: pass the node's GPUs through to CT 200: run deploy.py",
+        ],
+        "gpu of each": [None, 7],
+        "warnings": [],
+        "status": {7: "missing", 8: "not passed through"},
+    },
+    "torch reports more devices than it lists": {
+        "lines": [
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); found 9; fix: "
+            "pass every /dev/nvidiaN through to CT 200: run deploy.py",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "memory 2% off is tolerated": {
+        "lines": [],
+        "gpu of each": [],
+        "warnings": [],
+        "status": {},
+    },
+    "memory over 2% off": {
+        "lines": [
+            "GPU 2 memory: expected 100000 MiB total (node GPU 2); found 97999 MiB in torch; "
+            "fix: check the GPU (MIG mode? nvidia-smi -q on the node)",
+        ],
+        "gpu of each": [2],
+        "warnings": [],
+        "status": {2: "memory differs"},
+    },
+    "another model; a newer minor runs on its major's cubin": {
+        "lines": [
+            "GPU 1 model: expected NVIDIA H200 (node GPU 1); found NVIDIA H100; fix: check "
+            "which GPU is passed through (pct config)",
+        ],
+        "gpu of each": [1],
+        "warnings": [],
+        "status": {1: "model differs"},
+    },
+    "arch of a newer GPU": {
+        "lines": [
+            "GPU 3 arch: expected sm_100 in the build's arch list; found sm_80 sm_90 for "
+            "compute capability 10.0; fix: choose a torch_variant built for this GPU",
+        ],
+        "gpu of each": [3],
+        "warnings": [],
+        "status": {3: "sm_100 unsupported"},
+    },
+    "unreadable device and unknown UUID": {
+        "lines": [
+            "GPU 0: expected its properties readable by torch; found cudaErrorUnknown; fix: "
+            "check the GPU on the node (nvidia-smi -q) and its passthrough",
+            "GPU 6 identity: expected a UUID the node's nvidia-smi lists; found no UUID; fix: "
+            "check the passthrough maps the node's GPUs (pct config; run deploy.py)",
+        ],
+        "gpu of each": [0, 6],
+        "warnings": [],
+        "status": {0: "unreadable", 6: "unknown to node", 8: "not passed through"},
+    },
+    "processes of others, unit stopped": {
+        "lines": [
+            "GPU 1 (target) free: expected no compute process but the training unit's; found "
+            "pid 11 in CT 201 (python) holding 500 MiB on node GPU 1; fix: node GPU 1 is also "
+            "in use by CT 201: stop that workload or pass CT 200 other GPUs (pvegpu never "
+            "stops another container's work)",
+            "GPU 2 (target) free: expected no compute process but the training unit's; found "
+            "pid 12 in CT 200 (outside dflash-train.service) (?) holding ? MiB on node GPU 2; "
+            "fix: if it is left from a killed run, stop it on node n1: kill 12 (then check "
+            "nvidia-smi)",
+            "GPU 3 (target) free: expected no compute process but the training unit's; found "
+            "pid 13 (python x.py) holding 0 MiB on node GPU 3; fix: if it is left from a "
+            "killed run, stop it on node n1: kill 13 (then check nvidia-smi)",
+            "GPU 4 (target) free: expected no compute process but the training unit's; found "
+            "leftover training process 15 in CT 200 (dflash-train.service, inactive) (?) "
+            "holding 9 MiB on node GPU 4; fix: run deploy.py: it clears leftover training "
+            "processes before it starts the unit",
+        ],
+        "gpu of each": [1, 2, 3, 4],
+        "warnings": [
+            "pid 14 (x) holding 7 MiB on node GPU None, not a training GPU of CT 200",
+        ],
+        "status": {1: "held by pid 11", 2: "held by pid 12", 3: "held by pid 13",
+                   4: "held by pid 15"},
+    },
+    "leftover, unit stopped, verify.py": {
+        "lines": [
+            "GPU 1 (target) free: expected no compute process but the training unit's; found "
+            "leftover training process 21 (/root/venv/bin/python /data/dflash/train.py) "
+            "holding 70000 MiB on node GPU 1; fix: run deploy.py: it clears leftover training "
+            "processes before it starts the unit",
+            "GPU 1 (target) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1000 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [1, 1],
+        "warnings": [],
+        "status": {1: "held by pid 21; low free memory"},
+    },
+    "leftover, unit stopped, deploying": {
+        "lines": [],
+        "gpu of each": [],
+        "warnings": [
+            "leftover training process 21 on GPU 1: cleared before the unit starts",
+        ],
+        "status": {1: "leftover pid 21 (cleared before start)"},
+    },
+    "leftover beside a running unit with a pending restart": {
+        "lines": [
+            "GPU 1 (target) free: expected no compute process but the training unit's; found "
+            "leftover training process 21 (/root/venv/bin/python /data/dflash/train.py) "
+            "holding 70000 MiB on node GPU 1; fix: a second copy of the training beside the "
+            "running dflash-train.service: stop it on node n1 (kill 21), or run deploy.py "
+            "--data restart_training=true (it stops the unit, clears leftover training "
+            "processes, starts it)",
+        ],
+        "gpu of each": [1],
+        "warnings": [],
+        "status": {1: "held by pid 21"},
+    },
+    "free memory low": {
+        "lines": [
+            "GPU 5 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1023 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [5],
+        "warnings": [],
+        "status": {5: "low free memory"},
+    },
+    "free memory just enough": {
+        "lines": [],
+        "gpu of each": [],
+        "warnings": [],
+        "status": {},
+    },
+    "packages and pip check": {
+        "lines": [
+            "venv packages: expected exactly its pins and their dependencies (no lock); found "
+            "wrong torch 2.11.0+cu128 (want 2.11.0+cu130); extra junk==1; fix: run deploy.py "
+            "(re-syncs the venv), or deploy.py --data rebuild=venv",
+            "venv dependencies: expected uv pip check clean; found a 1 has requirement b>2; c; "
+            "d; fix: run deploy.py --data rebuild=venv",
+        ],
+        "gpu of each": [None, None],
+        "warnings": [],
+        "status": {},
+    },
+    "no uv pip check, nvidia-smi mismatch in the container": {
+        "lines": [],
+        "gpu of each": [],
+        "warnings": [
+            "nvidia-smi in CT 200: Failed to initialize NVML: Driver/library version mismatch",
+            "uv pip check not run (uv not installed in the container)",
+        ],
+        "status": {},
+    },
+    "no libcuda": {
+        "lines": [
+            "driver parity: expected libcuda.so.580.95.05 in CT 200 (= node); found no "
+            "libcuda.so.1 in CT 200; fix: run deploy.py (installs "
+            "NVIDIA-Linux-x86_64-580.95.05.run --no-kernel-modules in the container)",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "userspace differs": {
+        "lines": [
+            "driver parity: expected container userspace 580.95.05 (= node's module); found "
+            "libcuda 580.82.07, libnvidia-ml 580.82.07, nvidia-smi 580.82.07 in CT 200; fix: "
+            "run deploy.py: it installs the node driver's exact userspace",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "no venv": {
+        "lines": [
+            "venv: expected /root/venv with torch 2.11.0+cu130; found no "
+            "/root/venv/bin/python; fix: run deploy.py (it builds the venv and links it)",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": dict.fromkeys([0, 1, 2, 3, 4, 5, 6, 7], "not visible (CUDA unavailable)"),
+    },
+    "torch import error": {
+        "lines": [
+            "torch import: expected import torch works in /root/venv; found ImportError: libx; "
+            "fix: run deploy.py --data rebuild=venv",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": dict.fromkeys([0, 1, 2, 3, 4, 5, 6, 7], "not visible (CUDA unavailable)"),
+    },
+    "torch CUDA differs": {
+        "lines": [
+            "torch CUDA: expected torch.version.cuda 13.0 (cu130); found 12.8; fix: run "
+            "deploy.py --data rebuild=venv",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "CUDA init without reason": {
+        "lines": [
+            "CUDA init: expected torch.cuda.is_available() is True; found CUDA error: "
+            "is_available() is False, no CUDA device visible; fix: check the driver parity and "
+            "the GPU passthrough of CT 200: run deploy.py",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": dict.fromkeys([0, 1, 2, 3, 4, 5, 6, 7], "not visible (CUDA unavailable)"),
+    },
+    "node nvidia-smi failed without output": {
+        "lines": [
+            "node GPUs: expected nvidia-smi on n1 lists the GPUs; found nvidia-smi failed; "
+            "fix: fix the node's driver install (nvidia-smi must work on the node)",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "no node driver": {
+        "lines": [
+            "node driver: expected an NVIDIA driver >= 580.65.06 loaded on n1; found none "
+            "(/proc/driver/nvidia/version missing); fix: install the NVIDIA driver >= "
+            "580.65.06 on the node and reboot",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "node GPU count": {
+        "lines": [
+            "node GPU count: expected 8 (expected_gpu_count); found 9 listed by nvidia-smi on "
+            "n1; fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {8: "not passed through"},
+    },
+    "driver too old": {
+        "lines": [
+            "driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node n1; "
+            "fix: upgrade the node's NVIDIA driver to >= 580.65.06 (then deploy.py matches the "
+            "container), or set torch_variant to a build the driver supports",
+            "driver parity: expected container userspace 570.86.10 (= node's module); found "
+            "libcuda 580.95.05, libnvidia-ml 580.95.05 in CT 200; fix: run deploy.py: it "
+            "installs the node driver's exact userspace",
+        ],
+        "gpu of each": [None, None],
+        "warnings": [],
+        "status": {},
+    },
+    "reduced driver": {
+        "lines": [
+            "driver parity: expected container userspace 560.35.03 (= node's module); found "
+            "libcuda 580.95.05, libnvidia-ml 580.95.05 in CT 200; fix: run deploy.py: it "
+            "installs the node driver's exact userspace",
+        ],
+        "gpu of each": [None],
+        "warnings": [
+            "driver 560.35.03 runs cu128 only in CUDA minor-version compatibility mode "
+            "(reduced features); >= 570.26 recommended",
+        ],
+        "status": {},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_each_problem_and_warning_whole(name):
+    assert outcome(name) == EXPECTED[name]
