@@ -12,10 +12,11 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import boot, node_lock, node_read, summary
+from .all_settings import load_all
 from .ct_template import default_template
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
-from .settings import Settings, load_all
+from .settings import Settings
 from .training_preflight import node_training_paths, training_path_problems
 from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
 from .verification import Verdict, check_node_driver, check_node_gpus
@@ -186,11 +187,6 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
         except PyinfraError as e:
             state.pvegpu_preflight_error = e
             raise
-
-
-def node_failures(state) -> dict[str, list[str]]:
-    """{node name: problem lines} of the nodes that must not be touched in this run."""
-    return getattr(state, "pvegpu_node_failures", None) or {}
 
 
 def node_read_args(s: Settings) -> dict:

@@ -9,14 +9,15 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from .. import node_read
+from ..all_settings import load_all
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
-from ..settings import Settings, load_all
+from ..settings import Settings
 from ..unit import started_record, unit_file
+from ..uv_commands import uv_bin
 from ..verification import Verdict, torch_problems, verify
-from .python_env import uv_bin
 from .util import fail
 
 
