@@ -6,7 +6,8 @@ import pytest
 from tests.unit.test_verify_checks import run
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
-from pvegpu.verification import verify
+from pvegpu.unit import training_matcher
+from pvegpu.verification import cleared_at_start, verify
 
 UNIT = "dflash-train.service"
 H200 = "NVIDIA H200"
@@ -216,6 +217,9 @@ SCENARIOS = {
         deploying=True),
     "leftover beside a running unit with a pending restart": lambda: dict(
         node=node_facts(apps=LEFTOVER), ct=running_unit_with_pending_restart()),
+    "a stray process beside a running unit with a pending restart": lambda: dict(
+        node=node_facts(apps=[app(31, 2, used_mib=5, cmdline="python x.py")]),
+        ct=running_unit_with_pending_restart()),
     "free memory low": lambda: dict(ct=device(ct_facts(), 5, free_mib=1023)),
     "free memory just enough": lambda: dict(ct=device(ct_facts(), 5, free_mib=1024)),
     "packages and pip check": lambda: dict(ct=odd_packages()),
@@ -370,6 +374,16 @@ EXPECTED = {
         "warnings": [],
         "status": {1: "held by pid 21"},
     },
+    "a stray process beside a running unit with a pending restart": {
+        "lines": [
+            "GPU 2 (target) free: expected no compute process but the training unit's; found "
+            "pid 31 (python x.py) holding 5 MiB on node GPU 2; fix: if it is left from a "
+            "killed run, stop it on node n1: kill 31 (then check nvidia-smi)",
+        ],
+        "gpu of each": [2],
+        "warnings": [],
+        "status": {2: "held by pid 31"},
+    },
     "free memory low": {
         "lines": [
             "GPU 5 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1023 "
@@ -523,3 +537,12 @@ EXPECTED = {
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_each_problem_and_warning_whole(name):
     assert outcome(name) == EXPECTED[name]
+
+
+def test_without_a_unit_name_only_the_training_command_is_cleared():
+    m = training_matcher(settings())
+    in_ct = {"argv": ["/usr/bin/python3", "x.py"],
+             "cgroup": "0::/lxc/200/ns/system.slice/x.service"}
+    assert not cleared_at_start(in_ct, 200, None, m)
+    assert not cleared_at_start(in_ct, 200, "", m)
+    assert cleared_at_start(in_ct, 200, "x.service", m)
