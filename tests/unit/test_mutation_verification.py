@@ -546,3 +546,30 @@ def test_without_a_unit_name_only_the_training_command_is_cleared():
     assert not cleared_at_start(in_ct, 200, None, m)
     assert not cleared_at_start(in_ct, 200, "", m)
     assert cleared_at_start(in_ct, 200, "x.service", m)
+
+
+@pytest.mark.parametrize("error, gpus, warned", [
+    ("Failed to initialize NVML: Driver/library version mismatch", None, True),
+    ("Failed to initialize NVML: Driver/library version mismatch", [{"index": 0}], True),
+    ("NVIDIA-SMI has failed", None, True),
+    ("NVIDIA-SMI has failed", [{"index": 0}], False),  # it listed GPUs: nothing to add
+    ("nvidia-smi not installed", None, False),  # the driver parity line says more
+])
+def test_container_nvidia_smi_failure_is_a_warning_only_when_it_says_more(error, gpus, warned):
+    ct = ct_facts()
+    ct.update(gpu_error=error, gpus=gpus)
+    assert run(ct=ct).warnings == ([f"nvidia-smi in CT 200: {error}"] if warned else [])
+
+
+def test_node_nvidia_smi_error_lines_are_joined():
+    node = node_facts()
+    node.update(gpus=None, gpu_error=["nvidia-smi failed (exit 9):", "No devices were found"])
+    (problem,) = run(node=node).problems
+    assert problem.found == "nvidia-smi failed (exit 9): No devices were found"
+
+
+def test_a_device_without_a_role_is_listed_with_a_dash():
+    s = settings(target_gpus=[0, 1, 2], drafter_gpus=[3])
+    v = run(s=s)
+    assert v.ok, v.lines()
+    assert [r["role"] for r in v.rows] == ["target"] * 3 + ["drafter"] + ["-"] * 4
