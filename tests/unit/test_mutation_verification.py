@@ -170,6 +170,12 @@ def odd_packages():
     return ct
 
 
+def pip_check_of(result):
+    ct = ct_facts()
+    ct["pip_check"] = result
+    return ct
+
+
 def container_without_pip_check():
     ct = ct_facts()
     ct["pip_check"] = None
@@ -220,6 +226,26 @@ SCENARIOS = {
     "a stray process beside a running unit with a pending restart": lambda: dict(
         node=node_facts(apps=[app(31, 2, used_mib=5, cmdline="python x.py")]),
         ct=running_unit_with_pending_restart()),
+    "a process on a node GPU the container does not have": lambda: dict(
+        node=node_facts(apps=[app(41, 7, used_mib=3, cmdline="python y.py")]),
+        ct=ct_facts(gpus=range(7))),
+    "a cleared leftover, then another process": lambda: dict(
+        node=node_facts(apps=[*LEFTOVER, app(42, 3, used_mib=1, cmdline="python z.py")]),
+        ct=stopped_unit(ct_facts()), deploying=True),
+    "the unit's own memory counts as free": lambda: dict(
+        node=node_facts(apps=[
+            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
+        ct=device(device(ct_facts(), 5, free_mib=1000), 6, free_mib=999)),
+    "one short with the unit's own memory": lambda: dict(
+        node=node_facts(apps=[
+            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
+        ct=device(ct_facts(), 5, free_mib=999)),
+    "free memory unknown on one GPU, low on a later one": lambda: dict(
+        ct=device(device(ct_facts(), 0, free_mib=None), 5, free_mib=1000)),
+    "pip check failed without output": lambda: dict(ct=pip_check_of({"rc": 2, "output": None})),
     "free memory low": lambda: dict(ct=device(ct_facts(), 5, free_mib=1023)),
     "free memory just enough": lambda: dict(ct=device(ct_facts(), 5, free_mib=1024)),
     "packages and pip check": lambda: dict(ct=odd_packages()),
@@ -383,6 +409,68 @@ EXPECTED = {
         "gpu of each": [2],
         "warnings": [],
         "status": {2: "held by pid 31"},
+    },
+    "a process on a node GPU the container does not have": {
+        "lines": [
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); found 7 (node "
+            "GPU 7 not passed through); fix: pass every /dev/nvidiaN through to CT 200: run "
+            "deploy.py",
+            "GPU 7 (drafter): expected CUDA device 7 present in CT 200; found only 7 devices "
+            "(0..6); fix: pass the node's GPUs through to CT 200: run deploy.py",
+        ],
+        "gpu of each": [None, 7],
+        "warnings": [
+            "pid 41 (python y.py) holding 3 MiB on node GPU 7, not a training GPU of CT 200",
+        ],
+        "status": {7: "missing", 8: "not passed through; pid 41"},
+    },
+    "a cleared leftover, then another process": {
+        "lines": [
+            "GPU 3 (target) free: expected no compute process but the training unit's; found "
+            "pid 42 (python z.py) holding 1 MiB on node GPU 3; fix: if it is left from a "
+            "killed run, stop it on node n1: kill 42 (then check nvidia-smi)",
+        ],
+        "gpu of each": [3],
+        "warnings": [
+            "leftover training process 21 on GPU 1: cleared before the unit starts",
+        ],
+        "status": {1: "leftover pid 21 (cleared before start)", 3: "held by pid 42"},
+    },
+    "the unit's own memory counts as free": {
+        "lines": [
+            "GPU 6 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 999 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [6],
+        "warnings": [],
+        "status": {6: "low free memory"},
+    },
+    "one short with the unit's own memory": {
+        "lines": [
+            "GPU 5 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 999 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [5],
+        "warnings": [],
+        "status": {5: "low free memory"},
+    },
+    "free memory unknown on one GPU, low on a later one": {
+        "lines": [
+            "GPU 5 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1000 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [5],
+        "warnings": [],
+        "status": {5: "low free memory"},
+    },
+    "pip check failed without output": {
+        "lines": [
+            "venv dependencies: expected uv pip check clean; found exit 2; fix: run deploy.py "
+            "--data rebuild=venv",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
     },
     "free memory low": {
         "lines": [
