@@ -7,7 +7,7 @@ from tests.unit.test_verify_checks import run
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 from pvegpu.unit import training_matcher
-from pvegpu.verification import cleared_at_start, verify
+from pvegpu.verification import FX_RACE, cleared_at_start, verify
 
 UNIT = "dflash-train.service"
 H200 = "NVIDIA H200"
@@ -176,6 +176,13 @@ def pip_check_of(result):
     return ct
 
 
+def compile_race_without_version():
+    ct = ct_with(version=None)
+    ct["compile"] = {"race": True, "threads": [
+        {"gpu": 0, "ok": True}, {"gpu": 1, "ok": False, "error": "RuntimeError: " + FX_RACE}]}
+    return ct
+
+
 def container_without_pip_check():
     ct = ct_facts()
     ct["pip_check"] = None
@@ -246,6 +253,27 @@ SCENARIOS = {
     "free memory unknown on one GPU, low on a later one": lambda: dict(
         ct=device(device(ct_facts(), 0, free_mib=None), 5, free_mib=1000)),
     "pip check failed without output": lambda: dict(ct=pip_check_of({"rc": 2, "output": None})),
+    "torch build differs": lambda: dict(ct=ct_with(version="2.11.0+cu128", cuda="12.8")),
+    "two node GPUs not passed through": lambda: dict(ct=ct_facts(gpus=range(6))),
+    "a device with a UUID the node does not list": lambda: dict(
+        ct=device(ct_facts(), 6, uuid="5a1e9999-0000")),
+    "torch counts fewer devices than it lists": lambda: dict(ct=ct_with(device_count=7)),
+    "unknown memory of an own process counts as nothing": lambda: dict(
+        node=node_facts(apps=[
+            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            app(52, 5, used_mib=11, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
+        ct=device(ct_facts(), 5, free_mib=1000)),
+    "packages missing, wrong and extra against a lock": lambda: dict(
+        ct=ct_facts(packages={
+            "torch": {"version": "2.11.0+cu130", "requires": []},
+            **{n: {"version": v, "requires": []} for n, v in
+               (("c", "2"), ("d", "2"), ("e", "1"), ("f", "1"))}}),
+        lock={"torch": "2.11.0+cu130", "a": "1", "b": "1", "c": "1", "d": "1"},
+        lock_source="locks/x.txt"),
+    "compile check not run": lambda: dict(s=settings(verify_level="compile")),
+    "compile race with an unreadable torch version": lambda: dict(
+        s=settings(verify_level="compile"), ct=compile_race_without_version()),
     "free memory low": lambda: dict(ct=device(ct_facts(), 5, free_mib=1023)),
     "free memory just enough": lambda: dict(ct=device(ct_facts(), 5, free_mib=1024)),
     "packages and pip check": lambda: dict(ct=odd_packages()),
@@ -469,6 +497,92 @@ EXPECTED = {
             "--data rebuild=venv",
         ],
         "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "torch build differs": {
+        "lines": [
+            "torch build: expected 2.11.0+cu130; found 2.11.0+cu128 in /root/venv; fix: run "
+            "deploy.py (switches /root/venv to 2.11.0+cu130; the other build is kept for "
+            "rollback)",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "two node GPUs not passed through": {
+        "lines": [
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); found 6 (node "
+            "GPU 6, 7 not passed through); fix: pass every /dev/nvidiaN through to CT 200: run "
+            "deploy.py",
+            "GPU 6 (drafter): expected CUDA device 6 present in CT 200; found only 6 devices "
+            "(0..5); fix: pass the node's GPUs through to CT 200: run deploy.py",
+            "GPU 7 (drafter): expected CUDA device 7 present in CT 200; found only 6 devices "
+            "(0..5); fix: pass the node's GPUs through to CT 200: run deploy.py",
+        ],
+        "gpu of each": [None, 6, 7],
+        "warnings": [],
+        "status": {6: "missing", 7: "missing", 8: "not passed through", 9: "not passed through"},
+    },
+    "a device with a UUID the node does not list": {
+        "lines": [
+            "GPU 6 identity: expected a UUID the node's nvidia-smi lists; found 5a1e9999-0000; "
+            "fix: check the passthrough maps the node's GPUs (pct config; run deploy.py)",
+        ],
+        "gpu of each": [6],
+        "warnings": [],
+        "status": {6: "unknown to node", 8: "not passed through"},
+    },
+    "torch counts fewer devices than it lists": {
+        "lines": [
+            "GPU count: expected 8 GPUs visible to torch (expected_gpu_count); found 7; fix: "
+            "pass every /dev/nvidiaN through to CT 200: run deploy.py",
+            "GPU 7 (drafter): expected CUDA device 7 present in CT 200; found only 7 devices "
+            "(0..6); fix: pass the node's GPUs through to CT 200: run deploy.py",
+        ],
+        "gpu of each": [None, 7],
+        "warnings": [],
+        "status": {7: "problem"},
+    },
+    "unknown memory of an own process counts as nothing": {
+        "lines": [
+            "GPU 5 (drafter) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1000 "
+            "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
+        ],
+        "gpu of each": [5],
+        "warnings": [],
+        "status": {5: "low free memory"},
+    },
+    "packages missing, wrong and extra against a lock": {
+        "lines": [
+            "venv packages: expected exactly locks/x.txt; found missing a==1, b==1; wrong c 2 "
+            "(want 1), d 2 (want 1); extra e==1, f==1; fix: run deploy.py (re-syncs the venv), "
+            "or deploy.py --data rebuild=venv",
+        ],
+        "gpu of each": [None],
+        "warnings": [],
+        "status": {},
+    },
+    "compile check not run": {
+        "lines": [],
+        "gpu of each": [],
+        "warnings": [
+            "compile check not run: CUDA is not available in the venv",
+        ],
+        "status": {},
+    },
+    "compile race with an unreadable torch version": {
+        "lines": [
+            "torch build: expected 2.11.0+cu130; found None in /root/venv; fix: run deploy.py "
+            "(switches /root/venv to 2.11.0+cu130; the other build is kept for rollback)",
+            "concurrent torch.compile: expected flex_attention compiles from 2 threads at once "
+            "(one per GPU, as the trainer does); found FX-tracing race on GPU 1 with torch "
+            "2.11.0+cu130: RuntimeError: Detected that you are using FX to symbolically trace "
+            "a dynamo-optimized function; fix: torch's FX-tracing flag is process-wide: run "
+            "one training process per GPU, or compile under a lock and warm each device in "
+            "turn before training",
+        ],
+        "gpu of each": [None, None],
         "warnings": [],
         "status": {},
     },
