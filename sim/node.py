@@ -147,6 +147,21 @@ def _mntns_holders(inode: int) -> list[int]:
     return out
 
 
+def _describe(pids: list[int]) -> list[str]:
+    """'<pid> <state> <cmdline>' of each pid (what a failed stop left), for the error message."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            cmd, state = "?", "gone"
+        out.append(f"{pid} {state} {cmd[:120]}")
+    return out
+
+
 def _rmtree(path: Path):
     def onerror(func, p, exc):
         try:
@@ -496,7 +511,8 @@ LogLevel ERROR
                                     except ProcessLookupError:
                                         pass
                             if time.monotonic() > deadline + 5:
-                                errors.append(f"processes still in the node's mount namespace: {holders}")
+                                errors.append("processes still in the node's mount namespace: "
+                                              f"{_describe(holders)}")
                                 break
                         time.sleep(0.05)
             for p in list(self._spawned.values()):
