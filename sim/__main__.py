@@ -2,7 +2,7 @@
 
     uv run python -m sim demo        # start node + loopback indexes, full deploy, verify, tear down
     uv run python -m sim up          # start them, print the environment to use, wait for Ctrl-C
-    uv run python -m sim up --ct-init systemd   # containers boot real systemd (systemd-nspawn)
+    uv run python -m sim up --ct-init exec      # containers without init (no training unit)
 
 Everything listens on 127.0.0.1 only and is torn down on exit.
 """
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # The user's training code on the node's data dir (bind-mounted at /data in the container), as a
-# real node has it before the first deploy; the unit's ExecStart names it. The exec model never
-# runs it; real-systemd containers (ct_init="systemd") do: it trains until SIGTERM, like a run.
+# real node has it before the first deploy; the unit's ExecStart names it. The containers' real
+# systemd (the default) runs it: it trains until SIGTERM, like a run.
 TRAIN_PY = (
     '"""Stand-in for the user\'s training script: runs until SIGTERM, then exits 0."""\n'
     "import signal\nimport sys\n\n"
@@ -134,8 +134,8 @@ def main(argv=None) -> int:
         p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
                        help="Proxmox VE release the node plays (sim/README.md, Profiles)")
         p.add_argument("--ct-init", default=None, choices=("exec", "systemd"),
-                       help="containers: per-call exec (default) or booting real systemd "
-                            "(systemd-nspawn; sim/README.md, Containers)")
+                       help="containers: booting real systemd (systemd-nspawn; the default) "
+                            "or per-call exec without init (sim/README.md, Containers)")
     args = parser.parse_args(argv)
     args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
     return demo(args) if args.cmd == "demo" else up(args)

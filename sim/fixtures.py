@@ -35,11 +35,20 @@ def skip_without_real_systemd():
         pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
 
 
+def check_host(ct_init=None):
+    """Skip (with the reason) where a SimNode(ct_init=...) cannot run; None: SimNode's default
+    ($PVE_SIM_CT_INIT, else real systemd)."""
+    if (ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd") == "systemd":
+        skip_without_real_systemd()
+    else:
+        _check_host()
+
+
 def _factory(tmp_path_factory):
     nodes = []
 
     def make(**settings) -> SimNode:
-        _check_host()
+        check_host(settings.get("ct_init"))
         state = tmp_path_factory.mktemp("pve-sim") / "node"
         node = SimNode(state, **settings)
         nodes.append(node)

@@ -45,10 +45,10 @@ TEMPLATES = {  # by PVE major: (file name in local storage, Debian release of it
     9: ("debian-13-standard_13.1-2_amd64.tar.zst", "trixie"),
 }
 TREES_IN_NODE = "/var/lib/pve-sim/trees"
-# How containers run (see sim/README.md "Containers"): "exec" (every pct exec is its own
-# namespace over the rootfs; the systemctl double) or "systemd" (pct start boots the tree's real
-# systemd with systemd-nspawn; pct exec enters it).
-CT_INITS = ("exec", "systemd")
+# How containers run (see sim/README.md "Containers"): "systemd" (the default: pct start boots the
+# tree's real systemd with systemd-nspawn; pct exec enters it) or "exec" (every pct exec is its own
+# namespace over the rootfs; no init, so no systemctl works there: no training unit can run).
+CT_INITS = ("systemd", "exec")
 # The tree a systemd container boots when the profile's template has none (PVE 8: Debian 12).
 SYSTEMD_DEFAULT_RELEASE = "bookworm"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -80,8 +80,7 @@ CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
                     "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
-DIGEST_SKIP_CT = ("tmp", "run", "var/lib/pve-sim-systemd/calls.log", "var/log/wtmp", "var/log/btmp",
-                  "var/log/lastlog",
+DIGEST_SKIP_CT = ("tmp", "run", "var/log/wtmp", "var/log/btmp", "var/log/lastlog",
                   # a booted container's (ct_init="systemd") own state: journal, timer stamps,
                   # PrivateTmp= dirs of its services ("*": any entry starting so)
                   "var/log/journal", "var/lib/systemd", "var/tmp/systemd-private-*")
@@ -148,6 +147,21 @@ def _mntns_holders(inode: int) -> list[int]:
     return out
 
 
+def _describe(pids: list[int]) -> list[str]:
+    """'<pid> <state> <cmdline>' of each pid (what a failed stop left), for the error message."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            cmd, state = "?", "gone"
+        out.append(f"{pid} {state} {cmd[:120]}")
+    return out
+
+
 def _rmtree(path: Path):
     def onerror(func, p, exc):
         try:
@@ -190,9 +204,12 @@ def _own_cgroup(hierarchy: Path) -> str:
     raise SimNodeError(f"no entry for {hierarchy} in /proc/self/cgroup")
 
 
-def _make_node_cgroups(state: Path) -> list[Path]:
-    """A fresh cgroup directory per hierarchy for one node, under this process's own cgroup."""
+def _make_node_cgroups(state: Path, v2_only=False) -> list[Path]:
+    """A fresh cgroup directory per hierarchy for one node, under this process's own cgroup
+    (v2_only: in the unified hierarchy alone, the only one a cgroup v2 node has)."""
     hierarchies = cgroup_hierarchies()
+    if v2_only:
+        hierarchies = [h for h in hierarchies if h.name != "systemd"]
     if not hierarchies:
         raise SimNodeError("ct_init='systemd' needs cgroup v2 or the hybrid layout (name=systemd + "
                            "unified) mounted under /sys/fs/cgroup")
@@ -239,15 +256,20 @@ class SimNode:
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
-                 host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0):
+                 host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
+                 cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
-        (the template follows the version's major). ct_init: "exec" or "systemd" (the containers
-        boot real systemd; see CT_INITS); default $PVE_SIM_CT_INIT, else "exec". pct_startup_s: a
+        (the template follows the version's major). ct_init: "systemd" (the containers boot real
+        systemd) or "exec" (see CT_INITS); default $PVE_SIM_CT_INIT, else "systemd". pct_startup_s: a
         sleep at every `pct` start, standing in for real pct's Perl start-up (the benchmark's
-        latency knob; 0 = none)."""
-        ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "exec"
+        latency knob; 0 = none). cgroup_layout: "host" (this machine's cgroup mounts) or "v2"
+        (the node mounts the unified hierarchy alone at /sys/fs/cgroup, as a cgroup v2 node
+        does; on a hybrid machine its controllers stay on v1: see sim/README.md)."""
+        ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
+        if cgroup_layout not in ("host", "v2"):
+            raise TypeError(f"unknown cgroup_layout {cgroup_layout!r}: use 'host' or 'v2'")
         if ct_init not in CT_INITS:
             raise TypeError(f"unknown ct_init {ct_init!r}: use one of {', '.join(CT_INITS)}")
         pve_version = pve_version or PROFILES[profile]["pve_version"]
@@ -269,6 +291,7 @@ class SimNode:
             "template": bool(template), "template_name": template_name,
             "template_release": template_release, "template_tree": None,
             "driver_loaded": bool(driver_loaded), "ct_init": ct_init,
+            "cgroup_layout": cgroup_layout,
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
             # containers created from now on: kmod in the template or not; the apt mirror URL
@@ -400,7 +423,7 @@ LogLevel ERROR
             # The node gets its own cgroup directories and a cgroup namespace rooted there: its
             # containers' cgroups read like a real node's (0::/lxc/<vmid>/...), and stop() can
             # prove none is left behind.
-            self._cgroups = _make_node_cgroups(self.state)
+            self._cgroups = _make_node_cgroups(self.state, self.cfg["cgroup_layout"] == "v2")
             unshare.append("--cgroup")
             cgroups = self._cgroups
 
@@ -488,7 +511,8 @@ LogLevel ERROR
                                     except ProcessLookupError:
                                         pass
                             if time.monotonic() > deadline + 5:
-                                errors.append(f"processes still in the node's mount namespace: {holders}")
+                                errors.append("processes still in the node's mount namespace: "
+                                              f"{_describe(holders)}")
                                 break
                         time.sleep(0.05)
             for p in list(self._spawned.values()):
@@ -576,11 +600,10 @@ LogLevel ERROR
     def clear_pct_log(self):
         self.run(["sh", "-c", ": > /var/log/pve-sim/pct.log"], check=True)
 
-    def systemctl_calls(self, vmid=None) -> list[dict]:
-        """Calls recorded by the systemctl double on the node (vmid=None) or in a container."""
-        base = self.upper if vmid is None else self.state / "ct" / str(vmid) / "upper"
+    def systemctl_calls(self) -> list[dict]:
+        """Calls recorded by the node's systemctl double (containers run real systemd)."""
         try:
-            lines = (base / "var/lib/pve-sim-systemd/calls.log").read_text().splitlines()
+            lines = (self.upper / "var/lib/pve-sim-systemd/calls.log").read_text().splitlines()
         except FileNotFoundError:
             return []
         return [json.loads(line) for line in lines if line.strip()]
@@ -624,6 +647,20 @@ LogLevel ERROR
         pid = int(line)
         self._spawned[pid] = p
         return pid
+
+    def register_gpu_process(self, pid: int, gpu_index: int, used_mib: int) -> None:
+        """Register a running process of the node (e.g. a container's trainer, by its node pid:
+        see node_pid) as a compute process on GPU gpu_index using used_mib; nvidia-smi lists it
+        while /proc/<pid> exists, with its real cmdline and cgroup."""
+        self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "register", str(pid), str(gpu_index),
+                  str(used_mib)], check=True)
+
+    def node_pid(self, vmid: int, ct_pid: int) -> int:
+        """The pid the node sees for process ct_pid of a running real-systemd container (the
+        NSpid line of /proc/<pid>/status in the container's pid namespace)."""
+        out = self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "node-pid", str(vmid),
+                        str(ct_pid)], check=True).stdout.strip()
+        return int(out)
 
     def kill_gpu_process(self, pid: int):
         self.run(["kill", "-9", str(pid)])

@@ -41,11 +41,12 @@ def set_opaque(path):
     os.setxattr(path, "trusted.overlay.opaque", b"y")
 
 
-def mount_cgroups(target):
+def mount_cgroups(target, v2_only=False):
     """The node's cgroup hierarchies, like this machine's (cgroup v2, or hybrid: a tmpfs holding
     name=systemd and unified), seen from the node's cgroup namespace (SimNode put the node in its
-    own cgroup directories first), so systemd-nspawn can give each container its own."""
-    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+    own cgroup directories first), so systemd-nspawn can give each container its own. v2_only:
+    the unified hierarchy alone, as a cgroup v2 node mounts it (SimNode(cgroup_layout="v2"))."""
+    if v2_only or os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
         mount("cgroup2", target, "cgroup2", "nosuid,nodev,noexec")
         return
     mount("tmpfs", target, "tmpfs", "mode=755,size=64k")
@@ -85,7 +86,7 @@ def main():
     mount("proc", R("/proc"), "proc", "nosuid,nodev,noexec")
     mount("sysfs", R("/sys"), "sysfs", "ro,nosuid,nodev,noexec")
     if cfg.get("ct_init") == "systemd":
-        mount_cgroups(R("/sys/fs/cgroup"))
+        mount_cgroups(R("/sys/fs/cgroup"), cfg.get("cgroup_layout") == "v2")
     mount("tmpfs", R("/dev"), "tmpfs", "mode=755,size=16m")
     for name, major, minor, mode in (
         ("null", 1, 3, 0o666), ("zero", 1, 5, 0o666), ("full", 1, 7, 0o666),
@@ -180,12 +181,14 @@ def install(state, root, cfg):
     put(os.path.join(D, "pct"), "/usr/sbin/pct")
     put(os.path.join(D, "pveversion"), "/usr/bin/pveversion")
     put(os.path.join(D, "nvidia-modprobe"), "/usr/bin/nvidia-modprobe")
+    # The node's PID 1 is this script, not systemd: its systemctl is the double (containers
+    # boot real systemd and use their tree's own).
     put(os.path.join(D, "systemctl"), "/usr/bin/systemctl")
     # The .run driver installs the persistence daemon (no unit file: see the double's docstring).
     put(os.path.join(D, "nvidia-persistenced"), "/usr/bin/nvidia-persistenced")
     # pve-manager's unit that starts onboot guests (pve-manager: services/pve-guests.service).
     put(os.path.join(D, "pve-guests.service"), "/lib/systemd/system/pve-guests.service", 0o644)
-    for name in ("systemctl", "nvidia-smi", "nvidia-installer.run"):
+    for name in ("nvidia-smi", "nvidia-installer.run"):
         put(os.path.join(D, name), "/usr/lib/pve-sim/doubles/" + name)
     for name in ("query-gpu-fields.txt", "query-compute-apps-fields.txt"):  # nvidia-smi's own
         put(os.path.join(HERE, "nvidia-smi-fields", name),

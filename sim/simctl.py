@@ -351,10 +351,44 @@ def prune():
     _update_procs(drop_dead)
 
 
+def register(argv):
+    """A running node process as a compute process (SimNode.register_gpu_process): no lock, so
+    it is alive while /proc/<pid> exists; its name is its argv[0], as nvidia-smi shows a path."""
+    pid, gpu, mib = (int(a) for a in argv[:3])
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        name = f.read().split(b"\0")[0].decode(errors="replace")
+    entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name}
+    _update_procs(lambda procs: [p for p in procs if _alive(p)] + [entry])
+
+
+def node_pid(argv):
+    """Print the node pid of process ct_pid of real-systemd container vmid: the process in the
+    pid namespace of the container's PID 1 whose innermost NSpid is ct_pid."""
+    vmid, ct_pid = argv[0], argv[1]
+    with open(f"/run/pve-sim/ct/{vmid}/init.pid") as f:
+        ns = os.stat(f"/proc/{int(f.read())}/ns/pid").st_ino
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{d}/ns/pid").st_ino != ns:
+                continue
+            with open(f"/proc/{d}/status") as f:
+                nspid = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if nspid[-1] == ct_pid:
+            print(d)
+            return
+    sys.exit(f"no process {ct_pid} in CT {vmid}")
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "prune":
         prune()
+    elif cmd == "register":
+        register(sys.argv[2:])
+    elif cmd == "node-pid":
+        node_pid(sys.argv[2:])
     elif cmd == "apply":
         apply(boot="--boot" in sys.argv)
     elif cmd == "spawn":

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sim.__main__ import seed_training_code, site_data, site_env
+from sim.fixtures import check_host
 from sim.node import SimNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,7 @@ def node_options():
 
 @pytest.fixture
 def site(tmp_path, package_index, node_options):
+    check_host(node_options.get("ct_init"))
     with SimNode(tmp_path / "node", **node_options) as node:
         seed_training_code(node)
         # locks made on first use go to a scratch locks_dir, never the repo's locks/

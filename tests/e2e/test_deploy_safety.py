@@ -10,6 +10,7 @@ without consent or leaves the node without a working venv.
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import signal
 import subprocess
@@ -40,9 +41,14 @@ def alive(site, pid):
     return site.node.run(["sh", "-c", check]).returncode == 0
 
 
-def unit_verbs(calls, unit):
-    return [c["argv"][0] for c in calls if unit in c["argv"]
-            and c["argv"][0] in ("start", "stop", "restart", "enable", "disable")]
+VERB = re.compile(r"systemctl (start|stop|restart|enable|disable) (\S+)")
+
+
+def unit_commands(calls):
+    """(verb, unit) of every start/stop/restart/enable/disable the `pct exec` calls ran, in
+    order (the pct log; CT 200's systemd is real and keeps no call log)."""
+    return [(verb, unit.strip("'\"")) for c in calls if c["argv"][:1] == ["exec"]
+            for verb, unit in VERB.findall(" ".join(c["argv"]))]
 
 
 def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(deployed):
@@ -64,12 +70,11 @@ def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(de
     assert alive(site, trainer)
 
     # With consent: the old unit is stopped (its leftover ended) and disabled, then the new starts.
-    calls = node.systemctl_calls(200)
+    node.clear_pct_log()
     run = site.deploy("training_unit_name=dflash-train2", "restart_training=true")
     assert run.rc == 0, run.output[-4000:]
-    new_calls = node.systemctl_calls(200)[len(calls):]
-    order = [(c["argv"][0], c["argv"][-1]) for c in new_calls
-             if c["argv"][0] in ("stop", "disable", "start") and c["argv"][-1] in (UNIT, NEW)]
+    order = [(verb, unit) for verb, unit in unit_commands(node.pct_calls())
+             if verb in ("stop", "disable", "start") and unit in (UNIT, NEW)]
     assert order == [("stop", UNIT), ("disable", UNIT), ("start", NEW)], order
     assert show(site, "ActiveState", UNIT) == "inactive"
     assert site.ct("systemctl", "is-enabled", UNIT).stdout.strip() == "disabled"

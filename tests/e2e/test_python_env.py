@@ -18,6 +18,7 @@ from pvegpu.settings import Settings, defaults
 UV = f"/opt/pvegpu/uv-{version('uv')}/bin/uv"
 ROOT = Path(__file__).resolve().parents[2]
 CU130, CU128 = "torch-2.11.0-cu130", "torch-2.11.0-cu128"
+UNIT = "dflash-train.service"
 COMPILE = "import torch; f = torch.compile(lambda x: x + 1); f(1)"
 DRIFT_CHECK = """\
 from pyinfra import host
@@ -198,7 +199,16 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
     assert torch_of(site) == "2.11.0+cu130"
     assert site.ct("/root/venv/bin/python", "-c", "import sglang_junk").returncode != 0
     assert link(site, f"/root/venvs/{CU130}") == f"{CU130}.b2"
-    assert site.ct("test", "-e", f"/root/venvs/{CU130}.b1").returncode != 0  # superseded, pruned
+    # The superseded build .b1 is kept, not pruned: the training unit the first deploy started
+    # really runs from it (ExecStart resolves /root/venv when the unit starts), and the prune never
+    # deletes a build a running process uses. The unit keeps running it until a restart is asked
+    # for (restart_training=true, below); the deploy says both.
+    trainer = site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+    argv = site.ct("cat", f"/proc/{trainer}/cmdline").stdout.split("\0")
+    assert argv[0] == f"/root/venvs/{CU130}.b1/bin/python", argv
+    assert f"keeping /root/venvs/{CU130}.b1: in use by pid {trainer}" in repair.output
+    assert f"{UNIT} keeps running; restart pending" in repair.output
+    assert site.ct("test", "-d", f"/root/venvs/{CU130}.b1").returncode == 0
     assert site.deploy().changed == 0
     assert site.pyinfra(str(check)).rc == 0
 
@@ -208,6 +218,8 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
     assert rebuilt.rc == 0, rebuilt.output[-4000:]
     assert index.downloads() == [] and torch_of(site) == "2.11.0+cu130"
     assert site.ct("find", f"/data/cache/{CU130}/inductor", "-type", "f").stdout.split() == warm
+    # restarted onto the fresh build: nothing runs from .b1 any more, so it is gone
+    assert site.ct("test", "-e", f"/root/venvs/{CU130}.b1").returncode != 0
 
     # the index goes empty mid-way (after the cu128 lock was made): the new build fails, the
     # live venv still runs the old one

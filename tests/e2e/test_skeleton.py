@@ -5,6 +5,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def running_unit(site) -> dict:
+    out = site.ct("systemctl", "show", "-p", "ActiveState,MainPID,InvocationID",
+                  "dflash-train.service").stdout
+    unit = dict(line.split("=", 1) for line in out.splitlines())
+    assert unit["ActiveState"] == "active", unit
+    return unit
+
+
 def test_full_deploy_from_no_container_then_zero_changes(site):
     assert not site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode == 0
     first = site.deploy()
@@ -21,11 +29,21 @@ def test_full_deploy_from_no_container_then_zero_changes(site):
                    "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())")
     assert cuda.stdout.strip() == "True 8"
     assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() == "active"
+    # The simulator's default: CT 200 boots real systemd, whose unit runs train.py with the python
+    # of the pinned build /root/venv points at.
+    comm = site.node.run(["pct", "exec", "200", "--", "cat", "/proc/1/comm"])
+    assert comm.stdout == "systemd\n", comm
+    unit = running_unit(site)
+    build = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+    assert build.startswith("/root/venvs/torch-2.11.0-cu130"), build
+    argv = site.ct("cat", f"/proc/{unit['MainPID']}/cmdline").stdout.split("\0")
+    assert argv[:2] == [f"{build}/bin/python", "/data/dflash/train.py"], argv
 
     second = site.deploy()
     assert second.rc == 0, second.output[-4000:]
     doc = second.json
     assert second.changed == 0, doc
+    assert running_unit(site) == unit  # the same run: same MainPID and InvocationID
     assert doc["results"]["totals"]["error"] == 0
 
 

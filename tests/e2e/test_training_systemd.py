@@ -11,6 +11,7 @@ and misbehaves on request (a `mode` file in the checkpoint dir): `crash` exits 3
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -297,3 +298,80 @@ def test_a_deploy_during_a_stop_in_progress(trainer_site):
     assert after.rc == 0 and after.changed >= 1, after.output[-4000:]
     new = show(site, "ActiveState", "InvocationID")
     assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"]
+
+
+def by_hand(site):
+    """Start the training command by hand in CT 200, outside the unit (detached, like a run
+    someone started in a shell): -> its pid in the container, once it has started."""
+    known = set(ckpt_files(site, "started"))
+    site.node.ct_run(200, ["sh", "-c", "setsid -f /root/venv/bin/python /data/dflash/train.py "
+                           "--checkpoint-dir /data/checkpoints >/dev/null 2>&1 </dev/null"],
+                     check=True)
+    new = wait_for("the hand-started trainer", lambda: set(ckpt_files(site, "started")) - known)
+    return int(new.pop().split("-")[1])
+
+
+def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
+    """A second copy of train.py started outside the unit while the unit runs: verify.py and a
+    deploy name it and change nothing; a restart with consent ends it (SIGTERM: it checkpoints)
+    between the stop and the start. With the unit stopped, the next deploy ends it before the
+    start. The GPUs they hold are registered on the node by their real pids, so the node sees
+    their real cmdline and cgroup (the unit's: .../lxc/200/payload/system.slice/<unit>; the hand
+    one: .../lxc/200/payload, outside the unit)."""
+    site = trainer_site
+    node = site.node
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    unit = show(site, "MainPID", "InvocationID")
+    node.register_gpu_process(node.node_pid(200, int(unit["MainPID"])), 0, used_mib=40000)
+    hand = by_hand(site)
+    hand_node = node.node_pid(200, hand)
+    node.register_gpu_process(hand_node, 1, used_mib=30000)
+    assert f"/lxc/200/payload/system.slice/{UNIT}" in node.read(
+        f"/proc/{node.node_pid(200, int(unit['MainPID']))}/cgroup")
+    assert "system.slice" not in node.read(f"/proc/{hand_node}/cgroup")
+
+    # verify.py names it (the unit's own process is fine) and changes nothing
+    before = node.tree_digest()
+    check = site.pyinfra("verify.py")
+    assert check.rc != 0
+    assert (f"leftover training process {hand_node} in CT 200 (outside {UNIT}) "
+            "(/root/venv/bin/python /data/dflash/train.py") in check.output, check.output[-4000:]
+    assert f"kill {hand_node}" in check.output
+    assert f"pid {node.node_pid(200, int(unit['MainPID']))}" not in check.output
+    assert node.tree_digest() == before
+
+    # a deploy without consent fails on it in its verify stage and stops nothing
+    refused = site.deploy()
+    assert refused.rc != 0
+    assert f"leftover training process {hand_node} in CT 200" in refused.output
+    assert show(site, "MainPID", "InvocationID") == unit
+    assert site.ct("test", "-d", f"/proc/{hand}").returncode == 0
+
+    # with a pending change and consent: stop, the leftover ended (it checkpoints), start
+    node.clear_pct_log()
+    restart = site.deploy("training_stop_timeout_s=600", "restart_training=true")
+    assert restart.rc == 0, restart.output[-4000:]
+    assert f"ended leftover training process {hand_node} on GPU 1" in restart.output
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(
+        [f"checkpoint-{unit['MainPID']}", f"checkpoint-{hand}"])
+    killed = [json.loads(line) for line in
+              node.read("/var/log/pvegpu/training-leftovers.log").splitlines()]
+    assert [(k["pid"], k["signal"], k["gpus"]) for k in killed] == [(hand_node, "SIGTERM", [1])]
+    new = show(site, "ActiveState", "InvocationID")
+    assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"], new
+    execs = [c for c in node.pct_calls() if c["argv"][:1] == ["exec"]]
+    stop = next(c for c in execs if f"systemctl stop {UNIT}" in " ".join(c["argv"]))
+    start = next(c for c in execs if f"systemctl start {UNIT}" in " ".join(c["argv"]))
+    assert stop["time"] + stop["duration"] <= killed[0]["time"] <= start["time"]
+
+    # the unit stopped by hand, a copy started by hand: the next deploy ends it, then starts
+    assert site.ct("systemctl", "stop", UNIT).returncode == 0
+    hand = by_hand(site)
+    hand_node = node.node_pid(200, hand)
+    node.register_gpu_process(hand_node, 2, used_mib=30000)
+    again = site.deploy("training_stop_timeout_s=600")
+    assert again.rc == 0, again.output[-4000:]
+    assert f"ended leftover training process {hand_node} on GPU 2" in again.output
+    assert f"checkpoint-{hand}" in ckpt_files(site, "checkpoint")
+    assert show(site, "ActiveState")["ActiveState"] == "active"

@@ -1,22 +1,18 @@
-"""Real-systemd containers (SimNode(ct_init="systemd")) keep pct's semantics: the exec, push/pull
-tests of test_node.py run again here against a container that booted real systemd, plus what only
-this mode has: hot-plug into a running container, a failed boot, nothing left after stops."""
+"""Real-systemd containers (SimNode(ct_init="systemd"), the default): what only this mode has,
+beyond pct's semantics (tests/sim/test_node.py runs those against the default, and again against
+the opt-in exec model): hot-plug into a running container, a failed boot, nothing left after
+stops, a node that mounts the unified cgroup hierarchy alone."""
 
 
 import time
 
 import pytest
 
-import test_node as exec_model  # the exec model's pct tests (tests/sim/test_node.py)
+import test_node
 from sim.fixtures import skip_without_real_systemd
 from sim.node import SimNode
 
-pct, make_ct = exec_model.pct, exec_model.make_ct
-
-# the same tests, run with this module's ct200 (a booted container)
-test_exec_grammar_and_exit_codes = exec_model.test_exec_grammar_and_exit_codes
-test_exec_environment = exec_model.test_exec_environment
-test_push_pull_byte_for_byte = exec_model.test_push_pull_byte_for_byte
+pct, make_ct = test_node.pct, test_node.make_ct
 
 LEFTOVERS = ("ls -d /sys/fs/cgroup/*/lxc/{vmid} /sys/fs/cgroup/lxc/{vmid} /run/pve-sim/ct/{vmid} "
              "2>/dev/null; grep ' /var/lib/pve-sim/ct/{vmid}/' /proc/self/mountinfo; "
@@ -139,3 +135,24 @@ def test_poweroff_and_reboot_from_inside(systemd_node):
     assert pct(node, "start", "230").returncode == 0
     assert pct(node, "exec", "230", "--", "cat", "/proc/1/comm").stdout == "systemd\n"
     assert pct(node, "stop", "230").returncode == 0
+
+
+def test_a_node_with_the_unified_hierarchy_alone_boots_and_cleans_up(tmp_path):
+    """SimNode(cgroup_layout="v2"): the node mounts cgroup2 alone at /sys/fs/cgroup, as a cgroup
+    v2 node does (no name=systemd hierarchy); nspawn and the container's systemd run on it and a
+    stop leaves nothing. What this cannot show on a hybrid machine (its controllers stay bound
+    to v1, so none is delegated): sim/README.md, "cgroup v2"."""
+    skip_without_real_systemd()
+    with SimNode(tmp_path / "node", cgroup_layout="v2") as node:
+        mounts = node.run(["awk", "$5 ~ /^\\/sys\\/fs\\/cgroup/ {print $5, $9}",
+                           "/proc/self/mountinfo"]).stdout
+        assert mounts == "/sys/fs/cgroup cgroup2\n", mounts
+        make_ct(node, 200)
+        assert pct(node, "exec", "200", "--", "cat", "/proc/1/comm").stdout == "systemd\n"
+        run = node.ct_run(200, ["systemd-run", "--unit", "probe", "sleep", "300"])
+        assert run.returncode == 0, run.stderr
+        main = node.ct_run(200, ["systemctl", "show", "-p", "MainPID", "--value", "probe"])
+        cgroup = node.read(f"/proc/{node.node_pid(200, int(main.stdout))}/cgroup")
+        assert "0::/lxc/200/payload/system.slice/probe.service\n" in cgroup, cgroup
+        assert pct(node, "shutdown", "200").returncode == 0
+        assert leftovers(node, 200) == ""

@@ -163,6 +163,30 @@ def test_push_pull_byte_for_byte(ct200):
     assert r.returncode == 0 and "failed to open /no/such/file" in r.stderr
 
 
+@pytest.fixture(scope="module")
+def exec_ct200(tmp_path_factory):
+    """CT 200 as ct200 makes it, on a node in the opt-in exec model (no init in containers)."""
+    with SimNode(tmp_path_factory.mktemp("pve-sim") / "node", ct_init="exec") as node:
+        node.run(["mkdir", "-p", "/tank/dflash"], check=True)
+        node.run(["sh", "-c", "echo keep > /tank/dflash/ckpt"], check=True)
+        make_ct(node, 200, "--mp0", "/tank/dflash,mp=/data,backup=0")
+        yield node
+
+
+@pytest.mark.parametrize("semantics", ["grammar", "environment", "push_pull"])
+def test_exec_model_keeps_pct_semantics(exec_ct200, semantics):
+    """The exec model keeps pct's semantics too (the tests above, against the default)."""
+    {"grammar": test_exec_grammar_and_exit_codes, "environment": test_exec_environment,
+     "push_pull": test_push_pull_byte_for_byte}[semantics](exec_ct200)
+
+
+def test_exec_model_has_no_init_so_no_systemctl_works(exec_ct200):
+    """No systemctl double in any container: the tree's own fails as in a container whose PID 1
+    is not systemd."""
+    r = exec_ct200.ct_run(200, ["systemctl", "is-active", "dflash-train.service"])
+    assert r.returncode != 0 and "not been booted with systemd" in r.stdout + r.stderr, r
+
+
 def test_status_config_set(ct200):
     node = ct200
     assert pct(node, "status", "200").stdout == "status: running\n"
@@ -355,17 +379,18 @@ def test_devn_needs_pve_8_2(sim_node):
     assert node.run(["pveversion"]).stdout.startswith("pve-manager/8.1.4/")
 
 
-def test_systemctl_double_records_calls(ct200):
-    node = ct200
+def test_systemctl_double_on_the_node_records_calls(shared_sim_node):
+    """The node (no systemd as its PID 1 here) has the systemctl double; containers have none."""
+    node = shared_sim_node
     unit = "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"
-    node.ct_run(200, ["sh", "-c", "cat > /etc/systemd/system/train.service"], input=unit, check=True)
-    r = node.ct_run(200, ["systemctl", "is-active", "train"])
+    node.run(["sh", "-c", "cat > /etc/systemd/system/train.service"], input=unit, check=True)
+    r = node.run(["systemctl", "is-active", "train"])
     assert (r.returncode, r.stdout) == (3, "inactive\n")
-    assert node.ct_run(200, ["systemctl", "enable", "--now", "train.service"]).returncode == 0
-    r = node.ct_run(200, ["systemctl", "show", "-p", "ActiveState,UnitFileState", "train"])
+    assert node.run(["systemctl", "enable", "--now", "train.service"]).returncode == 0
+    r = node.run(["systemctl", "show", "-p", "ActiveState,UnitFileState", "train"])
     assert r.stdout == "ActiveState=active\nUnitFileState=enabled\n"
-    r = node.ct_run(200, ["systemctl", "start", "nope"])
+    r = node.run(["systemctl", "start", "nope"])
     assert (r.returncode, r.stderr) == (5, "Failed to start nope.service: Unit nope.service not found.\n")
-    calls = [c["argv"] for c in node.systemctl_calls(200)]
+    calls = [c["argv"] for c in node.systemctl_calls()]
     assert calls[-3:] == [["enable", "--now", "train.service"], ["show", "-p", "ActiveState,UnitFileState", "train"],
                           ["start", "nope"]]

@@ -1,9 +1,8 @@
-"""The systemctl double does what systemd does synchronously at a start: RuntimeDirectory=, then
-ExecStartPre= commands with the unit's environment, specifiers and $-expansion; a failing one fails
-the start like systemd."""
+"""The systemctl double (the node's: the simulated node has no systemd as PID 1; containers boot
+real systemd and use their own systemctl) does what systemd does synchronously at a start:
+RuntimeDirectory=, then ExecStartPre= commands with the unit's environment, specifiers and
+$-expansion; a failing one fails the start like systemd."""
 import pytest
-
-TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 
 UNIT = r"""[Unit]
 Description=t
@@ -23,30 +22,27 @@ WantedBy=multi-user.target
 
 @pytest.fixture(scope="module")
 def ct(shared_sim_node):
-    node = shared_sim_node
-    r = node.run(["pct", "create", "201", TEMPLATE, "--unprivileged", "0", "--rootfs", "local-lvm:8"])
-    assert r.returncode == 0, r.stderr
-    assert node.run(["pct", "start", "201"]).returncode == 0
-    node.ct_run(201, ["mkdir", "-p", "/srv/work"], check=True)
-    return node
+    """The node (the fixture keeps its old name: every test below runs systemctl there)."""
+    shared_sim_node.run(["mkdir", "-p", "/srv/work"], check=True)
+    return shared_sim_node
 
 
 def put_unit(node, text, name="t.service"):
-    node.ct_run(201, ["sh", "-c", f"cat > /etc/systemd/system/{name}"], input=text, check=True)
+    node.run(["sh", "-c", f"cat > /etc/systemd/system/{name}"], input=text, check=True)
 
 
 def systemctl(node, *args):
-    return node.ct_run(201, ["systemctl", *args])
+    return node.run(["systemctl", *args])
 
 
 def test_start_runs_exec_start_pre_in_the_runtime_directory_and_stop_removes_it(ct):
     put_unit(ct, UNIT)
     assert systemctl(ct, "start", "t").returncode == 0
-    started = ct.ct_run(201, ["cat", "/run/t-t/started"]).stdout
+    started = ct.run(["cat", "/run/t-t/started"]).stdout
     assert started == "hello a b t.service 5 /srv/work\n"
     assert systemctl(ct, "is-active", "t").stdout == "active\n"
     assert systemctl(ct, "stop", "t").returncode == 0
-    assert ct.ct_run(201, ["test", "-e", "/run/t-t"]).returncode == 1
+    assert ct.run(["test", "-e", "/run/t-t"]).returncode == 1
 
 
 def test_a_failing_exec_start_pre_fails_the_start_like_systemd(ct):
@@ -59,7 +55,7 @@ def test_a_failing_exec_start_pre_fails_the_start_like_systemd(ct):
     )
     assert (systemctl(ct, "is-active", "f").stdout, systemctl(ct, "is-failed", "f").returncode) == ("failed\n", 0)
     assert systemctl(ct, "show", "-p", "ActiveState,Result", "f").stdout == "ActiveState=failed\nResult=exit-code\n"
-    assert ct.ct_run(201, ["test", "-e", "/run/t-f"]).returncode == 1  # removed with the failed start
+    assert ct.run(["test", "-e", "/run/t-f"]).returncode == 1  # removed with the failed start
     assert systemctl(ct, "reset-failed", "f").returncode == 0
     assert systemctl(ct, "is-active", "f").stdout == "inactive\n"
 
