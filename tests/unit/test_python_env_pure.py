@@ -78,10 +78,10 @@ def test_require_lock_refuses_in_one_line_naming_the_lock(tmp_path):
 def test_an_in_file_that_pins_something_else_is_remade_or_refused_with_require_lock(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
-    plan = lock_plan(replace(base, training_requirements=()), "3.11")
+    plan = lock_plan(base.changed(training_requirements=()), "3.11")
     assert plan.kind == "make" and plan.error is None
     assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.reason
-    plan = lock_plan(replace(base, training_requirements=(), require_lock=True), "3.11")
+    plan = lock_plan(base.changed(training_requirements=(), require_lock=True), "3.11")
     assert plan.kind == "make" and plan.error.count("\n") == 0
     assert plan.error.startswith("require_lock=true and ")
     assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.error
@@ -91,7 +91,7 @@ def test_an_in_file_that_pins_something_else_is_remade_or_refused_with_require_l
 def test_changed_pins_rewrite_the_in_file_and_make_a_new_lock(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
-    changed = replace(base, training_requirements=())
+    changed = base.changed(training_requirements=())
 
     def compile_stub(argv, **kw):  # stands in for uv pip compile: writes the -o file
         out = Path(argv[argv.index("-o") + 1])
@@ -134,10 +134,10 @@ def test_early_refusals_without_a_python_version(tmp_path):
     write_locks(tmp_path, s, python="3.13")
     assert early_lock_error(s) is None  # may be the container's; venv_built decides
     # other pins than the .in: made again without require_lock, refused with it
-    assert early_lock_error(replace(s, require_lock=False, training_requirements=())) is None
+    assert early_lock_error(s.changed(require_lock=False, training_requirements=())) is None
     assert "does not pin what the settings ask" in early_lock_error(
-        replace(s, training_requirements=()))
-    assert early_lock_error(replace(s, python_version="3.11")).startswith("require_lock=true")
+        s.changed(training_requirements=()))
+    assert early_lock_error(s.changed(python_version="3.11")).startswith("require_lock=true")
 
 
 def no_check(settings):
@@ -382,7 +382,7 @@ def test_prune_keeps_selected_and_most_recent_previous_and_removes_older():
     remove, in_use = prune_plan(st, s)
     assert sorted(remove) == ["torch-2.10.0-cu128", "torch-2.10.0-cu128.b1", "torch-2.11.0-cu130.building"]
     assert in_use == []
-    assert prune_plan(st, replace(s, keep_venvs=3))[0] == ["torch-2.11.0-cu130.building"]
+    assert prune_plan(st, s.changed(keep_venvs=3))[0] == ["torch-2.11.0-cu130.building"]
 
 
 def test_prune_never_removes_the_live_one_or_one_in_use():

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import uv as uv_package
@@ -85,8 +84,8 @@ class Box:
         """What the deploy does: make the lock on the controller (``make_lock``), for this
         interpreter's X.Y, in a scratch locks_dir; returns (lock path, sync pyproject path)."""
         if pins:
-            s = replace(s, training_requirements=tuple(pins))
-        s = replace(s, locks_dir=str(self.dir / "locks"))
+            s = s.changed(training_requirements=tuple(pins))
+        s = s.changed(locks_dir=str(self.dir / "locks"))
         version = ".".join(map(str, sys.version_info[:2]))
         plan = make_lock(s, version, uv=UV)
         assert plan.kind == "lock" and plan.error is None, plan.error

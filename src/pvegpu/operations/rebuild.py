@@ -11,7 +11,6 @@ Both refuse while the training unit runs, unless ``restart_training=true``.
 from __future__ import annotations
 
 import shlex
-from dataclasses import replace
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
@@ -117,7 +116,7 @@ def old_builds_removed(settings: Settings):
     if settings.rebuild != "venv":
         return
     state = container_state(settings)
-    remove, in_use = prune_plan(state, replace(settings, keep_venvs=1))
+    remove, in_use = prune_plan(state, settings.changed(keep_venvs=1))
     for name in in_use:
         notice(f"keeping {settings.venvs_dir}/{name}: a running process uses it")
     if not remove:
