@@ -7,7 +7,6 @@ operation executes.
 
 from __future__ import annotations
 
-from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
@@ -15,6 +14,7 @@ from . import boot, node_lock, node_read, summary
 from .ct_template import default_template
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
+from .run_context import run_context
 from .settings import Settings, load_all
 from .training_preflight import node_training_paths, training_path_problems
 from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
@@ -183,7 +183,7 @@ def _installer_line(settings: Settings, node: str, vmid, driver: str, found: str
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
     """Validate settings of every host, take every node's deploy lock, and check the GPUs of
-    every node, once per run (cached on the run's State).
+    every node, once per run (kept in the run context, :mod:`pvegpu.run_context`).
 
     pyinfra loads deploy.py for every host side by side (gevent greenlets): the first host runs
     the checks while the others wait on a lock for its result (or its error), so the node's facts
@@ -191,21 +191,34 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
     every node); a node that fails its checks or whose lock is held is recorded in
     ``node_failures`` and only its own hosts stop (deploy.py's first operation fails them).
     """
-    lock = state.__dict__.setdefault("pvegpu_preflight_lock", Semaphore())
-    with lock:
-        failed = getattr(state, "pvegpu_preflight_error", None)
-        if failed is not None:
-            raise failed
-        try:
-            return _check_fleet(state, inventory)
-        except PyinfraError as e:
-            state.pvegpu_preflight_error = e
-            raise
+    return once_per_run(state, lambda: _check_fleet(state, inventory))
+
+
+def validate_fleet(state, inventory) -> dict[str, Settings]:
+    """Every host's settings validated once per run, without the node preflight (verify.py: it
+    reports the node's facts in each container's table instead)."""
+    return once_per_run(state, lambda: load_all(list(inventory)))
+
+
+def once_per_run(state, check) -> dict[str, Settings]:
+    """The run's settings: ``check()``'s on the first call (the others wait for it), its error
+    again on every later call when it failed."""
+    run = run_context(state)
+    with run.preflight_lock:
+        if run.preflight_error is not None:
+            raise run.preflight_error
+        if run.settings is None:
+            try:
+                run.settings = check()
+            except PyinfraError as e:
+                run.preflight_error = e
+                raise
+        return run.settings
 
 
 def node_failures(state) -> dict[str, list[str]]:
     """{node name: problem lines} of the nodes that must not be touched in this run."""
-    return getattr(state, "pvegpu_node_failures", None) or {}
+    return run_context(state).node_failures
 
 
 def node_read_args(s: Settings) -> dict:
@@ -220,14 +233,11 @@ def node_read_args(s: Settings) -> dict:
 
 
 def _check_fleet(state, inventory) -> dict[str, Settings]:
-    cached = getattr(state, "pvegpu_settings", None)
-    if cached is not None:
-        return cached
     settings = load_all(list(inventory))
     summary.register(state)
     failures: dict[str, list[str]] = {}
     node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
-    held = state.__dict__.setdefault("pvegpu_node_locks", {})
+    held = run_context(state).node_locks
     nodes = list(inventory.get_group("pve_hosts", []))
     for node_host in nodes:
         if node_host.name not in held:
@@ -262,10 +272,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     for line in training_path_problems(inventory, settings, kinds):
         node = next((n.name for n in nodes if line.startswith(f"{n.name}: ")), "")
         failures.setdefault(node, []).append(line)
-    state.pvegpu_node_failures = failures
+    run_context(state).node_failures = failures
     for node, lines in failures.items():
         logger.error(f"--> {node or 'fleet'}: preflight failed, nothing will be changed there:")
         for line in lines:
             logger.error(f"    {line}")
-    state.pvegpu_settings = settings
     return settings

@@ -14,7 +14,8 @@ from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
-from ..settings import Settings, load_all
+from ..run_context import run_context
+from ..settings import Settings
 from ..unit import started_record, unit_file
 from .python_env import uv_bin
 from .util import fail
@@ -39,20 +40,6 @@ def torch_runtime(python: str, settings: Settings):
     )
     if problems:
         yield fail(*problems)
-
-
-def verification_settings(h) -> Settings:
-    """Settings of ``h`` for verification: the deploy's (its preflight already ran) or, in
-    verify.py, every host's settings validated (a bad value stops the run before any command)
-    without the node preflight, so verify.py reports the node's facts in its table instead."""
-    state = h.state
-    cached = getattr(state, "pvegpu_settings", None) or getattr(
-        state, "pvegpu_verify_settings", None
-    )
-    if cached is None:
-        cached = load_all(list(h.inventory))
-        state.pvegpu_verify_settings = cached
-    return cached[h.name]
 
 
 def node_host_of(h):
@@ -84,9 +71,7 @@ def lock_for(
 
 def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
     """Add one host's verdict to the run's JSON report and (re)write it on the controller."""
-    verdicts = getattr(state, "pvegpu_verdicts", None)
-    if verdicts is None:
-        verdicts = state.pvegpu_verdicts = {}
+    verdicts = run_context(state).verdicts
     verdicts[name] = verdict
     if settings.verify_report:
         wanted = {
@@ -121,7 +106,8 @@ def verified(settings: Settings):
     In deploy.py a leftover training process on a training GPU that the training unit stage will
     clear (see :func:`pvegpu.checks.verify`) is a warning; in verify.py it is a problem.
     """
-    node_host = node_host_of(host)
+    state, node_host = host.state, node_host_of(host)
+    run = run_context(state)
     # the node's read (reused from this run's preflight when nothing changed since) and the
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
@@ -149,18 +135,14 @@ def verified(settings: Settings):
         lock_source=source,
         unit=unit_file(settings),
         # deploy.py's training unit stage follows: a leftover it clears is a warning there
-        deploying=not getattr(host.state, "pvegpu_verify_only", False),
+        deploying=run.mode == "deploy",
     )
-    state = host.state
     # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows
     # before pyinfra asks to go on. Once per host unless the facts changed in between.
-    if state.is_executing or getattr(state, "pvegpu_verify_only", False):
+    if state.is_executing or run.mode == "verify":
         text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
-        printed = getattr(state, "pvegpu_printed", None)
-        if printed is None:
-            printed = state.pvegpu_printed = {}  # type: ignore[attr-defined]
-        if printed.get(host.name) != text:
-            printed[host.name] = text
+        if run.printed.get(host.name) != text:
+            run.printed[host.name] = text
             for line in text:
                 (logger.warning if line.startswith("    warning: ") else logger.info)(line)
             logger.info(

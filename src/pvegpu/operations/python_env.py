@@ -53,6 +53,7 @@ from ..locks import (
     uv_error,
     uv_wheel_hashes,
 )
+from ..run_context import executed_operations, run_context
 from ..settings import Settings
 from ..unit import started_record, unit_file, unit_path
 from ..venvs import (
@@ -69,7 +70,7 @@ from ..venvs import (
     python_minor,
     real_name,
 )
-from .util import fail, note, run_point
+from .util import fail, note
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
@@ -111,42 +112,36 @@ def uv_bin(settings: Settings) -> str:
 
 
 # --- the shared fact --------------------------------------------------------------------------
-_CACHE_ATTR = "_pvegpu_container_state"
-
-
 def container_state(settings: Settings) -> dict:
-    """The ``ContainerState`` document, read at most once between changes of this run."""
-    point = run_point(host)
-    cached = getattr(host, _CACHE_ATTR, None)
-    if cached and cached[0] == point:
-        return cached[1]
-    doc = host.get_fact(
-        ContainerState,
-        uv_bin=uv_bin(settings),
-        venvs_dir=settings.venvs_dir,
-        venv_path=settings.venv_path,
-        unit_path=unit_path(settings),
-        unit_name=unit_file(settings),
-        cache_dir=settings.compile_cache_dir,
-        started_path=started_record(settings),
-        python=settings.python_interpreter,
-        uv_cache_dir=settings.uv_cache_dir,
-        locks_cache=LOCKS_CACHE,
-        baseline_path=BASELINE,
-    )
-    setattr(host, _CACHE_ATTR, (point, doc))
-    return doc
+    """The ``ContainerState`` document, read at most once between changes of this run (the run
+    context's fact cache, :mod:`pvegpu.run_context`)."""
+
+    def read() -> dict:
+        return host.get_fact(
+            ContainerState,
+            uv_bin=uv_bin(settings),
+            venvs_dir=settings.venvs_dir,
+            venv_path=settings.venv_path,
+            unit_path=unit_path(settings),
+            unit_name=unit_file(settings),
+            cache_dir=settings.compile_cache_dir,
+            started_path=started_record(settings),
+            python=settings.python_interpreter,
+            uv_cache_dir=settings.uv_cache_dir,
+            locks_cache=LOCKS_CACHE,
+            baseline_path=BASELINE,
+        )
+
+    state = host.state
+    return run_context(state).facts.get(("container", host.name), executed_operations(state), read)
 
 
 def remember(update) -> None:
     """After an operation's last command ran: apply ``update(doc)`` to the cached document and
     keep it valid past this operation's own completion (it knows exactly what it changed)."""
-    cached = getattr(host, _CACHE_ATTR, None)
-    if not cached:
-        return
-    update(cached[1])
-    point = run_point(host)
-    setattr(host, _CACHE_ATTR, ((point[0], point[1], point[2] + 1), cached[1]))
+    state = host.state
+    point = executed_operations(state)
+    run_context(state).facts.remember(("container", host.name), point, state.is_executing, update)
 
 
 # --- uv command lines (pure; tests run them against the loopback index) ----------------------
