@@ -1,0 +1,65 @@
+"""The container's shared fact: one ``ContainerState`` document per run and host.
+
+Operations of the python env, rebuild and training unit stages share it; it is read again only
+after an operation of the run changed something (``container_state``), or patched by the
+operation that made a change it knows exactly (``remember``).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from ..facts.python_env import ContainerState
+from ..run_context import executed_operations, run_context
+from ..settings import Settings
+from ..unit import started_record, unit_file, unit_path
+from ..uv_commands import uv_bin
+
+#: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
+#: venvs_dir: rebuild=venv deletes that).
+LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
+#: The container's apt packages right after creation (operations.rebuild.baseline_recorded writes
+#: it; the pollution report reads it). Its existence is part of the shared fact.
+BASELINE = "/var/lib/pvegpu/baseline-packages"
+
+
+def container_state(settings: Settings) -> dict:
+    """The ``ContainerState`` document, read at most once between changes of this run (the run
+    context's fact cache, :mod:`pvegpu.run_context`).
+
+    .. code:: python
+
+        state = container_state(settings)  # inside an operation body
+    """
+
+    def read() -> dict:
+        return host.get_fact(
+            ContainerState,
+            uv_bin=uv_bin(settings),
+            venvs_dir=settings.venvs_dir,
+            venv_path=settings.venv_path,
+            unit_path=unit_path(settings),
+            unit_name=unit_file(settings),
+            cache_dir=settings.compile_cache_dir,
+            started_path=started_record(settings),
+            python=settings.python_interpreter,
+            uv_cache_dir=settings.uv_cache_dir,
+            locks_cache=LOCKS_CACHE,
+            baseline_path=BASELINE,
+        )
+
+    state = host.state
+    return run_context(state).facts.get(("container", host.name), executed_operations(state), read)
+
+
+def remember(update) -> None:
+    """After an operation's last command ran: apply ``update(doc)`` to the cached document and
+    keep it valid past this operation's own completion (it knows exactly what it changed).
+
+    .. code:: python
+
+        remember(lambda doc: doc.update(cache_dir_exists=True))
+    """
+    state = host.state
+    point = executed_operations(state)
+    run_context(state).facts.remember(("container", host.name), point, state.is_executing, update)
