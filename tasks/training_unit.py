@@ -8,7 +8,7 @@ from pvegpu.operations import training
 from pvegpu.unit import unit_file
 
 s = settings(host)
-unit = unit_file(s)
+unit = unit_file(s.training)
 
 training.unit_installed(name=f"Install {unit}", settings=s)
 training.unit_running(

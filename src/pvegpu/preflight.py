@@ -132,7 +132,7 @@ def container_problems(
     reasons = plan.restart_reasons
     live = ct.get("live")
     if reasons and not settings.restart_training:
-        unit = unit_file(settings)
+        unit = unit_file(settings.training)
         if live is None:
             problems.append(
                 f"{node}: CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} runs "
@@ -237,7 +237,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         # the run's one read of the node (with its containers' training paths): the node stage
         # and verify reuse it until an operation runs a command
         paths = node_training_paths(inventory, settings, node_host.name)
-        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s), paths)
+        args = run_context(state).node_args[node_host.name] = node_read_args(s)
+        facts = node_read.node_state(node_host, vmids, "full", args, paths)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [

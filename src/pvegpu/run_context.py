@@ -99,6 +99,8 @@ class RunContext:
     preflight_error: Exception | None = None
     #: {node name: problem lines} of the nodes that must not be touched in this run
     node_failures: dict[str, list[str]] = field(default_factory=dict)
+    #: {node name: the node probe's arguments} (preflight.node_read_args): the same every read
+    node_args: dict[str, dict] = field(default_factory=dict)
     #: {node name: channel} of the deploy locks this run holds
     node_locks: dict[str, Any] = field(default_factory=dict)
     #: the callback handler that records failed operations for the end-of-run summary

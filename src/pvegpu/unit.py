@@ -28,7 +28,7 @@ import jinja2
 
 from .digests import text_digest as digest
 from .paths import TEMPLATES
-from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
+from .settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
@@ -40,23 +40,23 @@ UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 BUILD_MARKER = ".pvegpu-build.json"
 
 
-def unit_file(settings: Settings) -> str:
+def unit_file(training: TrainingSettings) -> str:
     """``dflash-train.service``"""
-    return f"{settings.training_unit_name}.service"
+    return f"{training.unit_name}.service"
 
 
-def unit_path(settings: Settings) -> str:
-    return f"/etc/systemd/system/{unit_file(settings)}"
+def unit_path(training: TrainingSettings) -> str:
+    return f"/etc/systemd/system/{unit_file(training)}"
 
 
-def runtime_dir(settings: Settings) -> str:
+def runtime_dir(training: TrainingSettings) -> str:
     """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at
     stop."""
-    return f"pvegpu-{settings.training_unit_name}"
+    return f"pvegpu-{training.unit_name}"
 
 
-def started_record(settings: Settings) -> str:
-    return f"/run/{runtime_dir(settings)}/started"
+def started_record(training: TrainingSettings) -> str:
+    return f"/run/{runtime_dir(training)}/started"
 
 
 def unit_context(settings: Settings) -> dict:
@@ -67,9 +67,9 @@ def unit_context(settings: Settings) -> dict:
     return {
         "build_name": settings.build_name,
         "unit_name": settings.training_unit_name,
-        "unit_path": unit_path(settings),
-        "runtime_dir": runtime_dir(settings),
-        "started_record": started_record(settings),
+        "unit_path": unit_path(settings.training),
+        "runtime_dir": runtime_dir(settings.training),
+        "started_record": started_record(settings.training),
         "build_marker": BUILD_MARKER,
         "data_dir": settings.data_dir_ct,
         "workdir": settings.training_workdir,
@@ -166,8 +166,9 @@ def unit_problems(settings: Settings, templates: Path = TEMPLATES) -> list[str]:
         text = render_unit(settings, templates)
     except SettingsError as e:
         return [str(e)]
+    unit = unit_file(settings.training)
     return [
-        f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
+        f"{unit} as rendered is rejected by systemd-analyze verify: {line}: "
         "fix the setting or templates/training.service.j2"
         for line in verify_problems(text, settings.training_unit_name)
     ]
@@ -217,11 +218,11 @@ def renamed_unit_line(settings: Settings, where: str, running: list[str]) -> str
     >>> renamed_unit_line(Settings.from_data(defaults()), "CT 200", ["old.service"])[:60]
     'CT 200: old.service is running, but training_unit_name=dflas'
     """
-    old = ", ".join(running)
+    old, unit = ", ".join(running), unit_file(settings.training)
     return (
         f"{where}: {old} is running, but training_unit_name={settings.training_unit_name} asks for "
-        f"{unit_file(settings)}: a renamed unit would be a second trainer on the same GPUs; pass "
-        f"--data restart_training=true to stop and disable {old} and start {unit_file(settings)}, "
+        f"{unit}: a renamed unit would be a second trainer on the same GPUs; pass "
+        f"--data restart_training=true to stop and disable {old} and start {unit}, "
         f"or set training_unit_name back"
     )
 

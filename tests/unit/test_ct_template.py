@@ -22,6 +22,6 @@ def test_a_set_template_wins_and_create_passes_it_with_unprivileged_explicit():
     s = Settings.from_data({**defaults(), "ct_template": "local:vztmpl/mine.tar.zst"})
     assert defaults()["ct_template"] is None and s.ct_template == "local:vztmpl/mine.tar.zst"
     volid = default_template(s.ct_template, "9.1.1", D13)
-    argv = create_args(s, 200, volid)
+    argv = create_args(s.container, 200, volid)
     assert argv[:4] == ["pct", "create", "200", "local:vztmpl/mine.tar.zst"]
     assert argv[argv.index("--unprivileged") + 1] == "0"

@@ -124,9 +124,10 @@ GPU_PASSTHROUGH = {
 @pytest.mark.parametrize("case", list(GPU_PASSTHROUGH))
 def test_gpu_passthrough_table(monkeypatch, case):
     doc, commands = GPU_PASSTHROUGH[case]
-    monkeypatch.setattr(proxmox, "read_state", lambda settings, vmids, ct_detail: doc)
+    monkeypatch.setattr(proxmox, "read_state", lambda vmids, ct_detail: doc)
     monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
-    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, settings=settings())]
+    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, gpus=S.gpus, policy=S.policy,
+                                                                 training=S.training)]
     assert got == commands
 
 
@@ -181,8 +182,8 @@ BOOT_PERSISTENCE = {
 @pytest.mark.parametrize("case", list(BOOT_PERSISTENCE))
 def test_boot_persistence_table(monkeypatch, case):
     doc, commands = BOOT_PERSISTENCE[case]
-    monkeypatch.setattr(proxmox, "read_state", lambda settings, *a, **k: doc)
-    got = [shown(c) for c in proxmox.boot_persistence._inner(settings=settings())]
+    monkeypatch.setattr(proxmox, "read_state", lambda *a, **k: doc)
+    got = [shown(c) for c in proxmox.boot_persistence._inner(gpus=settings().gpus)]
     assert got == commands
 
 

@@ -116,8 +116,8 @@ def verified(settings: Settings):
         venv=settings.venv_path,
         uv_bin=uv_bin(settings),
         compile_check=settings.verify_level == "compile",
-        unit_name=unit_file(settings),
-        started_path=started_record(settings),
+        unit_name=unit_file(settings.training),
+        started_path=started_record(settings.training),
         build_venv=settings.build_venv,
     )
     node = node_read_.get() if node_read_ is not None else {}
@@ -133,7 +133,7 @@ def verified(settings: Settings):
         node_name=node_name,
         lock=lock,
         lock_source=source,
-        unit=unit_file(settings),
+        unit=unit_file(settings.training),
         # deploy.py's training unit stage follows: a leftover it clears is a warning there
         deploying=run.mode == "deploy",
     )

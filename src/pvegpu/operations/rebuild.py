@@ -36,7 +36,7 @@ def refuse_while_training(settings: Settings, runner: str) -> str:
     """
     if settings.restart_training:
         return ""
-    unit = unit_file(settings)
+    unit = unit_file(settings.training)
     refusal = (
         f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
         "--data restart_training=true"
@@ -97,7 +97,7 @@ def venv_rebuild_allowed(settings: Settings):
     """
     if settings.rebuild != "venv" or settings.restart_training:
         return
-    unit = unit_file(settings)
+    unit = unit_file(settings.training)
     if container_state(settings).get("unit_active") in RUNNING:
         yield fail(
             f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "

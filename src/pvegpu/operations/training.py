@@ -59,7 +59,7 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> S
     """Stop the unit (``unit_name``, default the training unit) and wait until systemd reports
     it down (`systemctl stop` blocks through the stop timeout and SIGKILL; the loop makes sure
     nothing is still deactivating)."""
-    name = unit_name or unit_file(settings)
+    name = unit_name or unit_file(settings.training)
     unit = shlex.quote(name)
     return StringCommand(
         f"systemctl stop {unit} && for i in $(seq 1 60); do "
@@ -70,7 +70,7 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> S
 
 
 def start_command(settings: Settings, state: dict) -> str:
-    unit = shlex.quote(unit_file(settings))
+    unit = shlex.quote(unit_file(settings.training))
     # A unit that failed too often is refused by `start` until its failed state is reset.
     reset = f"systemctl reset-failed {unit}; " if state.get("unit_active") == "failed" else ""
     return f"{reset}systemctl start {unit}"
@@ -79,7 +79,7 @@ def start_command(settings: Settings, state: dict) -> str:
 def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
     """End leftover training processes of ``unit_name`` (default: the training unit) on the
     training GPUs, on the container's node. Processes of any other service are left alone."""
-    unit = unit_name or unit_file(settings)
+    unit = unit_name or unit_file(settings.training)
 
     def clear(state, host):
         node_name = host.data.get("pct_node")
@@ -136,7 +136,7 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         for p in doc["remaining"]:
             host.log_styled(
                 f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived "
-                f"SIGKILL: not starting {unit_file(settings)}; check it on {node_name} "
+                f"SIGKILL: not starting {unit_file(settings.training)}; check it on {node_name} "
                 f"(`ps -o stat= {p['pid']}`)",
                 fg="red",
                 log_func=logger.error,
@@ -166,7 +166,9 @@ def unit_installed(settings: Settings):
     if state.get("unit_digest") == digest(text):
         return
     yield StringCommand(
-        write_file_command(unit_path(settings), text, mode="0644"), "&&", "systemctl daemon-reload"
+        write_file_command(unit_path(settings.training), text, mode="0644"),
+        "&&",
+        "systemctl daemon-reload",
     )
     if state.get("unit_digest"):
         remember(lambda doc: doc.update(unit_digest=digest(text)))
@@ -219,7 +221,7 @@ def unit_running(settings: Settings):
       pending (no change), unless ``restart_training=true``: then stop, wait until it is down,
       clear leftover training processes on the training GPUs, start.
     """
-    unit = unit_file(settings)
+    unit = unit_file(settings.training)
     state = container_state(settings)
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.restart_training:
