@@ -44,7 +44,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .digests import text_digest
 from .paths import PROJECT
-from .settings import Settings
+from .settings import Settings, TorchSettings
 
 PIN_LINE = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([A-Za-z0-9.+!_-]+)\s*(?:;.*)?$"
@@ -109,10 +109,11 @@ def unhashed_pins(text: str) -> list[str]:
     return bad
 
 
-def desired_pins(settings: Settings) -> dict[str, str]:
-    """The exact pins the settings ask for: torch with its full local label, then the stack."""
-    pins = {"torch": f"{settings.torch_version}+{settings.torch_variant}"}
-    for req in settings.training_requirements:
+def desired_pins(torch: TorchSettings) -> dict[str, str]:
+    """The exact pins the torch settings ask for: torch with its full local label, then the
+    stack."""
+    pins = {"torch": f"{torch.version}+{torch.variant}"}
+    for req in torch.requirements:
         name, _, version = req.partition("==")
         pins[normalize(name.split("[")[0])] = version
     return pins
@@ -171,12 +172,12 @@ def redact(text: str) -> str:
     return re.sub(r"(\b[a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@", r"\1:***@", text, flags=re.I)
 
 
-def netrc_text(settings: Settings) -> str:
+def netrc_text(torch: TorchSettings) -> str:
     """A netrc (``machine <host> login <user> password <token>``) for the indexes that carry
     credentials, '' when none does. uv reads it from ``$NETRC``; so does the reachability check.
     netrc is per host: two indexes on one host share its credentials."""
     lines = {}
-    for url in (settings.package_index_url, settings.torch_index_url):
+    for url in (torch.package_index_url, torch.index_url):
         _, cred = split_credentials(url)
         host = urlsplit(url).hostname
         if cred and host and host not in lines:
@@ -345,7 +346,7 @@ def _in_problem(settings: Settings, project: Path) -> str | None:
         in_pins = parse_pins(path.read_text())
     except OSError:
         return None
-    wanted = desired_pins(settings)
+    wanted = desired_pins(settings.torch)
     if in_pins == wanted:
         return None
     differ = sorted(
@@ -359,7 +360,7 @@ def _in_problem(settings: Settings, project: Path) -> str | None:
 def _lock_problem(settings: Settings, text: str | None, path: Path, project: Path) -> str | None:
     if text is None:
         return f"{display(path, project)} is missing"
-    wanted = desired_pins(settings)
+    wanted = desired_pins(settings.torch)
     locked = parse_pins(text)
     stale = sorted(k for k, ver in wanted.items() if locked.get(k) != ver)
     if stale:
@@ -490,7 +491,7 @@ def make_lock(
             if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")
         }
         env.update(UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never")
-        netrc = netrc_text(settings)
+        netrc = netrc_text(settings.torch)
         if netrc:
             env["NETRC"] = str(Path(tmp) / "netrc")
             fd = os.open(env["NETRC"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

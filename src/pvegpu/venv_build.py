@@ -64,10 +64,10 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     V = settings.venvs_dir.rstrip("/")
     B = settings.build_venv
     T, N = f"{B}.building", f"{B}.next"
-    uv = uv_bin(settings)
+    uv = uv_bin(settings.python_env)
     env = uv_env(settings)
     reach = reach_command(settings)
-    if has_credentials(settings):
+    if has_credentials(settings.torch):
         env += f" NETRC={NETRC}"
         reach = f"NETRC={NETRC} {reach}"
     py = f"{T}/bin/python"

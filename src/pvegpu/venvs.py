@@ -220,9 +220,9 @@ def _short(value) -> str:
 
 
 # --- pruning -------------------------------------------------------------------------------------
-def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
+def prune_plan(state: dict, selected: str, keep_venvs: int) -> tuple[list[str], list[str]]:
     """``(remove, kept_in_use)``: names in venvs_dir to delete, and those kept only because a
-    process uses them.
+    process uses them (``selected``: the selected build's name).
 
     Kept: the live venv, the selected build, the ``keep_venvs - 1`` most recently selected other
     builds, anything a running process uses, and anything pvegpu did not make. Removed: builds
@@ -230,7 +230,6 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
     """
     venvs = state.get("venvs") or {}
     live_real = (state.get("venv_real") or "").rstrip("/").rsplit("/", 1)[-1] or None
-    selected = settings.build_name
     links = {name: e for name, e in venvs.items() if "link" in e}
     current = {name: e.get("real") for name, e in links.items()}
     others = sorted(
@@ -238,7 +237,7 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
         key=lambda n: (links[n].get("selected_at") or links[n].get("built") or 0, n),
         reverse=True,
     )
-    kept_builds = {selected, *others[: max(settings.keep_venvs - 1, 0)]}
+    kept_builds = {selected, *others[: max(keep_venvs - 1, 0)]}
     live_build = next((b for b, real in current.items() if real and real == live_real), None)
     if live_build:
         kept_builds.add(live_build)

@@ -82,9 +82,9 @@ VENV_SELECTED = {
 @pytest.mark.parametrize("case", list(VENV_SELECTED))
 def test_venv_selected_table(monkeypatch, case):
     doc, commands = VENV_SELECTED[case]
-    monkeypatch.setattr(python_env, "container_state", lambda settings: doc)
+    monkeypatch.setattr(python_env, "container_state", lambda: doc)
     monkeypatch.setattr(python_env, "remember", lambda update: None)
-    assert [shown(c) for c in python_env.venv_selected._inner(settings=S)] == commands
+    assert [shown(c) for c in python_env.venv_selected._inner(torch=S.torch, python_env=S.python_env)] == commands
 
 
 # ---- proxmox.gpu_passthrough: the node document in, modprobe/pct commands out, in order -----
@@ -214,7 +214,7 @@ UNIT_RUNNING = {
 @pytest.mark.parametrize("case", list(UNIT_RUNNING))
 def test_unit_running_table(monkeypatch, case):
     doc, overrides, commands = UNIT_RUNNING[case]
-    monkeypatch.setattr(training, "container_state", lambda settings: doc)
+    monkeypatch.setattr(training, "container_state", lambda: doc)
     monkeypatch.setattr(training, "host", SimpleNamespace(name="ct200"))
     got = [shown(c) for c in training.unit_running._inner(settings=settings(**overrides))]
     assert got == commands

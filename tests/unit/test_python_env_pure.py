@@ -37,7 +37,7 @@ def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{s.torch_variant}.in").write_text(in_text if in_text is not None else requirements_in(s))
     if lock == "default":
-        lock = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
+        lock = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s.torch).items())
         lock += f"filelock==3.20.0 \\\n    {HASH}\n    # via torch\n"
     if lock is not None:
         (d / f"{s.torch_variant}-py{python}.lock").write_text(lock)
@@ -48,7 +48,7 @@ def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str
 def test_shipped_in_files_pin_what_the_defaults_ask_for(variant):
     s = settings(torch_variant=variant)
     text = (ROOT / "locks" / f"{variant}.in").read_text()
-    assert parse_pins(text) == desired_pins(s)
+    assert parse_pins(text) == desired_pins(s.torch)
     assert f"torch=={s.torch_version}+{variant}" in text.splitlines()
 
 
@@ -246,7 +246,7 @@ def test_uv_env_unsets_what_could_change_the_index_or_backend():
 
 
 def lock_of(s: Settings) -> LockPlan:
-    text = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
+    text = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s.torch).items())
     return LockPlan("lock", text, "ab" * 32, "locks/cu130-py3.11.lock")
 
 
@@ -381,10 +381,10 @@ def test_prune_keeps_selected_and_most_recent_previous_and_removes_older():
                "torch-2.10.0-cu128": "torch-2.10.0-cu128.b1"},
         live="torch-2.11.0-cu130.b1",
     )
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.build_name, s.keep_venvs)
     assert sorted(remove) == ["torch-2.10.0-cu128", "torch-2.10.0-cu128.b1", "torch-2.11.0-cu130.building"]
     assert in_use == []
-    assert prune_plan(st, s.changed(keep_venvs=3))[0] == ["torch-2.11.0-cu130.building"]
+    assert prune_plan(st, s.build_name, 3)[0] == ["torch-2.11.0-cu130.building"]
 
 
 def test_prune_never_removes_the_live_one_or_one_in_use():
@@ -396,11 +396,11 @@ def test_prune_never_removes_the_live_one_or_one_in_use():
         links={"torch-2.11.0-cu130": "torch-2.11.0-cu130.b2", "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1"},
         live="torch-2.11.0-cu128.b1",  # a failed switch left the other build live
     )
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.build_name, s.keep_venvs)
     assert remove == []
     assert in_use == ["torch-2.11.0-cu130.b1"]
     st["venv_real"] = "/root/venvs/torch-2.11.0-cu130.b2"
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.build_name, s.keep_venvs)
     assert sorted(remove) == ["torch-2.11.0-cu128", "torch-2.11.0-cu128.b1"]
 
 

@@ -252,7 +252,7 @@ def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelho
         for token, ok in (("tok3n", True), ("wrong", False)):
             s = s_with(token)
             netrc = tmp_path / f"netrc-{token}"
-            netrc.write_text(netrc_text(s))
+            netrc.write_text(netrc_text(s.torch))
             cmd = reach_command(s)
             assert token not in cmd and "me:" not in cmd
             r = subprocess.run(["sh", "-c", cmd], env={"NETRC": str(netrc), "PATH": "/usr/bin:/bin"},

@@ -14,9 +14,9 @@ from pvegpu.settings import Settings, defaults
 
 def switch_commands(monkeypatch, s: Settings, state: dict) -> list[list[str]]:
     """The shell commands ``venv_selected`` yields for ``state``, each split into argv."""
-    monkeypatch.setattr(python_env, "container_state", lambda settings: state)
+    monkeypatch.setattr(python_env, "container_state", lambda: state)
     monkeypatch.setattr(python_env, "remember", lambda update: None)
-    yielded = list(python_env.venv_selected._inner(settings=s))
+    yielded = list(python_env.venv_selected._inner(torch=s.torch, python_env=s.python_env))
     assert len(yielded) == 1
     return [shlex.split(c) for c in str(yielded[0]).split(" && ")]
 

@@ -14,7 +14,7 @@ from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
 from ..run_context import run_context
-from ..settings import Settings
+from ..settings import GpuSettings, Settings, TorchSettings
 from ..unit import started_record, unit_file
 from ..uv_commands import uv_bin
 from ..verification import Verdict, torch_problems, verify
@@ -22,21 +22,18 @@ from .util import fail
 
 
 @operation()
-def torch_runtime(python: str, settings: Settings):
-    """Fail unless torch under ``python`` is the configured build and sees every GPU.
+def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
+    """Fail unless torch under ``python`` is the ``torch`` build (version, variant, its CUDA)
+    and sees every one of the node's GPUs (``gpus.expected_count``).
 
     .. code:: python
 
         checks.torch_runtime(name="Verify torch in the new venv", python="/root/venvs/x/bin/python",
-                             settings=s)
+                             torch=s.torch, gpus=s.gpus)
     """
     rt = host.get_fact(TorchRuntime, python=python)
     problems = torch_problems(
-        rt,
-        settings.torch_version,
-        settings.torch_variant,
-        settings.variant.cuda,
-        settings.expected_gpu_count,
+        rt, torch.version, torch.variant, torch.spec.cuda, gpus.expected_count
     )
     if problems:
         yield fail(*problems)
@@ -93,7 +90,9 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
 @operation()
 def verified(settings: Settings):
     """Verify a training container against its settings and its node; print one table and a
-    verdict line; fail with one line per problem (expectation, fact, fix). Observes only.
+    verdict line; fail with one line per problem (expectation, fact, fix). Observes only. Takes
+    the whole ``settings``: verification checks the torch, python env, GPU, training and
+    verification parts.
 
     .. code:: python
 
@@ -114,7 +113,7 @@ def verified(settings: Settings):
     ct = host.get_fact(
         ContainerVerification,
         venv=settings.venv_path,
-        uv_bin=uv_bin(settings),
+        uv_bin=uv_bin(settings.python_env),
         compile_check=settings.verify_level == "compile",
         unit_name=unit_file(settings.training),
         started_path=started_record(settings.training),

@@ -11,7 +11,6 @@ from pyinfra import host
 
 from ..facts.python_env import ContainerState
 from ..run_context import executed_operations, run_context
-from ..settings import Settings
 from ..unit import started_record, unit_file, unit_path
 from ..uv_commands import uv_bin
 
@@ -23,19 +22,23 @@ LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
 BASELINE = "/var/lib/pvegpu/baseline-packages"
 
 
-def container_state(settings: Settings) -> dict:
-    """The ``ContainerState`` document, read at most once between changes of this run (the run
-    context's fact cache, :mod:`pvegpu.run_context`).
+def container_state() -> dict:
+    """The host's ``ContainerState`` document, read at most once between changes of this run
+    (the run context's fact cache, :mod:`pvegpu.run_context`), with the paths of the host's
+    settings in this run (so an operation needs no settings to read it).
 
     .. code:: python
 
-        state = container_state(settings)  # inside an operation body
+        state = container_state()  # inside an operation body
     """
+    state = host.state
+    run = run_context(state)
 
     def read() -> dict:
+        settings = run.settings[host.name]  # type: ignore[index]  # the run has begun
         return host.get_fact(
             ContainerState,
-            uv_bin=uv_bin(settings),
+            uv_bin=uv_bin(settings.python_env),
             venvs_dir=settings.venvs_dir,
             venv_path=settings.venv_path,
             unit_path=unit_path(settings.training),
@@ -48,8 +51,7 @@ def container_state(settings: Settings) -> dict:
             baseline_path=BASELINE,
         )
 
-    state = host.state
-    return run_context(state).facts.get(("container", host.name), executed_operations(state), read)
+    return run.facts.get(("container", host.name), executed_operations(state), read)
 
 
 def remember(update) -> None:

@@ -150,7 +150,8 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
 def unit_installed(settings: Settings):
     """Write the rendered unit when it differs and reload systemd, in one container command. A
     running unit keeps running (daemon-reload never restarts it); ``unit_running`` decides about
-    restarts.
+    restarts. Takes the whole ``settings``: the unit is rendered from the torch, python env, GPU,
+    container and training parts.
 
     .. code:: python
 
@@ -162,7 +163,7 @@ def unit_installed(settings: Settings):
     fact is read again.
     """
     text = render_unit(settings)
-    state = container_state(settings)
+    state = container_state()
     if state.get("unit_digest") == digest(text):
         return
     yield StringCommand(
@@ -205,7 +206,9 @@ def stopping_line(unit: str) -> str:
 
 @operation()
 def unit_running(settings: Settings):
-    """Enable the unit; start it when it is not running; restart it only when asked.
+    """Enable the unit; start it when it is not running; restart it only when asked
+    (``restart_training``). Takes the whole ``settings``: whether a restart is pending compares
+    the running unit with the one rendered now (see ``unit_installed``).
 
     .. code:: python
 
@@ -222,7 +225,7 @@ def unit_running(settings: Settings):
       clear leftover training processes on the training GPUs, start.
     """
     unit = unit_file(settings.training)
-    state = container_state(settings)
+    state = container_state()
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))
