@@ -10,8 +10,8 @@ ct = s.container
 
 for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.container_present(
-        name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at {ct.data_dir_ct} and "
-        "protection on",
+        name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
+        f"{ct.data_dir_ct} and protection on",
         vmid=vmid, container=s.container,
     )
     proxmox.gpu_passthrough(

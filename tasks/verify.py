@@ -11,7 +11,7 @@ from pvegpu.operations import checks
 s = settings(host)
 
 checks.verified(
-    name=f"Verify torch {s.torch_version}+{s.torch_variant} on {s.expected_gpu_count} GPUs"
-    + (" (with concurrent compile)" if s.verify_level == "compile" else ""),
+    name=f"Verify torch {s.torch.version}+{s.torch.variant} on {s.gpus.expected_count} GPUs"
+    + (" (with concurrent compile)" if s.verification.level == "compile" else ""),
     settings=s,
 )

@@ -121,17 +121,17 @@ def desired_pins(torch: TorchSettings) -> dict[str, str]:
 
 def requirements_in(settings: Settings) -> str:
     """The ``.in`` text for the settings: ``torch==<version>+<variant>`` first, then the stack."""
-    lines = [settings.torch_pin, *sorted(settings.training_requirements, key=str.lower)]
+    lines = [settings.torch.pin, *sorted(settings.torch.requirements, key=str.lower)]
     return "".join(f"{line}\n" for line in lines)
 
 
 def constraints(settings: Settings) -> str:
     """A constraint every uv call carries: no dependency can pull another torch build."""
-    return f"{settings.torch_pin}\n"
+    return f"{settings.torch.pin}\n"
 
 
 def locks_dir(settings: Settings, project: Path = PROJECT) -> Path:
-    path = Path(settings.locks_dir)
+    path = Path(settings.torch.locks_dir)
     return path if path.is_absolute() else project / path
 
 
@@ -190,7 +190,7 @@ def credential_conflict(settings: Settings) -> str | None:
     one login per host), else None."""
     seen: dict[str, tuple[str, tuple[str, str]]] = {}
     for key in ("package_index_url", "torch_index_base"):
-        url = getattr(settings, key)
+        url = settings.value(key)
         _, cred = split_credentials(url)
         host = urlsplit(url).hostname
         if not cred or not host:
@@ -213,8 +213,8 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
 
     urlopen = urlopen or urllib.request.urlopen
     for key, url in (
-        ("package_index_url", settings.package_index_url),
-        ("torch_index_base", settings.torch_index_url),
+        ("package_index_url", settings.torch.package_index_url),
+        ("torch_index_base", settings.torch.index_url),
     ):
         clean, cred = split_credentials(url)
         req = urllib.request.Request(clean.rstrip("/") + "/", method="HEAD")
@@ -245,11 +245,11 @@ def lock_name(variant: str, python_version: str) -> str:
 
 
 def lock_path(settings: Settings, python_version: str, project: Path = PROJECT) -> Path:
-    return locks_dir(settings, project) / lock_name(settings.torch_variant, python_version)
+    return locks_dir(settings, project) / lock_name(settings.torch.variant, python_version)
 
 
 def in_path(settings: Settings, project: Path = PROJECT) -> Path:
-    return locks_dir(settings, project) / f"{settings.torch_variant}.in"
+    return locks_dir(settings, project) / f"{settings.torch.variant}.in"
 
 
 #: The name of the torch index in the pyproject given to uv (credentials would be
@@ -267,7 +267,7 @@ def training_pyproject(settings: Settings, pins: list[str]) -> str:
     >>> 'explicit = true' in text, 'torch = { index = "pytorch" }' in text
     (True, True)
     """
-    url, _ = split_credentials(settings.torch_index_url)
+    url, _ = split_credentials(settings.torch.index_url)
     deps = "".join(f"    {json.dumps(pin)},\n" for pin in pins)
     return (
         "# Made by pvegpu for one uv call: torch from the torch index only, the rest from\n"
@@ -289,7 +289,7 @@ def index_args(settings: Settings) -> list[str]:
     """``--index-url <package_index_url>`` (without credentials: those come from the netrc) and
     ``first-index`` (uv's default, stated against any config); the torch index is in the
     pyproject, never an extra index."""
-    url, _ = split_credentials(settings.package_index_url)
+    url, _ = split_credentials(settings.torch.package_index_url)
     return ["--index-url", url, "--index-strategy", "first-index"]
 
 
@@ -383,12 +383,12 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
     if problem:
         # The settings are the source of truth: changed pins make a new .in and lock (printed,
         # to be committed) unless require_lock says the recorded ones are the only ones allowed.
-        if not settings.require_lock:
+        if not settings.torch.require_lock:
             return LockPlan("make", "", "", source, reason=problem)
         fix = (
             f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
             f"{display(in_path(settings, project), project)} and delete its "
-            f"{settings.torch_variant}-py*.lock files, or run deploy.py once without "
+            f"{settings.torch.variant}-py*.lock files, or run deploy.py once without "
             "require_lock (it makes them), review and commit them"
         )
         return LockPlan(
@@ -403,7 +403,7 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
         assert text is not None  # a missing file is a reason
         return LockPlan("lock", text, text_digest(text), source)
     error = None
-    if settings.require_lock:
+    if settings.torch.require_lock:
         error = (
             f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
             f"makes {source} on this machine from the configured indexes), review it and "
@@ -418,9 +418,9 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
     conflict = credential_conflict(settings)
     if conflict:
         return conflict
-    if settings.python_version:
-        return lock_plan(settings, settings.python_version, project).error
-    v = settings.torch_variant
+    if settings.python_env.version:
+        return lock_plan(settings, settings.python_env.version, project).error
+    v = settings.torch.variant
     found = sorted(locks_dir(settings, project).glob(f"{v}-py*.lock"))
     versions = [f.name[len(v) + 3 : -len(".lock")] for f in found]
     errors = [lock_plan(settings, version, project).error for version in versions]
@@ -431,7 +431,7 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
     problem = _in_problem(settings, project)
     if problem:
         return lock_plan(settings, "X.Y", project).error
-    if settings.require_lock:
+    if settings.torch.require_lock:
         where = display(locks_dir(settings, project) / f"{v}-py<X.Y>.lock", project)
         return (
             f"require_lock=true and there is no {where}: run deploy.py once without "
@@ -529,8 +529,9 @@ def lock_header(settings: Settings, python_version: str, project: Path = PROJECT
     return (
         f"# Hashed lock of {display(in_path(settings, project), project)} for Python "
         f"{python_version}, made by pvegpu with uv pip compile --generate-hashes:\n"
-        f"# torch from {redact(settings.torch_index_url)} (explicit index), everything else from\n"
-        f"# {redact(settings.package_index_url)}. Commit it; deploys install exactly these files.\n"
+        f"# torch from {redact(settings.torch.index_url)} (explicit index), everything else from\n"
+        f"# {redact(settings.torch.package_index_url)}. Commit it; "
+        "deploys install exactly these files.\n"
     )
 
 
@@ -542,7 +543,7 @@ def _write_atomically(
     if text is None:
         if path.exists() and not replace_in:
             return
-        text = IN_HEADER.format(variant=settings.torch_variant) + requirements_in(settings)
+        text = IN_HEADER.format(variant=settings.torch.variant) + requirements_in(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.pvegpu-tmp")
     tmp.write_text(text)

@@ -66,7 +66,7 @@ def node_problems(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
         )
-    mode = select_mode(settings.passthrough_mode, state.get("pve_version"))
+    mode = select_mode(settings.gpus.passthrough_mode, state.get("pve_version"))
     if mode == "dev" and select_mode("auto", state.get("pve_version")) != "dev":
         problems.append(
             f"{node}: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
@@ -105,9 +105,9 @@ def container_problems(
     warnings: list[str] = []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
-    if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run
+    if not ct.get("exists") or settings.policy.rebuild == "container":  # (re-)created in this run
         volid = default_template(
-            settings.ct_template, state.get("pve_version"), state.get("templates", [])
+            settings.container.template, state.get("pve_version"), state.get("templates", [])
         )
         template = volid.split("/")[-1]
         why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
@@ -121,17 +121,15 @@ def container_problems(
         return problems, warnings
     config = ct.get("config", {})
     unpriv = config.get("unprivileged", "0") == "1"
-    if unpriv != settings.ct_unprivileged:
+    if unpriv != settings.container.unprivileged:
         warnings.append(
             f"{node}: CT {vmid} is {'un' if unpriv else ''}privileged but ct_unprivileged is "
-            f"{settings.ct_unprivileged}: only rebuild=container changes it"
+            f"{settings.container.unprivileged}: only rebuild=container changes it"
         )
-    plan = plan_passthrough(
-        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
-    )
+    plan = plan_passthrough(settings.gpus.passthrough_mode, settings.gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     live = ct.get("live")
-    if reasons and not settings.restart_training:
+    if reasons and not settings.policy.restart_training:
         unit = unit_file(settings.training)
         if live is None:
             problems.append(
@@ -146,7 +144,7 @@ def container_problems(
                 f"restart_training=true to restart it anyway"
             )
     running_old = running_other_units((live or {}).get("other_units"))
-    if running_old and not settings.restart_training:
+    if running_old and not settings.policy.restart_training:
         problems.append(renamed_unit_line(settings, f"{node}: CT {vmid}", running_old))
     if live and driver:
         libcuda = (live.get("libs") or {}).get("libcuda.so.1")
@@ -162,7 +160,7 @@ def container_problems(
 def _installer_line(settings: Settings, node: str, vmid, driver: str, found: str) -> str:
     return (
         f"{node}: CT {vmid} needs NVIDIA userspace {driver} (has {found}), but "
-        f"NVIDIA-Linux-x86_64-{driver}.run is not in {settings.nvidia_installer_dir} on the node: "
+        f"NVIDIA-Linux-x86_64-{driver}.run is not in {settings.gpus.installer_dir} on the node: "
         f"copy the installer of the node's driver there (or set nvidia_installer_dir)"
     )
 
@@ -205,11 +203,11 @@ def once_per_run(state, check) -> dict[str, Settings]:
 def node_read_args(s: Settings) -> dict:
     """The node probe's arguments besides the containers: the same for every read of a run."""
     return {
-        "installer_dir": s.nvidia_installer_dir,
-        "data_dir": s.data_dir_node,
+        "installer_dir": s.gpus.installer_dir,
+        "data_dir": s.container.data_dir_node,
         "boot_files": boot.boot_files(),
         "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-        "unit_name": f"{s.training_unit_name}.service",
+        "unit_name": f"{s.training.unit_name}.service",
     }
 
 
@@ -223,7 +221,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     for node_host in nodes:
         if node_host.name not in held:
             channel, problem = node_lock.acquire(
-                node_host, settings[node_host.name].deploy_lock_wait_s
+                node_host, settings[node_host.name].policy.lock_wait_s
             )
             if problem:
                 failures[node_host.name] = [problem]

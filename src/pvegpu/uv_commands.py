@@ -62,7 +62,7 @@ def uv_env(settings: Settings) -> str:
     nothing from the environment that could change the indexes or the torch backend."""
     unset = " ".join(f"-u {k}" for k in UV_UNSET)
     return (
-        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.uv_cache_dir)} "
+        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.python_env.uv_cache_dir)} "
         "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
     )
 
@@ -110,11 +110,11 @@ def has_credentials(torch: TorchSettings) -> bool:
 def reach_command(settings: Settings) -> str:
     """The container-side check that both indexes answer (URLs without credentials): the
     ``reach_indexes`` script of :mod:`pvegpu.probes`, run by ``python_interpreter``."""
-    package, _ = split_credentials(settings.package_index_url)
-    torch, _ = split_credentials(settings.torch_index_url)
+    package, _ = split_credentials(settings.torch.package_index_url)
+    torch, _ = split_credentials(settings.torch.index_url)
     script = resources.files("pvegpu.probes").joinpath("reach_indexes.py").read_text()
     return (
-        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(script)} "
+        f"{shlex.quote(settings.python_env.interpreter)} -c {shlex.quote(script)} "
         f"{shlex.quote('package_index_url=' + package)} "
         f"{shlex.quote('torch_index_base=' + torch)}"
     )

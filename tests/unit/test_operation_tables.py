@@ -45,7 +45,7 @@ def settings(**overrides) -> Settings:
 
 S = settings(venvs_dir="/root/venvs", venv_path="/root/venv")
 B = S.build_venv  # /root/venvs/torch-2.11.0-cu130
-N = S.build_name
+N = S.torch.build_name
 VENV_SELECTED = {
     "already live: nothing": (
         {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}}, "venv_link": B},

@@ -57,7 +57,7 @@ def lock_for(
     (``python_version``, else what the live venv's torch check ran on).
     """
     found = ((ct or {}).get("torch") or {}).get("python_version")
-    version = settings.python_version or (".".join(found.split(".")[:2]) if found else None)
+    version = settings.python_env.version or (".".join(found.split(".")[:2]) if found else None)
     if not version:
         return None, None
     plan = lock_plan(settings, version)
@@ -70,9 +70,9 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
     """Add one host's verdict to the run's JSON report and (re)write it on the controller."""
     verdicts = run_context(state).verdicts
     verdicts[name] = verdict
-    if settings.verify_report:
+    if settings.verification.report:
         wanted = {
-            k: getattr(settings, k)
+            k: settings.value(k)
             for k in (
                 "torch_version",
                 "torch_variant",
@@ -84,7 +84,7 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
                 "verify_level",
             )
         }
-        write_report(settings.verify_report, report_document(verdicts, wanted))
+        write_report(settings.verification.report, report_document(verdicts, wanted))
 
 
 @operation()
@@ -112,9 +112,9 @@ def verified(settings: Settings):
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
     ct = host.get_fact(
         ContainerVerification,
-        venv=settings.venv_path,
+        venv=settings.python_env.venv_path,
         uv_bin=uv_bin(settings.python_env),
-        compile_check=settings.verify_level == "compile",
+        compile_check=settings.verification.level == "compile",
         unit_name=unit_file(settings.training),
         started_path=started_record(settings.training),
         build_venv=settings.build_venv,

@@ -39,14 +39,14 @@ def container_state() -> dict:
         return host.get_fact(
             ContainerState,
             uv_bin=uv_bin(settings.python_env),
-            venvs_dir=settings.venvs_dir,
-            venv_path=settings.venv_path,
+            venvs_dir=settings.python_env.venvs_dir,
+            venv_path=settings.python_env.venv_path,
             unit_path=unit_path(settings.training),
             unit_name=unit_file(settings.training),
             cache_dir=settings.compile_cache_dir,
             started_path=started_record(settings.training),
-            python=settings.python_interpreter,
-            uv_cache_dir=settings.uv_cache_dir,
+            python=settings.python_env.interpreter,
+            uv_cache_dir=settings.python_env.uv_cache_dir,
             locks_cache=LOCKS_CACHE,
             baseline_path=BASELINE,
         )

@@ -138,13 +138,16 @@ def venv_built(settings: Settings):
     """
     state = container_state()
     if not state:
-        yield fail(f"{settings.venvs_dir}: the container's state could not be read: run deploy.py")
+        yield fail(
+            f"{settings.python_env.venvs_dir}: the container's state could not be read: "
+            "run deploy.py"
+        )
         return
-    problem = python_problem(state, settings)
+    problem = python_problem(state, settings.python_env)
     if problem:
         yield fail(problem)
         return
-    python_version = effective_python_version(settings, state)
+    python_version = effective_python_version(settings.python_env, state)
     plan = lock_plan(settings, python_version)  # type: ignore[arg-type]  # a version was found
     if plan.error:
         yield fail(plan.error)
@@ -158,32 +161,34 @@ def venv_built(settings: Settings):
             yield fail(plan.error)
             return
     reasons = build_reasons(state, settings, plan)
-    if settings.rebuild == "venv" and not reasons:
+    if settings.policy.rebuild == "venv" and not reasons:
         # Built beside the live one like any build; the old builds go only after the switch.
-        reasons = [f"rebuild=venv: a fresh {settings.build_name} from scratch"]
+        reasons = [f"rebuild=venv: a fresh {settings.torch.build_name} from scratch"]
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"
     notes = [
-        f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name) else r
+        f"{settings.torch.build_name} needs a build: {r}"
+        if not r.startswith(settings.torch.build_name)
+        else r
         for r in reasons
     ]
     if state.get("uv_cache_same_fs") is False:
         notes.append(
-            f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
-            f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking"
+            f"uv_cache_dir={settings.python_env.uv_cache_dir} is on another filesystem than "
+            f"venvs_dir={settings.python_env.venvs_dir}: installs copy instead of hard-linking"
         )
     yield remote_step(
         f"building {settings.build_venv}.next",
         build_script(settings, plan, (state.get("python") or {}).get("version")),
-        f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
-        "(the build restarts from scratch)",
+        f"{settings.python_env.venv_path} still points at {live}, untouched; fix it and run "
+        "deploy.py again (the build restarts from scratch)",
         tuple(notes),
         {
             "Hash mismatch": (
                 f"the index serves another file than {plan.source} records: refused; "
-                f"{settings.venv_path} still points at {live}, untouched; find out why the index "
-                "changed a released file (never edit the lock to match it)"
+                f"{settings.python_env.venv_path} still points at {live}, untouched; find out why "
+                "the index changed a released file (never edit the lock to match it)"
             )
         },
     )

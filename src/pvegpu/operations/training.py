@@ -51,7 +51,7 @@ def gpu_list(gpus) -> str:
 
 def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
-    built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
+    built = (state.get("venvs", {}).get(settings.torch.build_name) or {}).get("built")
     return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
 
 
@@ -95,7 +95,7 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         args = {
             "vmid": int(host.data.get("pct_vmid")),
             "unit": unit,
-            "gpus": sorted(settings.training_gpus),
+            "gpus": sorted(settings.gpus.training),
             "match": training_matcher(settings),
             "term_wait_s": 30,
             "log": LEFTOVER_LOG,
@@ -183,7 +183,7 @@ def old_units_retired(settings: Settings, state: dict):
         if found.get("active") in RUNNING:
             notice(
                 f"{name} was the training unit before training_unit_name="
-                f"{settings.training_unit_name}: stopping and disabling it "
+                f"{settings.training.unit_name}: stopping and disabling it "
                 "(restart_training=true)"
             )
             yield stop_and_wait_command(settings, name)
@@ -227,7 +227,7 @@ def unit_running(settings: Settings):
     unit = unit_file(settings.training)
     state = container_state()
     running_old = running_other_units(state.get("other_units"))
-    if running_old and not settings.restart_training:
+    if running_old and not settings.policy.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))
         return
     if state.get("unit_enabled") != "enabled":
@@ -245,7 +245,7 @@ def unit_running(settings: Settings):
         return
     if not reasons:
         return
-    if not settings.restart_training:
+    if not settings.policy.restart_training:
         notice(
             f"{unit} keeps running; restart pending ({'; '.join(reasons)}).",
             "To restart it (stop, clear leftover training processes, start), run the deploy with "

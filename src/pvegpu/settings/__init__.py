@@ -124,13 +124,14 @@ class Settings:
             parts[name] = dataclasses.replace(parts[name], **{attr: value})
         return Settings(**parts)
 
-    def __getattr__(self, name: str) -> Any:
-        # Transitional: the flat names of before the parts (settings.torch_variant). Callers move
-        # to the parts (settings.torch.variant); this goes when none is left.
-        if name in FLAT:
-            part, attr = FLAT[name]
-            return getattr(getattr(self, part), attr)
-        raise AttributeError(name)
+    def value(self, key: str) -> Any:
+        """The value of data key ``key``, for lines and reports that name settings by key.
+
+        >>> Settings.from_data(defaults()).value("torch_variant")
+        'cu130'
+        """
+        part, attr = FIELD_OF[key]
+        return getattr(getattr(self, part), attr)
 
 
 PARTS: dict[str, Any] = {
@@ -144,14 +145,6 @@ PARTS: dict[str, Any] = {
 }
 #: Each data key's part and field: "torch_variant" -> ("torch", "variant").
 FIELD_OF = {key_of(f): (name, f.name) for name, part in PARTS.items() for f in fields(part)}
-FLAT = {
-    **FIELD_OF,
-    "variant": ("torch", "spec"),
-    "torch_pin": ("torch", "pin"),
-    "torch_index_url": ("torch", "index_url"),
-    "build_name": ("torch", "build_name"),
-    "training_gpus": ("gpus", "training"),
-}
 
 
 def data_keys() -> list[str]:
