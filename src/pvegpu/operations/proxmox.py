@@ -20,13 +20,7 @@ from ..digests import text_digest
 from ..installer_tools import install_kmod_script, missing_tools_line, plan_tools
 from ..passthrough import plan_passthrough
 from ..run_context import run_context
-from ..settings import (
-    ContainerSettings,
-    GpuSettings,
-    RunPolicy,
-    Settings,  # noqa: F401 (doctest)
-    TrainingSettings,
-)
+from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
 from ..unit import RUNNING, unit_file
 from .util import fail, note, write_file_command
 
@@ -105,7 +99,7 @@ def data_mount_key(config: dict, container: ContainerSettings) -> str | None:
     ``data_dir_node`` or at ``data_dir_ct``. When either setting changes, this entry is edited,
     never a second one added beside it.
 
-    >>> from pvegpu.settings import defaults
+    >>> from pvegpu.settings import Settings, defaults
     >>> data_mount_key({"mp0": "local-lvm:vm-200-disk-1,mp=/data", "mp3": "/tank/dflash,mp=/old"},
     ...                Settings.from_data(defaults()).container)
     'mp3'
@@ -135,7 +129,7 @@ def settings_args(config: dict, container: ContainerSettings) -> list[str]:
     swap, onboot, the data mount, and protection (only ever raised here: only rebuild=container
     lifts it). Hostname, network, features and the root disk are left as created.
 
-    >>> from pvegpu.settings import defaults
+    >>> from pvegpu.settings import Settings, defaults
     >>> s = Settings.from_data(defaults()).container
     >>> settings_args({"cores": "32", "memory": "262144", "swap": "0", "onboot": "1",
     ...                "protection": "1", "mp0": "/tank/dflash,mp=/data,backup=0"}, s)
