@@ -9,11 +9,11 @@
 # hosts finished what comes before it.
 from pyinfra import host, local
 
-from pvegpu.deploy_context import node_problems, settings
+from pvegpu.deploy_context import begin, node_problems
 from pvegpu.operations.fleet import node_ready
 from pvegpu.operations.util import barrier
 
-s = settings(host)
+s = begin(host, "deploy")
 # A node that failed its preflight, or whose deploy lock another deploy holds, stops here with its
 # containers, before any change; the other nodes go on. One summary line per node at the end.
 node_ready(name="Preflight of this host's node passed", problems=node_problems(host))

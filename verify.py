@@ -5,10 +5,9 @@
 # in each container's table with everything else.
 from pyinfra import host, local
 
-from pvegpu.operations.checks import verification_settings
+from pvegpu.deploy_context import begin
 
-verification_settings(host)
-host.state.pvegpu_verify_only = True  # print the verdict in the preview too (without -y)
+begin(host, "verify")  # read-only: prints the verdict in the preview too (without -y)
 
 if "training_cts" in host.groups:
     local.include("tasks/verify.py")

@@ -1,6 +1,6 @@
 # Every pvegpu variable, with its default. Defaults live here and only here; override any of them
 # per run with `pyinfra inventory.py deploy.py --data key=value`, or per host in the fleet file.
-# src/pvegpu/settings.py validates every value before anything on a host changes.
+# src/pvegpu/settings/ validates every value before anything on a host changes.
 from importlib.metadata import version as _installed_version
 
 # --- torch build -----------------------------------------------------------------------------

@@ -6,17 +6,18 @@ from pvegpu.deploy_context import settings
 from pvegpu.operations import proxmox
 
 s = settings(host)
+ct = s.container
 
 for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.container_present(
-        name=f"Create CT {vmid} when missing; keep {s.data_dir_node} mounted at {s.data_dir_ct} "
-        f"and protection on",
-        vmid=vmid, settings=s,
+        name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
+        f"{ct.data_dir_ct} and protection on",
+        vmid=vmid, container=s.container,
     )
     proxmox.gpu_passthrough(
-        name=f"Pass GPUs 0-{s.expected_gpu_count - 1} through to CT {vmid} and run it",
-        vmid=vmid, settings=s,
+        name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",
+        vmid=vmid, gpus=s.gpus, policy=s.policy, training=s.training,
     )
     proxmox.driver_userspace(
-        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, settings=s
+        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus
     )

@@ -10,5 +10,5 @@ s = settings(host)
 
 proxmox.boot_persistence(
     name="Load NVIDIA modules, create GPU and uvm nodes before guests start, run nvidia-persistenced",
-    settings=s,
+    gpus=s.gpus,
 )

@@ -8,6 +8,7 @@ from pvegpu.operations import python_env
 from pvegpu.settings import SettingsError
 
 s = settings(host)
+build = s.torch.build_name
 
 # An .in that pins other things, or require_lock=true without a lock: refuse here, before any
 # operation of the run executes (with python_version unset, the container's Python is known only
@@ -16,10 +17,21 @@ error = early_lock_error(s)
 if error:
     raise SettingsError(f"{host.name}: {error}")
 
-python_env.index_credentials(s)
-python_env.uv_installed(name=f"Install uv {s.uv_version}", settings=s)
-python_env.venv_built(name=f"Build venv {s.build_name} when missing, stale or drifted", settings=s)
-python_env.compile_caches(name=f"Compile caches under {s.compile_cache_dir}", settings=s)
-python_env.venv_checked(name=f"Check torch in the new {s.build_name} build before switching", settings=s)
-python_env.venv_selected(name=f"Switch {s.venv_path} to {s.build_name}", settings=s)
-python_env.venvs_pruned(name=f"Keep {s.keep_venvs} venv builds", settings=s)
+python_env.index_credentials(s.torch)
+python_env.uv_installed(
+    name=f"Install uv {s.python_env.uv_version}", python_env=s.python_env, torch=s.torch
+)
+python_env.venv_built(name=f"Build venv {build} when missing, stale or drifted", settings=s)
+python_env.compile_caches(
+    name=f"Compile caches under {s.compile_cache_dir}", cache_dir=s.compile_cache_dir
+)
+python_env.venv_checked(
+    name=f"Check torch in the new {build} build before switching",
+    torch=s.torch, python_env=s.python_env, gpus=s.gpus,
+)
+python_env.venv_selected(
+    name=f"Switch {s.python_env.venv_path} to {build}", torch=s.torch, python_env=s.python_env
+)
+python_env.venvs_pruned(
+    name=f"Keep {s.python_env.keep_venvs} venv builds", torch=s.torch, python_env=s.python_env
+)

@@ -7,4 +7,7 @@ from pvegpu.operations import rebuild
 
 s = settings(host)
 
-rebuild.old_builds_removed(name="Delete the venv builds rebuild=venv replaced", settings=s)
+rebuild.old_builds_removed(
+    name="Delete the venv builds rebuild=venv replaced",
+    policy=s.policy, torch=s.torch, python_env=s.python_env,
+)

@@ -8,4 +8,7 @@ from pvegpu.operations import rebuild
 s = settings(host)
 
 for vmid in host.data.get("pve_ct_ids") or []:
-    rebuild.container_destroyed(name=f"Destroy CT {vmid} for rebuild=container", vmid=vmid, settings=s)
+    rebuild.container_destroyed(
+        name=f"Destroy CT {vmid} for rebuild=container", vmid=vmid,
+        policy=s.policy, training=s.training,
+    )

@@ -6,4 +6,7 @@ from pvegpu.operations import rebuild
 
 s = settings(host)
 
-rebuild.pollution_report(name=f"Report what rebuild={s.rebuild} removes", settings=s)
+rebuild.pollution_report(
+    name=f"Report what rebuild={s.policy.rebuild} removes",
+    policy=s.policy, torch=s.torch, python_env=s.python_env,
+)

@@ -8,5 +8,7 @@ from pvegpu.operations import rebuild
 
 s = settings(host)
 
-rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", settings=s)
-rebuild.baseline_recorded(name="Record the container's package baseline", settings=s)
+rebuild.venv_rebuild_allowed(
+    name="Check that rebuild=venv may run", policy=s.policy, training=s.training
+)
+rebuild.baseline_recorded(name="Record the container's package baseline")

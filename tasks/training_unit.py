@@ -8,12 +8,12 @@ from pvegpu.operations import training
 from pvegpu.unit import unit_file
 
 s = settings(host)
-unit = unit_file(s)
+unit = unit_file(s.training)
 
 training.unit_installed(name=f"Install {unit}", settings=s)
 training.unit_running(
     name=f"Enable and start {unit}"
-    + (" (restart it when outdated: restart_training=true)" if s.restart_training else
+    + (" (restart it when outdated: restart_training=true)" if s.policy.restart_training else
        " (never restart it: restart_training=false)"),
     settings=s,
 )

@@ -5,12 +5,13 @@
 # per container; observes only: no change when it passes, one line per problem when it fails.
 from pyinfra import host
 
+from pvegpu.deploy_context import settings
 from pvegpu.operations import checks
 
-s = checks.verification_settings(host)
+s = settings(host)
 
 checks.verified(
-    name=f"Verify torch {s.torch_version}+{s.torch_variant} on {s.expected_gpu_count} GPUs"
-    + (" (with concurrent compile)" if s.verify_level == "compile" else ""),
+    name=f"Verify torch {s.torch.version}+{s.torch.variant} on {s.gpus.expected_count} GPUs"
+    + (" (with concurrent compile)" if s.verification.level == "compile" else ""),
     settings=s,
 )

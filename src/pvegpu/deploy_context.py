@@ -1,19 +1,39 @@
-"""The validated settings of the host a deploy file is running for, and its node's outcome.
+"""The one entry point of deploy.py and verify.py (``begin``), and what their tasks ask the run:
+the settings of the host a deploy file runs for, and its node's preflight outcome.
 
->>> callable(settings), node_of_name("@pct/10.1.2.6/200", {"pct_node": "10.1.2.6"})
+>>> callable(begin), node_of_name("@pct/10.1.2.6/200", {"pct_node": "10.1.2.6"})
 (True, '10.1.2.6')
 """
 
 from __future__ import annotations
 
-from .preflight import check_fleet
+from .preflight import check_fleet, validate_fleet
+from .run_context import run_context
 from .settings import Settings
 from .summary import node_failures
 
+MODES = ("deploy", "verify")
+
+
+def begin(host, mode: str = "deploy") -> Settings:
+    """Start (or join) this run as ``mode`` and return ``host``'s settings. Every host's settings
+    are validated first, once per run; a deploy also takes each node's deploy lock and
+    preflights it (``preflight.check_fleet``); a verify changes nothing and prints its verdict in
+    the preview too (without -y)."""
+    assert mode in MODES, mode
+    run = run_context(host.state)
+    run.mode = mode
+    if mode == "verify":
+        return validate_fleet(host.state, host.inventory)[host.name]
+    return check_fleet(host.state, host.inventory)[host.name]
+
 
 def settings(host) -> Settings:
-    """Settings of ``host``, after the fleet-wide preflight has passed (run once per run)."""
-    return check_fleet(host.state, host.inventory)[host.name]
+    """Settings of ``host`` in this run (a run not begun yet begins as a deploy)."""
+    run = run_context(host.state)
+    if run.settings is None:
+        return begin(host)
+    return run.settings[host.name]
 
 
 def node_of_name(name: str, data) -> str:

@@ -44,7 +44,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .digests import text_digest
 from .paths import PROJECT
-from .settings import Settings
+from .settings import Settings, TorchSettings
 
 PIN_LINE = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([A-Za-z0-9.+!_-]+)\s*(?:;.*)?$"
@@ -109,10 +109,11 @@ def unhashed_pins(text: str) -> list[str]:
     return bad
 
 
-def desired_pins(settings: Settings) -> dict[str, str]:
-    """The exact pins the settings ask for: torch with its full local label, then the stack."""
-    pins = {"torch": f"{settings.torch_version}+{settings.torch_variant}"}
-    for req in settings.training_requirements:
+def desired_pins(torch: TorchSettings) -> dict[str, str]:
+    """The exact pins the torch settings ask for: torch with its full local label, then the
+    stack."""
+    pins = {"torch": f"{torch.version}+{torch.variant}"}
+    for req in torch.requirements:
         name, _, version = req.partition("==")
         pins[normalize(name.split("[")[0])] = version
     return pins
@@ -120,17 +121,17 @@ def desired_pins(settings: Settings) -> dict[str, str]:
 
 def requirements_in(settings: Settings) -> str:
     """The ``.in`` text for the settings: ``torch==<version>+<variant>`` first, then the stack."""
-    lines = [settings.torch_pin, *sorted(settings.training_requirements, key=str.lower)]
+    lines = [settings.torch.pin, *sorted(settings.torch.requirements, key=str.lower)]
     return "".join(f"{line}\n" for line in lines)
 
 
 def constraints(settings: Settings) -> str:
     """A constraint every uv call carries: no dependency can pull another torch build."""
-    return f"{settings.torch_pin}\n"
+    return f"{settings.torch.pin}\n"
 
 
 def locks_dir(settings: Settings, project: Path = PROJECT) -> Path:
-    path = Path(settings.locks_dir)
+    path = Path(settings.torch.locks_dir)
     return path if path.is_absolute() else project / path
 
 
@@ -171,12 +172,12 @@ def redact(text: str) -> str:
     return re.sub(r"(\b[a-z][a-z0-9+.-]*://[^/@:\s]*):[^/@\s]*@", r"\1:***@", text, flags=re.I)
 
 
-def netrc_text(settings: Settings) -> str:
+def netrc_text(torch: TorchSettings) -> str:
     """A netrc (``machine <host> login <user> password <token>``) for the indexes that carry
     credentials, '' when none does. uv reads it from ``$NETRC``; so does the reachability check.
     netrc is per host: two indexes on one host share its credentials."""
     lines = {}
-    for url in (settings.package_index_url, settings.torch_index_url):
+    for url in (torch.package_index_url, torch.index_url):
         _, cred = split_credentials(url)
         host = urlsplit(url).hostname
         if cred and host and host not in lines:
@@ -189,7 +190,7 @@ def credential_conflict(settings: Settings) -> str | None:
     one login per host), else None."""
     seen: dict[str, tuple[str, tuple[str, str]]] = {}
     for key in ("package_index_url", "torch_index_base"):
-        url = getattr(settings, key)
+        url = settings.value(key)
         _, cred = split_credentials(url)
         host = urlsplit(url).hostname
         if not cred or not host:
@@ -212,8 +213,8 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
 
     urlopen = urlopen or urllib.request.urlopen
     for key, url in (
-        ("package_index_url", settings.package_index_url),
-        ("torch_index_base", settings.torch_index_url),
+        ("package_index_url", settings.torch.package_index_url),
+        ("torch_index_base", settings.torch.index_url),
     ):
         clean, cred = split_credentials(url)
         req = urllib.request.Request(clean.rstrip("/") + "/", method="HEAD")
@@ -244,11 +245,11 @@ def lock_name(variant: str, python_version: str) -> str:
 
 
 def lock_path(settings: Settings, python_version: str, project: Path = PROJECT) -> Path:
-    return locks_dir(settings, project) / lock_name(settings.torch_variant, python_version)
+    return locks_dir(settings, project) / lock_name(settings.torch.variant, python_version)
 
 
 def in_path(settings: Settings, project: Path = PROJECT) -> Path:
-    return locks_dir(settings, project) / f"{settings.torch_variant}.in"
+    return locks_dir(settings, project) / f"{settings.torch.variant}.in"
 
 
 #: The name of the torch index in the pyproject given to uv (credentials would be
@@ -266,7 +267,7 @@ def training_pyproject(settings: Settings, pins: list[str]) -> str:
     >>> 'explicit = true' in text, 'torch = { index = "pytorch" }' in text
     (True, True)
     """
-    url, _ = split_credentials(settings.torch_index_url)
+    url, _ = split_credentials(settings.torch.index_url)
     deps = "".join(f"    {json.dumps(pin)},\n" for pin in pins)
     return (
         "# Made by pvegpu for one uv call: torch from the torch index only, the rest from\n"
@@ -288,7 +289,7 @@ def index_args(settings: Settings) -> list[str]:
     """``--index-url <package_index_url>`` (without credentials: those come from the netrc) and
     ``first-index`` (uv's default, stated against any config); the torch index is in the
     pyproject, never an extra index."""
-    url, _ = split_credentials(settings.package_index_url)
+    url, _ = split_credentials(settings.torch.package_index_url)
     return ["--index-url", url, "--index-strategy", "first-index"]
 
 
@@ -345,7 +346,7 @@ def _in_problem(settings: Settings, project: Path) -> str | None:
         in_pins = parse_pins(path.read_text())
     except OSError:
         return None
-    wanted = desired_pins(settings)
+    wanted = desired_pins(settings.torch)
     if in_pins == wanted:
         return None
     differ = sorted(
@@ -359,7 +360,7 @@ def _in_problem(settings: Settings, project: Path) -> str | None:
 def _lock_problem(settings: Settings, text: str | None, path: Path, project: Path) -> str | None:
     if text is None:
         return f"{display(path, project)} is missing"
-    wanted = desired_pins(settings)
+    wanted = desired_pins(settings.torch)
     locked = parse_pins(text)
     stale = sorted(k for k, ver in wanted.items() if locked.get(k) != ver)
     if stale:
@@ -382,12 +383,12 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
     if problem:
         # The settings are the source of truth: changed pins make a new .in and lock (printed,
         # to be committed) unless require_lock says the recorded ones are the only ones allowed.
-        if not settings.require_lock:
+        if not settings.torch.require_lock:
             return LockPlan("make", "", "", source, reason=problem)
         fix = (
             f"write the settings' pins ({', '.join(desired_pins_list(settings))}) to "
             f"{display(in_path(settings, project), project)} and delete its "
-            f"{settings.torch_variant}-py*.lock files, or run deploy.py once without "
+            f"{settings.torch.variant}-py*.lock files, or run deploy.py once without "
             "require_lock (it makes them), review and commit them"
         )
         return LockPlan(
@@ -402,7 +403,7 @@ def lock_plan(settings: Settings, python_version: str, project: Path = PROJECT) 
         assert text is not None  # a missing file is a reason
         return LockPlan("lock", text, text_digest(text), source)
     error = None
-    if settings.require_lock:
+    if settings.torch.require_lock:
         error = (
             f"require_lock=true and {reason}: run deploy.py once without require_lock (it "
             f"makes {source} on this machine from the configured indexes), review it and "
@@ -417,9 +418,9 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
     conflict = credential_conflict(settings)
     if conflict:
         return conflict
-    if settings.python_version:
-        return lock_plan(settings, settings.python_version, project).error
-    v = settings.torch_variant
+    if settings.python_env.version:
+        return lock_plan(settings, settings.python_env.version, project).error
+    v = settings.torch.variant
     found = sorted(locks_dir(settings, project).glob(f"{v}-py*.lock"))
     versions = [f.name[len(v) + 3 : -len(".lock")] for f in found]
     errors = [lock_plan(settings, version, project).error for version in versions]
@@ -430,7 +431,7 @@ def early_lock_error(settings: Settings, project: Path = PROJECT) -> str | None:
     problem = _in_problem(settings, project)
     if problem:
         return lock_plan(settings, "X.Y", project).error
-    if settings.require_lock:
+    if settings.torch.require_lock:
         where = display(locks_dir(settings, project) / f"{v}-py<X.Y>.lock", project)
         return (
             f"require_lock=true and there is no {where}: run deploy.py once without "
@@ -490,7 +491,7 @@ def make_lock(
             if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")
         }
         env.update(UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never")
-        netrc = netrc_text(settings)
+        netrc = netrc_text(settings.torch)
         if netrc:
             env["NETRC"] = str(Path(tmp) / "netrc")
             fd = os.open(env["NETRC"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -528,8 +529,9 @@ def lock_header(settings: Settings, python_version: str, project: Path = PROJECT
     return (
         f"# Hashed lock of {display(in_path(settings, project), project)} for Python "
         f"{python_version}, made by pvegpu with uv pip compile --generate-hashes:\n"
-        f"# torch from {redact(settings.torch_index_url)} (explicit index), everything else from\n"
-        f"# {redact(settings.package_index_url)}. Commit it; deploys install exactly these files.\n"
+        f"# torch from {redact(settings.torch.index_url)} (explicit index), everything else from\n"
+        f"# {redact(settings.torch.package_index_url)}. Commit it; "
+        "deploys install exactly these files.\n"
     )
 
 
@@ -541,7 +543,7 @@ def _write_atomically(
     if text is None:
         if path.exists() and not replace_in:
             return
-        text = IN_HEADER.format(variant=settings.torch_variant) + requirements_in(settings)
+        text = IN_HEADER.format(variant=settings.torch.variant) + requirements_in(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.pvegpu-tmp")
     tmp.write_text(text)

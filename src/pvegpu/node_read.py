@@ -5,12 +5,15 @@ A real node pays an SSH session for every read, and a ``pct exec`` (Perl start-u
 container's own view in it, so a converged run reads the node once: the preflight's read (every
 container of the node, ``ct_detail="full"``) covers what every later stage asks for.
 
->>> covers(Read(0, (200,), "full", {"unit_name": "u"}, {}), (200,), "status", {"unit_name": "u"})
+>>> args = {"unit_name": "u"}
+>>> covers(Request((200,), "full", args), Request((200,), "status", args))
 True
->>> covers(Read(0, (), "full", {}, {}), (200,), "none", {})
+>>> covers(Request((), "full", {}), Request((200,), "none", {}))
 False
->>> covers(Read(0, (200,), "full", {}, {}, ("/a",)), (200,), "full", {}, ("/a", "/b"))
+>>> covers(Request((200,), "full", {}, ("/a",)), Request((200,), "full", {}, ("/a", "/b")))
 False
+>>> covers(Request((200,), "full", {"unit_name": "u"}), Request((200,), "full", None))
+True
 """
 
 from __future__ import annotations
@@ -18,62 +21,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .facts.proxmox import NodeState
+from .run_context import executed_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
 
 
 @dataclass(frozen=True)
-class Read:
-    """A node document and what it was read with: at which ``changes`` point, which containers,
-    how much of them, the other probe arguments, and the node paths whose kinds it holds."""
+class Request:
+    """What a node read asks for: which containers, how much of them, the probe's other
+    arguments (None: any earlier read's will do) and the node paths whose kinds it must hold."""
 
-    point: int
     vmids: tuple
     ct_detail: str
-    args: dict
-    doc: dict
+    args: dict | None
     paths: tuple = ()
 
 
-def changes(state) -> int:
-    """How many operations of the run (on any host) have run commands so far: a node operation
-    can re-create a container, a container's can start a training process on the node's GPUs."""
-    return sum(
-        1 for ops in state.ops.values() for data in ops.values() if data.operation_meta.executed
-    )
-
-
-def covers(read: Read, vmids, ct_detail: str, args: dict | None, paths=()) -> bool:
-    """Whether ``read`` holds everything a read with these arguments would."""
+def covers(have: Request, want: Request) -> bool:
+    """Whether a document read for ``have`` holds everything ``want`` asks for."""
     return (
-        set(vmids) <= set(read.vmids)
-        and DETAIL[ct_detail] <= DETAIL[read.ct_detail]
-        and (args is None or args == read.args)
-        and set(paths) <= set(read.paths)
+        set(want.vmids) <= set(have.vmids)
+        and DETAIL[want.ct_detail] <= DETAIL[have.ct_detail]
+        and (want.args is None or want.args == have.args)
+        and set(want.paths) <= set(have.paths)
     )
 
 
 def node_state(
     node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=()
 ) -> dict:
-    """The node's ``NodeState`` document, from this run's last read when nothing ran since and it
-    covers the request, else read now (``args``: the probe's other arguments; None: any earlier
-    read will do, and a fresh read uses the probe's defaults; ``paths``: node paths whose kind
-    the document must hold, under ``path_kinds``)."""
+    """The node's ``NodeState`` document, from this run's fact cache (its last read, when no
+    operation ran a command since and it covers the request), else read now (``args``: the
+    probe's other arguments; None: any earlier read will do, and a fresh read uses the probe's
+    defaults; ``paths``: node paths whose kind the document must hold, under ``path_kinds``)."""
     state = node_host.state
-    reads = state.__dict__.setdefault("pvegpu_node_reads", {})
-    point = changes(state)
-    last = reads.get(node_host.name)
-    if last is not None and last.point == point and covers(last, vmids, ct_detail, args, paths):
-        return last.doc
-    doc = (
-        node_host.get_fact(
-            NodeState, vmids=list(vmids), ct_detail=ct_detail, paths=list(paths), **(args or {})
-        )
-        or {}
+    want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
+
+    def read() -> dict:
+        fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
+        return node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
+
+    # kept with what it was read with: the probe's defaults when no arguments were given
+    stored = Request(want.vmids, ct_detail, dict(args or {}), want.paths)
+    return run_context(state).facts.get(
+        ("node", node_host.name),
+        executed_operations(state),
+        read,
+        stored,
+        lambda have: covers(have, want),
     )
-    if doc:
-        reads[node_host.name] = Read(
-            point, tuple(vmids), ct_detail, dict(args or {}), doc, tuple(paths)
-        )
-    return doc

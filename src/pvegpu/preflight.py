@@ -7,7 +7,6 @@ operation executes.
 
 from __future__ import annotations
 
-from gevent.lock import Semaphore
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
@@ -16,6 +15,7 @@ from .all_settings import load_all
 from .ct_template import default_template
 from .installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, restart_blocker, select_mode
+from .run_context import run_context
 from .settings import Settings
 from .training_preflight import node_training_paths, training_path_problems
 from .unit import renamed_unit_line, running_other_units, unit_file
@@ -66,7 +66,7 @@ def node_problems(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
         )
-    mode = select_mode(settings.passthrough_mode, state.get("pve_version"))
+    mode = select_mode(settings.gpus.passthrough_mode, state.get("pve_version"))
     if mode == "dev" and select_mode("auto", state.get("pve_version")) != "dev":
         problems.append(
             f"{node}: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
@@ -105,9 +105,9 @@ def container_problems(
     warnings: list[str] = []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
-    if not ct.get("exists") or settings.rebuild == "container":  # (re-)created in this run
+    if not ct.get("exists") or settings.policy.rebuild == "container":  # (re-)created in this run
         volid = default_template(
-            settings.ct_template, state.get("pve_version"), state.get("templates", [])
+            settings.container.template, state.get("pve_version"), state.get("templates", [])
         )
         template = volid.split("/")[-1]
         why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
@@ -120,27 +120,25 @@ def container_problems(
             problems.append(
                 f"{node}: "
                 + missing_installer_line(
-                    vmid, driver, "has none (new container)", settings.nvidia_installer_dir
+                    vmid, driver, "has none (new container)", settings.gpus.installer_dir
                 )
             )
         return problems, warnings
     config = ct.get("config", {})
     unpriv = config.get("unprivileged", "0") == "1"
-    if unpriv != settings.ct_unprivileged:
+    if unpriv != settings.container.unprivileged:
         warnings.append(
             f"{node}: CT {vmid} is {'un' if unpriv else ''}privileged but ct_unprivileged is "
-            f"{settings.ct_unprivileged}: only rebuild=container changes it"
+            f"{settings.container.unprivileged}: only rebuild=container changes it"
         )
-    plan = plan_passthrough(
-        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
-    )
+    plan = plan_passthrough(settings.gpus.passthrough_mode, settings.gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     live = ct.get("live")
-    blocker = restart_blocker(vmid, unit_file(settings), live, reasons) if reasons else None
-    if blocker and not settings.restart_training:
+    blocker = restart_blocker(vmid, unit_file(settings.training), live, reasons) if reasons else None
+    if blocker and not settings.policy.restart_training:
         problems.append(f"{node}: {blocker}")
     running_old = running_other_units((live or {}).get("other_units"))
-    if running_old and not settings.restart_training:
+    if running_old and not settings.policy.restart_training:
         problems.append(renamed_unit_line(settings, f"{node}: CT {vmid}", running_old))
     if live and driver:
         libcuda = (live.get("libs") or {}).get("libcuda.so.1")
@@ -149,7 +147,7 @@ def container_problems(
             found = f"has {libcuda or 'none'}"
             problems.append(
                 f"{node}: "
-                + missing_installer_line(vmid, target, found, settings.nvidia_installer_dir)
+                + missing_installer_line(vmid, target, found, settings.gpus.installer_dir)
             )
         action, missing = plan_tools(live.get("missing_tools"))
         if libcuda != target and action == "fail":  # the installer would abort: say so now
@@ -159,7 +157,7 @@ def container_problems(
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
     """Validate settings of every host, take every node's deploy lock, and check the GPUs of
-    every node, once per run (cached on the run's State).
+    every node, once per run (kept in the run context, :mod:`pvegpu.run_context`).
 
     pyinfra loads deploy.py for every host side by side (gevent greenlets): the first host runs
     the checks while the others wait on a lock for its result (or its error), so the node's facts
@@ -167,43 +165,53 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
     every node); a node that fails its checks or whose lock is held is recorded in
     ``node_failures`` and only its own hosts stop (deploy.py's first operation fails them).
     """
-    lock = state.__dict__.setdefault("pvegpu_preflight_lock", Semaphore())
-    with lock:
-        failed = getattr(state, "pvegpu_preflight_error", None)
-        if failed is not None:
-            raise failed
-        try:
-            return _check_fleet(state, inventory)
-        except PyinfraError as e:
-            state.pvegpu_preflight_error = e
-            raise
+    return once_per_run(state, lambda: _check_fleet(state, inventory))
+
+
+def validate_fleet(state, inventory) -> dict[str, Settings]:
+    """Every host's settings validated once per run, without the node preflight (verify.py: it
+    reports the node's facts in each container's table instead)."""
+    return once_per_run(state, lambda: load_all(list(inventory)))
+
+
+def once_per_run(state, check) -> dict[str, Settings]:
+    """The run's settings: ``check()``'s on the first call (the others wait for it), its error
+    again on every later call when it failed."""
+    run = run_context(state)
+    with run.preflight_lock:
+        if run.preflight_error is not None:
+            raise run.preflight_error
+        if run.settings is None:
+            try:
+                run.settings = check()
+            except PyinfraError as e:
+                run.preflight_error = e
+                raise
+        return run.settings
 
 
 def node_read_args(s: Settings) -> dict:
     """The node probe's arguments besides the containers: the same for every read of a run."""
     return {
-        "installer_dir": s.nvidia_installer_dir,
-        "data_dir": s.data_dir_node,
+        "installer_dir": s.gpus.installer_dir,
+        "data_dir": s.container.data_dir_node,
         "boot_files": boot.boot_files(),
         "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
-        "unit_name": f"{s.training_unit_name}.service",
+        "unit_name": f"{s.training.unit_name}.service",
     }
 
 
 def _check_fleet(state, inventory) -> dict[str, Settings]:
-    cached = getattr(state, "pvegpu_settings", None)
-    if cached is not None:
-        return cached
     settings = load_all(list(inventory))
     summary.register(state)
     failures: dict[str, list[str]] = {}
     node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
-    held = state.__dict__.setdefault("pvegpu_node_locks", {})
+    held = run_context(state).node_locks
     nodes = list(inventory.get_group("pve_hosts", []))
     for node_host in nodes:
         if node_host.name not in held:
             channel, problem = node_lock.acquire(
-                node_host, settings[node_host.name].deploy_lock_wait_s
+                node_host, settings[node_host.name].policy.lock_wait_s
             )
             if problem:
                 failures[node_host.name] = [problem]
@@ -217,7 +225,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         # the run's one read of the node (with its containers' training paths): the node stage
         # and verify reuse it until an operation runs a command
         paths = node_training_paths(inventory, settings, node_host.name)
-        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s), paths)
+        args = run_context(state).node_args[node_host.name] = node_read_args(s)
+        facts = node_read.node_state(node_host, vmids, "full", args, paths)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [
@@ -233,10 +242,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     for line in training_path_problems(inventory, settings, kinds):
         node = next((n.name for n in nodes if line.startswith(f"{n.name}: ")), "")
         failures.setdefault(node, []).append(line)
-    state.pvegpu_node_failures = failures
+    run_context(state).node_failures = failures
     for node, lines in failures.items():
         logger.error(f"--> {node or 'fleet'}: preflight failed, nothing will be changed there:")
         for line in lines:
             logger.error(f"    {line}")
-    state.pvegpu_settings = settings
     return settings

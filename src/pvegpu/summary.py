@@ -16,6 +16,8 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
+from .run_context import run_context
+
 
 def node_line(node: str, preflight: list[str], failed_ops: dict[str, str]) -> str:
     """The summary line of one node (``failed_ops``: {host name: first failed operation})."""
@@ -56,7 +58,7 @@ class _FailedOps(BaseStateCallback):
 def node_failures(state) -> dict[str, list[str]]:
     """{node name: problem lines} of the nodes that must not be touched in this run (written by
     :func:`pvegpu.preflight.check_fleet`; here, below it, so the summary can read them)."""
-    return getattr(state, "pvegpu_node_failures", None) or {}
+    return run_context(state).node_failures
 
 
 def summary_lines(state, recorder: _FailedOps) -> list[str]:
@@ -82,10 +84,10 @@ def summary_lines(state, recorder: _FailedOps) -> list[str]:
 
 def register(state) -> None:
     """Print the per-node summary when this pyinfra run ends (once per run)."""
-    if getattr(state, "pvegpu_summary", None) is not None:
+    run = run_context(state)
+    if run.summary is not None:
         return
-    recorder = _FailedOps()
-    state.pvegpu_summary = recorder
+    recorder = run.summary = _FailedOps()
     state.add_callback_handler(recorder)
 
     def report():

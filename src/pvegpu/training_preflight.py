@@ -25,10 +25,10 @@ TRAINING_PATHS = (("training_script", "file"), ("training_workdir", "directory")
 
 def node_path(settings: Settings, path: str) -> str | None:
     """The node path of a container path under the bind-mounted data dir, else None."""
-    ct_root = settings.data_dir_ct.rstrip("/")
+    ct_root = settings.container.data_dir_ct.rstrip("/")
     if path != ct_root and not path.startswith(ct_root + "/"):
         return None
-    return settings.data_dir_node.rstrip("/") + path[len(ct_root) :]
+    return settings.container.data_dir_node.rstrip("/") + path[len(ct_root) :]
 
 
 def path_problems(
@@ -46,7 +46,7 @@ def path_problems(
     """
     problems = []
     for key, want in TRAINING_PATHS:
-        path = getattr(settings, key)
+        path = settings.value(key)
         on_node = node_path(settings, path)
         if on_node is not None:
             found = kinds_on_node.get(on_node, "missing")
@@ -55,8 +55,9 @@ def path_problems(
                     f"{node}: {key}={path} is {'missing' if found == 'missing' else 'a ' + found} "
                     f"(node path {on_node}): put the training "
                     f"{'script' if want == 'file' else 'directory'} "
-                    f"at {on_node} on the node (CT {vmid} sees {settings.data_dir_node} at "
-                    f"{settings.data_dir_ct}), or fix {key}"
+                    f"at {on_node} on the node (CT {vmid} sees "
+                    f"{settings.container.data_dir_node} at {settings.container.data_dir_ct}), "
+                    f"or fix {key}"
                 )
         else:
             found = kinds_in_ct.get(path)
@@ -65,8 +66,8 @@ def path_problems(
                 problems.append(
                     f"{node}: {key}={path} is {state} in CT {vmid} (or CT {vmid} does not run "
                     "yet): "
-                    f"keep it under data_dir_ct={settings.data_dir_ct} (node: "
-                    f"{settings.data_dir_node}), "
+                    f"keep it under data_dir_ct={settings.container.data_dir_ct} (node: "
+                    f"{settings.container.data_dir_node}), "
                     f"which exists before the container and outlives every rebuild"
                 )
     return problems
@@ -79,7 +80,7 @@ def node_training_paths(inventory, settings: dict, node_name: str) -> list[str]:
     for ct in inventory.get_group("training_cts", []):
         if ct.data.get("pct_node") == node_name:
             s = settings[ct.name]
-            found = (node_path(s, getattr(s, key)) for key, _ in TRAINING_PATHS)
+            found = (node_path(s, s.value(key)) for key, _ in TRAINING_PATHS)
             paths += [p for p in found if p is not None and p not in paths]
     return paths
 
@@ -96,7 +97,7 @@ def training_path_problems(inventory, settings: dict, node_kinds: dict | None = 
         node = inventory.get_host(ct.data.get("pct_node"), None)
         vmid = ct.data.get("pct_vmid")
         node_name = node.name if node is not None else str(ct.data.get("pct_node"))
-        paths = [getattr(s, key) for key, _ in TRAINING_PATHS]
+        paths = [s.value(key) for key, _ in TRAINING_PATHS]
         on_node = [node_path(s, p) for p in paths if node_path(s, p) is not None]
         in_ct = [p for p in paths if node_path(s, p) is None]
         kinds_on_node = node_kinds.get(node_name)

@@ -28,7 +28,7 @@ import jinja2
 
 from .digests import text_digest as digest
 from .paths import TEMPLATES
-from .settings import Settings, SettingsError, defaults  # noqa: F401 (defaults: doctest)
+from .settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
@@ -40,54 +40,54 @@ UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 BUILD_MARKER = ".pvegpu-build.json"
 
 
-def unit_file(settings: Settings) -> str:
+def unit_file(training: TrainingSettings) -> str:
     """``dflash-train.service``"""
-    return f"{settings.training_unit_name}.service"
+    return f"{training.unit_name}.service"
 
 
-def unit_path(settings: Settings) -> str:
-    return f"/etc/systemd/system/{unit_file(settings)}"
+def unit_path(training: TrainingSettings) -> str:
+    return f"/etc/systemd/system/{unit_file(training)}"
 
 
-def runtime_dir(settings: Settings) -> str:
+def runtime_dir(training: TrainingSettings) -> str:
     """The unit's RuntimeDirectory= (under /run): systemd creates it at start, removes it at
     stop."""
-    return f"pvegpu-{settings.training_unit_name}"
+    return f"pvegpu-{training.unit_name}"
 
 
-def started_record(settings: Settings) -> str:
-    return f"/run/{runtime_dir(settings)}/started"
+def started_record(training: TrainingSettings) -> str:
+    return f"/run/{runtime_dir(training)}/started"
 
 
 def unit_context(settings: Settings) -> dict:
     """Every value of the unit, from settings (per-variant overrides merged over defaults)."""
-    gpus = sorted(settings.training_gpus)
+    gpus = sorted(settings.gpus.training)
     # Inside the unit, CUDA renumbers the visible GPUs 0..n-1 in CUDA_VISIBLE_DEVICES order.
     position = {g: i for i, g in enumerate(gpus)}
     return {
-        "build_name": settings.build_name,
-        "unit_name": settings.training_unit_name,
-        "unit_path": unit_path(settings),
-        "runtime_dir": runtime_dir(settings),
-        "started_record": started_record(settings),
+        "build_name": settings.torch.build_name,
+        "unit_name": settings.training.unit_name,
+        "unit_path": unit_path(settings.training),
+        "runtime_dir": runtime_dir(settings.training),
+        "started_record": started_record(settings.training),
         "build_marker": BUILD_MARKER,
-        "data_dir": settings.data_dir_ct,
-        "workdir": settings.training_workdir,
+        "data_dir": settings.container.data_dir_ct,
+        "workdir": settings.training.workdir,
         "visible_devices": ",".join(str(g) for g in gpus),
         "cache_dir": settings.compile_cache_dir,
-        "alloc_conf": settings.pytorch_cuda_alloc_conf,
-        "venv_path": settings.venv_path,
-        "script": settings.training_script,
-        "target_gpus": ",".join(str(position[g]) for g in settings.target_gpus),
-        "drafter_gpus": ",".join(str(position[g]) for g in settings.drafter_gpus),
+        "alloc_conf": settings.training.alloc_conf,
+        "venv_path": settings.python_env.venv_path,
+        "script": settings.training.script,
+        "target_gpus": ",".join(str(position[g]) for g in settings.gpus.targets),
+        "drafter_gpus": ",".join(str(position[g]) for g in settings.gpus.drafters),
         "token_budget": settings.training_value("token_budget"),
         "max_batch_size": settings.training_value("max_batch_size"),
-        "dataset_dir": settings.dataset_dir,
-        "checkpoint_dir": settings.checkpoint_dir,
-        "resume": settings.resume,
-        "stop_timeout_s": settings.training_stop_timeout_s,
-        "restart_delay_s": settings.training_restart_delay_s,
-        "restart_burst": settings.training_restart_burst,
+        "dataset_dir": settings.training.dataset_dir,
+        "checkpoint_dir": settings.training.checkpoint_dir,
+        "resume": settings.training.resume,
+        "stop_timeout_s": settings.training.stop_timeout_s,
+        "restart_delay_s": settings.training.restart_delay_s,
+        "restart_burst": settings.training.restart_burst,
     }
 
 
@@ -166,17 +166,18 @@ def unit_problems(settings: Settings, templates: Path = TEMPLATES) -> list[str]:
         text = render_unit(settings, templates)
     except SettingsError as e:
         return [str(e)]
+    unit = unit_file(settings.training)
     return [
-        f"{unit_file(settings)} as rendered is rejected by systemd-analyze verify: {line}: "
+        f"{unit} as rendered is rejected by systemd-analyze verify: {line}: "
         "fix the setting or templates/training.service.j2"
-        for line in verify_problems(text, settings.training_unit_name)
+        for line in verify_problems(text, settings.training.unit_name)
     ]
 
 
 def training_argv_prefix(settings: Settings) -> list[str]:
     """The start of the training command's argv when started through ``venv_path`` (by hand, say).
     ExecStart runs the same script with the resolved build's python; see ``training_matcher``."""
-    return [f"{settings.venv_path}/bin/python", settings.training_script]
+    return [f"{settings.python_env.venv_path}/bin/python", settings.training.script]
 
 
 def training_matcher(settings: Settings) -> dict:
@@ -189,9 +190,9 @@ def training_matcher(settings: Settings) -> dict:
     '/data/dflash/train.py'
     """
     return {
-        "script": settings.training_script,
-        "pythons": [f"{settings.venv_path}/bin/python"],
-        "python_under": [settings.venvs_dir.rstrip("/") + "/"],
+        "script": settings.training.script,
+        "pythons": [f"{settings.python_env.venv_path}/bin/python"],
+        "python_under": [settings.python_env.venvs_dir.rstrip("/") + "/"],
     }
 
 
@@ -217,11 +218,11 @@ def renamed_unit_line(settings: Settings, where: str, running: list[str]) -> str
     >>> renamed_unit_line(Settings.from_data(defaults()), "CT 200", ["old.service"])[:60]
     'CT 200: old.service is running, but training_unit_name=dflas'
     """
-    old = ", ".join(running)
+    old, unit = ", ".join(running), unit_file(settings.training)
     return (
-        f"{where}: {old} is running, but training_unit_name={settings.training_unit_name} asks for "
-        f"{unit_file(settings)}: a renamed unit would be a second trainer on the same GPUs; pass "
-        f"--data restart_training=true to stop and disable {old} and start {unit_file(settings)}, "
+        f"{where}: {old} is running, but training_unit_name={settings.training.unit_name} asks for "
+        f"{unit}: a renamed unit would be a second trainer on the same GPUs; pass "
+        f"--data restart_training=true to stop and disable {old} and start {unit}, "
         f"or set training_unit_name back"
     )
 
@@ -289,4 +290,4 @@ def clears_leftovers(settings: Settings, active: str, reasons: list[str]) -> boo
     >>> clears_leftovers(s, "inactive", []), clears_leftovers(s, "active", ["unit file changed"])
     (True, False)
     """
-    return active not in RUNNING or bool(reasons and settings.restart_training)
+    return active not in RUNNING or bool(reasons and settings.policy.restart_training)

@@ -7,7 +7,7 @@ only as an *explicit* index that torch alone is bound to (a generated ``pyprojec
 is visible).
 
 >>> from pvegpu.settings import Settings, defaults
->>> uv_bin(Settings.from_data({**defaults(), "uv_version": "0.13.9"}))
+>>> uv_bin(Settings.from_data({**defaults(), "uv_version": "0.13.9"}).python_env)
 '/opt/pvegpu/uv-0.13.9/bin/uv'
 """
 
@@ -17,7 +17,7 @@ import shlex
 
 from .facts.probe import probe_source
 from .locks import index_args, parse_pins, split_credentials
-from .settings import Settings
+from .settings import PythonEnvSettings, Settings, TorchSettings
 
 #: Environment variables that would change what uv installs or from where; unset for every call.
 UV_UNSET = (
@@ -47,14 +47,14 @@ UV_UNSET = (
 NETRC = "/root/.config/pvegpu/netrc"
 
 
-def uv_home(settings: Settings) -> str:
+def uv_home(python_env: PythonEnvSettings) -> str:
     """The pinned uv's own directory in the container (one per version)."""
-    return f"/opt/pvegpu/uv-{settings.uv_version}"
+    return f"/opt/pvegpu/uv-{python_env.uv_version}"
 
 
-def uv_bin(settings: Settings) -> str:
+def uv_bin(python_env: PythonEnvSettings) -> str:
     """Where the pinned uv lives in the container (its own directory, one per version)."""
-    return f"{uv_home(settings)}/bin/uv"
+    return f"{uv_home(python_env)}/bin/uv"
 
 
 def uv_env(settings: Settings) -> str:
@@ -62,7 +62,7 @@ def uv_env(settings: Settings) -> str:
     nothing from the environment that could change the indexes or the torch backend."""
     unset = " ".join(f"-u {k}" for k in UV_UNSET)
     return (
-        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.uv_cache_dir)} "
+        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.python_env.uv_cache_dir)} "
         "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
     )
 
@@ -102,22 +102,20 @@ def lock_requirements(lock_text: str) -> list[str]:
     return [f"{name}=={version}" for name, version in sorted(parse_pins(lock_text).items())]
 
 
-def has_credentials(settings: Settings) -> bool:
+def has_credentials(torch: TorchSettings) -> bool:
     """Whether either index URL carries ``user:token@`` (then uv reads them from ``NETRC``)."""
-    return any(
-        split_credentials(u)[1] for u in (settings.package_index_url, settings.torch_index_url)
-    )
+    return any(split_credentials(u)[1] for u in (torch.package_index_url, torch.index_url))
 
 
 def reach_command(settings: Settings) -> str:
     """The container-side check that both indexes answer (URLs without credentials): the
     ``reach_indexes`` probe (with the prelude, as every probe), run by ``python_interpreter``
     with the URLs as arguments."""
-    package, _ = split_credentials(settings.package_index_url)
-    torch, _ = split_credentials(settings.torch_index_url)
+    package, _ = split_credentials(settings.torch.package_index_url)
+    torch, _ = split_credentials(settings.torch.index_url)
     script = probe_source("reach_indexes")
     return (
-        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(script)} "
+        f"{shlex.quote(settings.python_env.interpreter)} -c {shlex.quote(script)} "
         f"{shlex.quote('package_index_url=' + package)} "
         f"{shlex.quote('torch_index_base=' + torch)}"
     )

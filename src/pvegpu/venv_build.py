@@ -61,13 +61,13 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     then records the marker and renames the finished venv to ``.next``. Nothing outside
     ``.building``/``.next`` and uv's cache is touched.
     """
-    V = settings.venvs_dir.rstrip("/")
+    V = settings.python_env.venvs_dir.rstrip("/")
     B = settings.build_venv
     T, N = f"{B}.building", f"{B}.next"
-    uv = uv_bin(settings)
+    uv = uv_bin(settings.python_env)
     env = uv_env(settings)
     reach = reach_command(settings)
-    if has_credentials(settings):
+    if has_credentials(settings.torch):
         env += f" NETRC={NETRC}"
         reach = f"NETRC={NETRC} {reach}"
     py = f"{T}/bin/python"
@@ -75,9 +75,9 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
     venv_argv = [uv, "venv", "--no-config", "--quiet", "--relocatable"]
     lines = [
         "set -e",
-        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
+        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.python_env.uv_cache_dir)}",
         delete_command([T, N], venvs_dir=V),
-        f"{env} " + quoted([*venv_argv, "--python", settings.python_interpreter, T]),
+        f"{env} " + quoted([*venv_argv, "--python", settings.python_env.interpreter, T]),
         f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
         gzip_write_command(lock, plan.text),
         gzip_write_command(pyproject, training_pyproject(settings, lock_requirements(plan.text))),

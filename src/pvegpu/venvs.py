@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from .locks import LockPlan, normalize
+from .settings import PythonEnvSettings
 
 MARKER = ".pvegpu-build.json"
 LOCK_FILE = ".pvegpu-lock.txt"
@@ -63,30 +64,30 @@ def python_minor(version: str | None) -> str | None:
     return ".".join(version.split(".")[:2]) if version else None
 
 
-def effective_python_version(settings, state: dict) -> str | None:
+def effective_python_version(python_env: PythonEnvSettings, state: dict) -> str | None:
     """The Python version (X.Y) the venvs and locks are for: ``python_version`` when set, else
     the container's ``python_interpreter`` as the container state probe found it.
 
     >>> from types import SimpleNamespace as S
-    >>> effective_python_version(S(python_version=None), {"python": {"version": "3.13.5"}})
+    >>> effective_python_version(S(version=None), {"python": {"version": "3.13.5"}})
     '3.13'
-    >>> effective_python_version(S(python_version="3.11"), {"python": {"version": "3.13.5"}})
+    >>> effective_python_version(S(version="3.11"), {"python": {"version": "3.13.5"}})
     '3.11'
     """
-    if settings.python_version:
-        return settings.python_version
+    if python_env.version:
+        return python_env.version
     return python_minor((state.get("python") or {}).get("version"))
 
 
 def marker(settings, plan: LockPlan, python_version: str | None) -> dict:
     """What a finished build records in ``.pvegpu-build.json`` (compared on every run)."""
     return {
-        "build": settings.build_name,
-        "torch": f"{settings.torch_version}+{settings.torch_variant}",
-        "variant": settings.torch_variant,
+        "build": settings.torch.build_name,
+        "torch": f"{settings.torch.version}+{settings.torch.variant}",
+        "variant": settings.torch.variant,
         "input_sha256": plan.sha256,
         "source": plan.source,
-        "python": settings.python_interpreter,
+        "python": settings.python_env.interpreter,
         "python_version": python_minor(python_version),
         "compile_cache_dir": settings.compile_cache_dir,
     }
@@ -181,7 +182,7 @@ def build_reasons(state: dict, settings, plan: LockPlan) -> list[str]:
     python, compile cache dir), its python runs, and its packages are exactly its lock.
     """
     venvs = state.get("venvs") or {}
-    build = settings.build_name
+    build = settings.torch.build_name
     reasons = []
     if f"{build}.next" in venvs:
         reasons.append(
@@ -220,9 +221,9 @@ def _short(value) -> str:
 
 
 # --- pruning -------------------------------------------------------------------------------------
-def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
+def prune_plan(state: dict, selected: str, keep_venvs: int) -> tuple[list[str], list[str]]:
     """``(remove, kept_in_use)``: names in venvs_dir to delete, and those kept only because a
-    process uses them.
+    process uses them (``selected``: the selected build's name).
 
     Kept: the live venv, the selected build, the ``keep_venvs - 1`` most recently selected other
     builds, anything a running process uses, and anything pvegpu did not make. Removed: builds
@@ -230,7 +231,6 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
     """
     venvs = state.get("venvs") or {}
     live_real = (state.get("venv_real") or "").rstrip("/").rsplit("/", 1)[-1] or None
-    selected = settings.build_name
     links = {name: e for name, e in venvs.items() if "link" in e}
     current = {name: e.get("real") for name, e in links.items()}
     others = sorted(
@@ -238,7 +238,7 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
         key=lambda n: (links[n].get("selected_at") or links[n].get("built") or 0, n),
         reverse=True,
     )
-    kept_builds = {selected, *others[: max(settings.keep_venvs - 1, 0)]}
+    kept_builds = {selected, *others[: max(keep_venvs - 1, 0)]}
     live_build = next((b for b, real in current.items() if real and real == live_real), None)
     if live_build:
         kept_builds.add(live_build)
@@ -275,23 +275,23 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
     return remove, in_use
 
 
-def python_problem(state: dict, settings) -> str | None:
+def python_problem(state: dict, python_env: PythonEnvSettings) -> str | None:
     """Why the container's ``python_interpreter`` cannot build the venv (None when it can).
 
     >>> from types import SimpleNamespace as S
     >>> python_problem({"python": {"version": "3.12.3"}},
-    ...                S(python_interpreter="python3", python_version="3.12"))
+    ...                S(interpreter="python3", version="3.12"))
     """
     found = (state.get("python") or {}).get("version")
     if not found:
         return (
-            f"python_interpreter={settings.python_interpreter} does not run in the container: "
+            f"python_interpreter={python_env.interpreter} does not run in the container: "
             "install it (apt install python3) or set python_interpreter"
         )
-    want = settings.python_version
+    want = python_env.version
     if want is not None and found != want and python_minor(found) != want:
         return (
-            f"python_interpreter={settings.python_interpreter} is Python {found}, "
+            f"python_interpreter={python_env.interpreter} is Python {found}, "
             f"python_version={want}: point python_interpreter at a Python {want} or set "
             f"python_version={python_minor(found)} (and make the locks for it)"
         )
@@ -309,7 +309,7 @@ def drift_report(state: dict, settings) -> list[str]:
     entry = (state.get("venvs") or {}).get(real) if real else None
     if not entry:
         return []  # no live venv: the torch runtime check says so
-    where = f"{settings.venv_path} ({real})"
+    where = f"{settings.python_env.venv_path} ({real})"
     if entry.get("locked") is None:
         return [
             f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "

@@ -20,8 +20,8 @@ def test_unset_template_follows_the_major_and_takes_the_newest_present():
 
 def test_a_set_template_wins_and_create_passes_it_with_unprivileged_explicit():
     s = Settings.from_data({**defaults(), "ct_template": "local:vztmpl/mine.tar.zst"})
-    assert defaults()["ct_template"] is None and s.ct_template == "local:vztmpl/mine.tar.zst"
-    volid = default_template(s.ct_template, "9.1.1", D13)
-    argv = create_args(s, 200, volid)
+    assert defaults()["ct_template"] is None and s.container.template == "local:vztmpl/mine.tar.zst"
+    volid = default_template(s.container.template, "9.1.1", D13)
+    argv = create_args(s.container, 200, volid)
     assert argv[:4] == ["pct", "create", "200", "local:vztmpl/mine.tar.zst"]
     assert argv[argv.index("--unprivileged") + 1] == "0"

@@ -10,7 +10,7 @@ BASE = {"cores": "32", "memory": "262144", "swap": "0", "onboot": "1", "protecti
 
 
 def args(config, **over):
-    return settings_args({**BASE, **config}, Settings.from_data({**defaults(), **over}))
+    return settings_args({**BASE, **config}, Settings.from_data({**defaults(), **over}).container)
 
 
 @pytest.mark.parametrize("over, want", [

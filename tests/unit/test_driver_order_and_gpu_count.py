@@ -18,8 +18,8 @@ from tests.unit.verify_facts import settings as verify_settings
 
 def run_verify(s, driver, libcuda):
     return verify(s, node_facts(driver=driver), ct_facts(libcuda=libcuda,
-                                                         version=f"2.11.0+{s.torch_variant}",
-                                                         cuda=s.variant.cuda),
+                                                         version=f"2.11.0+{s.torch.variant}",
+                                                         cuda=s.torch.spec.cuda),
                   where="CT 200 on n1", vmid=200, node_name="n1", unit="dflash-train.service")
 
 

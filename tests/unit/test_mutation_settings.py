@@ -5,7 +5,8 @@ import pytest
 
 import pvegpu.unit
 from pvegpu.all_settings import load_all
-from pvegpu.settings import SettingsError, _in_tree, defaults
+from pvegpu.settings import SettingsError, defaults
+from pvegpu.settings.placement import in_tree as _in_tree
 
 
 @pytest.mark.parametrize("path, inside", [
@@ -25,7 +26,7 @@ def test_load_all_lists_every_problem_of_every_host_in_one_error(monkeypatch):
 
     seen = []
     monkeypatch.setattr(pvegpu.unit, "unit_problems",
-                        lambda s: seen.append(s.torch_variant) or ["bad unit: fix it"])
+                        lambda s: seen.append(s.torch.variant) or ["bad unit: fix it"])
     with pytest.raises(SettingsError) as e:
         load_all([Bad(), Good()])
     lines = str(e.value).splitlines()
@@ -40,4 +41,4 @@ def test_load_all_returns_each_hosts_settings(monkeypatch):
         name, data = "@pct/127.0.0.1/200", defaults()
 
     monkeypatch.setattr(pvegpu.unit, "unit_problems", lambda s: [])
-    assert load_all([Good()])["@pct/127.0.0.1/200"].torch_variant == defaults()["torch_variant"]
+    assert load_all([Good()])["@pct/127.0.0.1/200"].torch.variant == defaults()["torch_variant"]

@@ -45,7 +45,7 @@ def settings(**overrides) -> Settings:
 
 S = settings(venvs_dir="/root/venvs", venv_path="/root/venv")
 B = S.build_venv  # /root/venvs/torch-2.11.0-cu130
-N = S.build_name
+N = S.torch.build_name
 VENV_SELECTED = {
     "already live: nothing": (
         {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}}, "venv_link": B},
@@ -82,9 +82,9 @@ VENV_SELECTED = {
 @pytest.mark.parametrize("case", list(VENV_SELECTED))
 def test_venv_selected_table(monkeypatch, case):
     doc, commands = VENV_SELECTED[case]
-    monkeypatch.setattr(python_env, "container_state", lambda settings: doc)
+    monkeypatch.setattr(python_env, "container_state", lambda: doc)
     monkeypatch.setattr(python_env, "remember", lambda update: None)
-    assert [shown(c) for c in python_env.venv_selected._inner(settings=S)] == commands
+    assert [shown(c) for c in python_env.venv_selected._inner(torch=S.torch, python_env=S.python_env)] == commands
 
 
 # ---- proxmox.gpu_passthrough: the node document in, modprobe/pct commands out, in order -----
@@ -124,9 +124,10 @@ GPU_PASSTHROUGH = {
 @pytest.mark.parametrize("case", list(GPU_PASSTHROUGH))
 def test_gpu_passthrough_table(monkeypatch, case):
     doc, commands = GPU_PASSTHROUGH[case]
-    monkeypatch.setattr(proxmox, "read_state", lambda settings, vmids, ct_detail: doc)
+    monkeypatch.setattr(proxmox, "read_state", lambda vmids, ct_detail: doc)
     monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
-    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, settings=settings())]
+    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, gpus=S.gpus, policy=S.policy,
+                                                                 training=S.training)]
     assert got == commands
 
 
@@ -181,8 +182,8 @@ BOOT_PERSISTENCE = {
 @pytest.mark.parametrize("case", list(BOOT_PERSISTENCE))
 def test_boot_persistence_table(monkeypatch, case):
     doc, commands = BOOT_PERSISTENCE[case]
-    monkeypatch.setattr(proxmox, "read_state", lambda settings, *a, **k: doc)
-    got = [shown(c) for c in proxmox.boot_persistence._inner(settings=settings())]
+    monkeypatch.setattr(proxmox, "read_state", lambda *a, **k: doc)
+    got = [shown(c) for c in proxmox.boot_persistence._inner(gpus=settings().gpus)]
     assert got == commands
 
 
@@ -213,7 +214,7 @@ UNIT_RUNNING = {
 @pytest.mark.parametrize("case", list(UNIT_RUNNING))
 def test_unit_running_table(monkeypatch, case):
     doc, overrides, commands = UNIT_RUNNING[case]
-    monkeypatch.setattr(training, "container_state", lambda settings: doc)
+    monkeypatch.setattr(training, "container_state", lambda: doc)
     monkeypatch.setattr(training, "host", SimpleNamespace(name="ct200"))
     got = [shown(c) for c in training.unit_running._inner(settings=settings(**overrides))]
     assert got == commands

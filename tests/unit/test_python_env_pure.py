@@ -35,12 +35,12 @@ def settings(**over) -> Settings:
 def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str | None = None,
                 python: str = "3.11"):
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"{s.torch_variant}.in").write_text(in_text if in_text is not None else requirements_in(s))
+    (d / f"{s.torch.variant}.in").write_text(in_text if in_text is not None else requirements_in(s))
     if lock == "default":
-        lock = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
+        lock = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s.torch).items())
         lock += f"filelock==3.20.0 \\\n    {HASH}\n    # via torch\n"
     if lock is not None:
-        (d / f"{s.torch_variant}-py{python}.lock").write_text(lock)
+        (d / f"{s.torch.variant}-py{python}.lock").write_text(lock)
 
 
 # --- locks ----------------------------------------------------------------------------------------
@@ -48,8 +48,8 @@ def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str
 def test_shipped_in_files_pin_what_the_defaults_ask_for(variant):
     s = settings(torch_variant=variant)
     text = (ROOT / "locks" / f"{variant}.in").read_text()
-    assert parse_pins(text) == desired_pins(s)
-    assert f"torch=={s.torch_version}+{variant}" in text.splitlines()
+    assert parse_pins(text) == desired_pins(s.torch)
+    assert f"torch=={s.torch.version}+{variant}" in text.splitlines()
 
 
 def test_a_matching_lock_is_used_as_is(tmp_path):
@@ -80,10 +80,10 @@ def test_require_lock_refuses_in_one_line_naming_the_lock(tmp_path):
 def test_an_in_file_that_pins_something_else_is_remade_or_refused_with_require_lock(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
-    plan = lock_plan(replace(base, training_requirements=()), "3.11")
+    plan = lock_plan(base.changed(training_requirements=()), "3.11")
     assert plan.kind == "make" and plan.error is None
     assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.reason
-    plan = lock_plan(replace(base, training_requirements=(), require_lock=True), "3.11")
+    plan = lock_plan(base.changed(training_requirements=(), require_lock=True), "3.11")
     assert plan.kind == "make" and plan.error.count("\n") == 0
     assert plan.error.startswith("require_lock=true and ")
     assert "does not pin what the settings ask for (transformers 5.6.0 vs (absent))" in plan.error
@@ -93,7 +93,7 @@ def test_an_in_file_that_pins_something_else_is_remade_or_refused_with_require_l
 def test_changed_pins_rewrite_the_in_file_and_make_a_new_lock(tmp_path):
     base = settings(locks_dir=str(tmp_path))
     write_locks(tmp_path, base)
-    changed = replace(base, training_requirements=())
+    changed = base.changed(training_requirements=())
 
     def compile_stub(argv, **kw):  # stands in for uv pip compile: writes the -o file
         out = Path(argv[argv.index("-o") + 1])
@@ -130,16 +130,16 @@ def test_lock_identity_changes_with_the_lock(tmp_path):
 
 def test_early_refusals_without_a_python_version(tmp_path):
     s = settings(locks_dir=str(tmp_path), require_lock=True)
-    assert s.python_version is None  # the default: follow the container's Python
+    assert s.python_env.version is None  # the default: follow the container's Python
     write_locks(tmp_path, s, lock=None)
     assert "there is no " in early_lock_error(s) and "cu130-py<X.Y>.lock" in early_lock_error(s)
     write_locks(tmp_path, s, python="3.13")
     assert early_lock_error(s) is None  # may be the container's; venv_built decides
     # other pins than the .in: made again without require_lock, refused with it
-    assert early_lock_error(replace(s, require_lock=False, training_requirements=())) is None
+    assert early_lock_error(s.changed(require_lock=False, training_requirements=())) is None
     assert "does not pin what the settings ask" in early_lock_error(
-        replace(s, training_requirements=()))
-    assert early_lock_error(replace(s, python_version="3.11")).startswith("require_lock=true")
+        s.changed(training_requirements=()))
+    assert early_lock_error(s.changed(python_version="3.11")).startswith("require_lock=true")
 
 
 def no_check(settings):
@@ -246,7 +246,7 @@ def test_uv_env_unsets_what_could_change_the_index_or_backend():
 
 
 def lock_of(s: Settings) -> LockPlan:
-    text = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s).items())
+    text = "".join(f"{k}=={v} \\\n    {HASH}\n" for k, v in desired_pins(s.torch).items())
     return LockPlan("lock", text, "ab" * 32, "locks/cu130-py3.11.lock")
 
 
@@ -286,18 +286,18 @@ def test_uv_error_condenses_uv_output_to_one_line():
 
 def test_python_version_follows_the_container_unless_set():
     s = settings()
-    assert s.python_version is None
-    assert python_problem({"python": {"version": "3.13.5"}}, s) is None  # a Debian 13 CT
-    assert effective_python_version(s, {"python": {"version": "3.13.5"}}) == "3.13"
-    assert effective_python_version(s, {"python": {"version": "3.11.2"}}) == "3.11"
+    assert s.python_env.version is None
+    assert python_problem({"python": {"version": "3.13.5"}}, s.python_env) is None  # a Debian 13 CT
+    assert effective_python_version(s.python_env, {"python": {"version": "3.13.5"}}) == "3.13"
+    assert effective_python_version(s.python_env, {"python": {"version": "3.11.2"}}) == "3.11"
 
 
 def test_python_version_is_checked_against_the_interpreter():
     s = settings(python_version="3.11")
-    assert python_problem({"python": {"version": "3.11.2"}}, s) is None
-    line = python_problem({"python": {"version": "3.13.5"}}, s)
+    assert python_problem({"python": {"version": "3.11.2"}}, s.python_env) is None
+    line = python_problem({"python": {"version": "3.13.5"}}, s.python_env)
     assert line.startswith("python_interpreter=/usr/bin/python3 is Python 3.13.5, python_version=3.11")
-    assert "does not run" in python_problem({"python": {"version": None}}, s)
+    assert "does not run" in python_problem({"python": {"version": None}}, s.python_env)
 
 
 def test_bad_python_version_is_a_settings_error():
@@ -320,12 +320,12 @@ def test_drift_reports_every_kind():
 
 
 def state_with(s: Settings, plan, installed=None, **extra) -> dict:
-    real = f"{s.build_name}.b1"
+    real = f"{s.torch.build_name}.b1"
     entry = {"path": f"/root/venvs/{real}", "build": marker(s, plan, "3.11.2"), "python_ok": True,
              "built": 100, "selected_at": 100, "in_use": [],
              "installed": installed if installed is not None else {"torch": "2.11.0+cu130"},
              "locked": {"torch": "2.11.0+cu130"}}
-    venvs = {real: entry, s.build_name: dict(entry, link=real, real=real)}
+    venvs = {real: entry, s.torch.build_name: dict(entry, link=real, real=real)}
     doc = {"python": {"version": "3.11.2"}, "venvs": venvs, "venv_link": s.build_venv,
            "venv_real": f"/root/venvs/{real}"}
     doc.update(extra)
@@ -381,10 +381,10 @@ def test_prune_keeps_selected_and_most_recent_previous_and_removes_older():
                "torch-2.10.0-cu128": "torch-2.10.0-cu128.b1"},
         live="torch-2.11.0-cu130.b1",
     )
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.torch.build_name, s.python_env.keep_venvs)
     assert sorted(remove) == ["torch-2.10.0-cu128", "torch-2.10.0-cu128.b1", "torch-2.11.0-cu130.building"]
     assert in_use == []
-    assert prune_plan(st, replace(s, keep_venvs=3))[0] == ["torch-2.11.0-cu130.building"]
+    assert prune_plan(st, s.torch.build_name, 3)[0] == ["torch-2.11.0-cu130.building"]
 
 
 def test_prune_never_removes_the_live_one_or_one_in_use():
@@ -396,11 +396,11 @@ def test_prune_never_removes_the_live_one_or_one_in_use():
         links={"torch-2.11.0-cu130": "torch-2.11.0-cu130.b2", "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1"},
         live="torch-2.11.0-cu128.b1",  # a failed switch left the other build live
     )
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.torch.build_name, s.python_env.keep_venvs)
     assert remove == []
     assert in_use == ["torch-2.11.0-cu130.b1"]
     st["venv_real"] = "/root/venvs/torch-2.11.0-cu130.b2"
-    remove, in_use = prune_plan(st, s)
+    remove, in_use = prune_plan(st, s.torch.build_name, s.python_env.keep_venvs)
     assert sorted(remove) == ["torch-2.11.0-cu128", "torch-2.11.0-cu128.b1"]
 
 
@@ -411,8 +411,8 @@ def test_a_new_variant_is_one_row_and_its_in_file(tmp_path, monkeypatch):
         compat_driver="525.60.13", notes="test row"))
     s = settings(torch_variant="cu126", locks_dir=str(tmp_path), training_requirements=[])
     write_locks(tmp_path, s, lock=None)
-    assert s.torch_index_url == "https://download.pytorch.org/whl/cu126"
-    assert s.torch_pin == "torch==2.11.0+cu126" and s.build_venv == "/root/venvs/torch-2.11.0-cu126"
+    assert s.torch.index_url == "https://download.pytorch.org/whl/cu126"
+    assert s.torch.pin == "torch==2.11.0+cu126" and s.build_venv == "/root/venvs/torch-2.11.0-cu126"
     plan = lock_plan(s, "3.11")
     assert plan.kind == "make" and "cu126-py3.11.lock is missing" in plan.reason
     script = build_script(s, lock_of(s), "3.11.2")

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import uv as uv_package
@@ -85,16 +84,16 @@ class Box:
         """What the deploy does: make the lock on the controller (``make_lock``), for this
         interpreter's X.Y, in a scratch locks_dir; returns (lock path, sync pyproject path)."""
         if pins:
-            s = replace(s, training_requirements=tuple(pins))
-        s = replace(s, locks_dir=str(self.dir / "locks"))
+            s = s.changed(training_requirements=tuple(pins))
+        s = s.changed(locks_dir=str(self.dir / "locks"))
         version = ".".join(map(str, sys.version_info[:2]))
         plan = make_lock(s, version, uv=UV)
         assert plan.kind == "lock" and plan.error is None, plan.error
         # uv reads sources/indexes only from a file named pyproject.toml
-        (self.dir / f"sync-{s.torch_variant}").mkdir(exist_ok=True)
-        pyproject = self.write(f"sync-{s.torch_variant}/pyproject.toml",
+        (self.dir / f"sync-{s.torch.variant}").mkdir(exist_ok=True)
+        pyproject = self.write(f"sync-{s.torch.variant}/pyproject.toml",
                                training_pyproject(s, lock_requirements(plan.text)))
-        return str(self.dir / "locks" / f"{s.torch_variant}-py{version}.lock"), pyproject
+        return str(self.dir / "locks" / f"{s.torch.variant}-py{version}.lock"), pyproject
 
     def sync(self, s, python, lock, pyproject, offline=False, check=True):
         return self.uv(*sync_argv(s, UV, python, pyproject, lock, offline=offline), check=check)
@@ -124,7 +123,7 @@ def test_trap_a_dependency_pulling_torch_from_pypi(box):
     # the trap: unsafe-best-match lets PyPI's newer unlabeled torch satisfy "torch>=2.11"
     py = box.venv("unsafe")
     box.uv("pip", "install", "--no-config", "--python", py, "--index-url",
-           box.index.package_index_url, "--extra-index-url", s.torch_index_url,
+           box.index.package_index_url, "--extra-index-url", s.torch.index_url,
            "--index-strategy", "unsafe-best-match", "needs-torch==1.0")
     assert box.torch(py)[0] == "2.12.0"
     # the defence: full-label pin, constraint, first-index -> the dependency gets the cu128 build
@@ -195,10 +194,10 @@ def test_trap_the_torch_index_has_stale_copies_of_torchs_dependencies(box):
     s = box.settings("cu130", training_requirements=["trainer-utils==1.0.0"])
     box.write("trap.in", "torch==2.11.0+cu130\ntrainer-utils==1.0.0\n")
     trap = box.uv("pip", "compile", "--no-config", "--generate-hashes", "--index-url",
-                  box.index.package_index_url, "--extra-index-url", s.torch_index_url,
+                  box.index.package_index_url, "--extra-index-url", s.torch.index_url,
                   "--index-strategy", "first-index", "trap.in", check=False)
     assert trap.returncode != 0
-    assert "was found on " + s.torch_index_url in trap.stderr  # uv names the stale copy
+    assert "was found on " + s.torch.index_url in trap.stderr  # uv names the stale copy
     # the defence: torch bound to the explicit torch index, the rest from package_index_url
     py = box.venv("fresh")
     lock, pyproject = box.lock(s, py)
@@ -215,7 +214,7 @@ def test_trap_the_torch_index_has_stale_copies_of_torchs_dependencies(box):
     # installing the same lock the old way (extra index + first-index) falls into the trap
     py2 = box.venv("old-way")
     old = box.uv("pip", "sync", "--no-config", "--require-hashes", "--python", py2, "--index-url",
-                 box.index.package_index_url, "--extra-index-url", s.torch_index_url,
+                 box.index.package_index_url, "--extra-index-url", s.torch.index_url,
                  "--index-strategy", "first-index", lock, check=False)
     assert old.returncode != 0 and "filelock" in old.stderr
 
@@ -253,7 +252,7 @@ def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelho
         for token, ok in (("tok3n", True), ("wrong", False)):
             s = s_with(token)
             netrc = tmp_path / f"netrc-{token}"
-            netrc.write_text(netrc_text(s))
+            netrc.write_text(netrc_text(s.torch))
             cmd = reach_command(s)
             assert token not in cmd and "me:" not in cmd
             r = subprocess.run(["sh", "-c", cmd], env={"NETRC": str(netrc), "PATH": "/usr/bin:/bin"},

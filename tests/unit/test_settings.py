@@ -9,16 +9,16 @@ def make(**over):
 
 def test_defaults_are_valid_and_select_cu130():
     s = make()
-    assert s.torch_pin == "torch==2.11.0+cu130"
-    assert s.torch_index_url == "https://download.pytorch.org/whl/cu130"
+    assert s.torch.pin == "torch==2.11.0+cu130"
+    assert s.torch.index_url == "https://download.pytorch.org/whl/cu130"
     assert s.build_venv == "/root/venvs/torch-2.11.0-cu130"
     assert s.compile_cache_dir == "/data/cache/torch-2.11.0-cu130"
 
 
 def test_one_variable_swaps_the_variant():
     s = make(torch_variant="cu128")
-    assert s.torch_pin == "torch==2.11.0+cu128"
-    assert s.torch_index_url.endswith("/cu128")
+    assert s.torch.pin == "torch==2.11.0+cu128"
+    assert s.torch.index_url.endswith("/cu128")
     assert s.training_value("token_budget") == defaults()["token_budget"]
     assert make().training_value("token_budget") == defaults()["variant_overrides"]["cu130"]["token_budget"]
 

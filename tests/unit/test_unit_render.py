@@ -5,7 +5,6 @@ Regenerate the golden files after an intended template change with
 PVEGPU_UPDATE_GOLDEN=1 uv run pytest tests/unit/test_unit_render.py: the golden test then rewrites
 them and fails (a run that rewrites never passes), so review the diff and run the tests again."""
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -199,7 +198,7 @@ def test_no_value_can_rewrite_or_break_the_unit(over, fragment):
 ])
 def test_the_renderer_refuses_what_settings_would_have_refused(key, value):
     # A second line of defence: even a value that bypassed validation never reaches the unit.
-    s = dataclasses.replace(settings(), **{key: value})
+    s = settings().changed(**{key: value})
     with pytest.raises(SettingsError, match="cannot be written into a systemd unit"):
         render_unit(s)
     assert unit_problems(s)[0].startswith(repr(value))

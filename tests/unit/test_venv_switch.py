@@ -14,9 +14,9 @@ from pvegpu.settings import Settings, defaults
 
 def switch_commands(monkeypatch, s: Settings, state: dict) -> list[list[str]]:
     """The shell commands ``venv_selected`` yields for ``state``, each split into argv."""
-    monkeypatch.setattr(python_env, "container_state", lambda settings: state)
+    monkeypatch.setattr(python_env, "container_state", lambda: state)
     monkeypatch.setattr(python_env, "remember", lambda update: None)
-    yielded = list(python_env.venv_selected._inner(settings=s))
+    yielded = list(python_env.venv_selected._inner(torch=s.torch, python_env=s.python_env))
     assert len(yielded) == 1
     return [shlex.split(c) for c in str(yielded[0]).split(" && ")]
 
@@ -27,13 +27,13 @@ def settings_in(tmp_path) -> Settings:
 
 
 STATES = {
-    "first build": lambda s: {"venvs": {f"{s.build_name}.next": {}}, "venv_link": None},
+    "first build": lambda s: {"venvs": {f"{s.torch.build_name}.next": {}}, "venv_link": None},
     "swap to a built variant": lambda s: {
-        "venvs": {s.build_name: {"link": f"{s.build_name}.b1", "real": f"{s.build_name}.b1"}},
-        "venv_link": f"{s.venvs_dir}/torch-2.11.0-cu128"},
+        "venvs": {s.torch.build_name: {"link": f"{s.torch.build_name}.b1", "real": f"{s.torch.build_name}.b1"}},
+        "venv_link": f"{s.python_env.venvs_dir}/torch-2.11.0-cu128"},
     "repair of the live build": lambda s: {
-        "venvs": {s.build_name: {"link": f"{s.build_name}.b1", "real": f"{s.build_name}.b1"},
-                  f"{s.build_name}.next": {}},
+        "venvs": {s.torch.build_name: {"link": f"{s.torch.build_name}.b1", "real": f"{s.torch.build_name}.b1"},
+                  f"{s.torch.build_name}.next": {}},
         "venv_link": s.build_venv},
 }
 
@@ -42,7 +42,7 @@ STATES = {
 def test_links_are_switched_by_one_rename_of_a_temporary_link(monkeypatch, tmp_path, case):
     s = settings_in(tmp_path)
     commands = switch_commands(monkeypatch, s, STATES[case](s))
-    links = {s.venv_path, s.build_venv}
+    links = {s.python_env.venv_path, s.build_venv}
     for argv in commands:
         assert argv[0] != "rm", argv
         if argv[0] == "ln":
@@ -54,10 +54,10 @@ def test_links_are_switched_by_one_rename_of_a_temporary_link(monkeypatch, tmp_p
 
 def test_a_first_build_is_promoted_and_made_live(monkeypatch, tmp_path):
     s = settings_in(tmp_path)
-    (tmp_path / "venvs" / f"{s.build_name}.next" / "bin").mkdir(parents=True)
+    (tmp_path / "venvs" / f"{s.torch.build_name}.next" / "bin").mkdir(parents=True)
     commands = switch_commands(monkeypatch, s, STATES["first build"](s))
     script = " && ".join(" ".join(shlex.quote(a) for a in argv) for argv in commands)
     subprocess.run(["sh", "-c", script], check=True)
-    assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / f"{s.build_name}.b1"
+    assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / f"{s.torch.build_name}.b1"
     assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == [
-        s.build_name, f"{s.build_name}.b1"]
+        s.torch.build_name, f"{s.torch.build_name}.b1"]

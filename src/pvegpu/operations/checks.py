@@ -9,12 +9,12 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from .. import node_read
-from ..all_settings import load_all
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
-from ..settings import Settings
+from ..run_context import run_context
+from ..settings import GpuSettings, Settings, TorchSettings
 from ..unit import started_record, unit_file
 from ..uv_commands import uv_bin
 from ..verification import Verdict, torch_problems, verify
@@ -22,38 +22,21 @@ from .util import fail
 
 
 @operation()
-def torch_runtime(python: str, settings: Settings):
-    """Fail unless torch under ``python`` is the configured build and sees every GPU.
+def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
+    """Fail unless torch under ``python`` is the ``torch`` build (version, variant, its CUDA)
+    and sees every one of the node's GPUs (``gpus.expected_count``).
 
     .. code:: python
 
         checks.torch_runtime(name="Verify torch in the new venv", python="/root/venvs/x/bin/python",
-                             settings=s)
+                             torch=s.torch, gpus=s.gpus)
     """
     rt = host.get_fact(TorchRuntime, python=python)
     problems = torch_problems(
-        rt,
-        settings.torch_version,
-        settings.torch_variant,
-        settings.variant.cuda,
-        settings.expected_gpu_count,
+        rt, torch.version, torch.variant, torch.spec.cuda, gpus.expected_count
     )
     if problems:
         yield fail(*problems)
-
-
-def verification_settings(h) -> Settings:
-    """Settings of ``h`` for verification: the deploy's (its preflight already ran) or, in
-    verify.py, every host's settings validated (a bad value stops the run before any command)
-    without the node preflight, so verify.py reports the node's facts in its table instead."""
-    state = h.state
-    cached = getattr(state, "pvegpu_settings", None) or getattr(
-        state, "pvegpu_verify_settings", None
-    )
-    if cached is None:
-        cached = load_all(list(h.inventory))
-        state.pvegpu_verify_settings = cached
-    return cached[h.name]
 
 
 def node_host_of(h):
@@ -74,7 +57,7 @@ def lock_for(
     (``python_version``, else what the live venv's torch check ran on).
     """
     found = ((ct or {}).get("torch") or {}).get("python_version")
-    version = settings.python_version or (".".join(found.split(".")[:2]) if found else None)
+    version = settings.python_env.version or (".".join(found.split(".")[:2]) if found else None)
     if not version:
         return None, None
     plan = lock_plan(settings, version)
@@ -85,13 +68,11 @@ def lock_for(
 
 def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
     """Add one host's verdict to the run's JSON report and (re)write it on the controller."""
-    verdicts = getattr(state, "pvegpu_verdicts", None)
-    if verdicts is None:
-        verdicts = state.pvegpu_verdicts = {}
+    verdicts = run_context(state).verdicts
     verdicts[name] = verdict
-    if settings.verify_report:
+    if settings.verification.report:
         wanted = {
-            k: getattr(settings, k)
+            k: settings.value(k)
             for k in (
                 "torch_version",
                 "torch_variant",
@@ -103,13 +84,15 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
                 "verify_level",
             )
         }
-        write_report(settings.verify_report, report_document(verdicts, wanted))
+        write_report(settings.verification.report, report_document(verdicts, wanted))
 
 
 @operation()
 def verified(settings: Settings):
     """Verify a training container against its settings and its node; print one table and a
-    verdict line; fail with one line per problem (expectation, fact, fix). Observes only.
+    verdict line; fail with one line per problem (expectation, fact, fix). Observes only. Takes
+    the whole ``settings``: verification checks the torch, python env, GPU, training and
+    verification parts.
 
     .. code:: python
 
@@ -122,17 +105,18 @@ def verified(settings: Settings):
     In deploy.py a leftover training process on a training GPU that the training unit stage will
     clear (see :func:`pvegpu.verification.verify`) is a warning; in verify.py it is a problem.
     """
-    node_host = node_host_of(host)
+    state, node_host = host.state, node_host_of(host)
+    run = run_context(state)
     # the node's read (reused from this run's preflight when nothing changed since) and the
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
     ct = host.get_fact(
         ContainerVerification,
-        venv=settings.venv_path,
-        uv_bin=uv_bin(settings),
-        compile_check=settings.verify_level == "compile",
-        unit_name=unit_file(settings),
-        started_path=started_record(settings),
+        venv=settings.python_env.venv_path,
+        uv_bin=uv_bin(settings.python_env),
+        compile_check=settings.verification.level == "compile",
+        unit_name=unit_file(settings.training),
+        started_path=started_record(settings.training),
         build_venv=settings.build_venv,
     )
     node = node_read_.get() if node_read_ is not None else {}
@@ -148,20 +132,16 @@ def verified(settings: Settings):
         node_name=node_name,
         lock=lock,
         lock_source=source,
-        unit=unit_file(settings),
+        unit=unit_file(settings.training),
         # deploy.py's training unit stage follows: a leftover it clears is a warning there
-        deploying=not getattr(host.state, "pvegpu_verify_only", False),
+        deploying=run.mode == "deploy",
     )
-    state = host.state
     # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows
     # before pyinfra asks to go on. Once per host unless the facts changed in between.
-    if state.is_executing or getattr(state, "pvegpu_verify_only", False):
+    if state.is_executing or run.mode == "verify":
         text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
-        printed = getattr(state, "pvegpu_printed", None)
-        if printed is None:
-            printed = state.pvegpu_printed = {}  # type: ignore[attr-defined]
-        if printed.get(host.name) != text:
-            printed[host.name] = text
+        if run.printed.get(host.name) != text:
+            run.printed[host.name] = text
             for line in text:
                 (logger.warning if line.startswith("    warning: ") else logger.info)(line)
             logger.info(

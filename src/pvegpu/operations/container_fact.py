@@ -10,10 +10,9 @@ from __future__ import annotations
 from pyinfra import host
 
 from ..facts.python_env import ContainerState
-from ..settings import Settings
+from ..run_context import executed_operations, run_context
 from ..unit import started_record, unit_file, unit_path
 from ..uv_commands import uv_bin
-from .util import run_point
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
@@ -22,36 +21,37 @@ LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
 #: it; the pollution report reads it). Its existence is part of the shared fact.
 BASELINE = "/var/lib/pvegpu/baseline-packages"
 
-_CACHE_ATTR = "_pvegpu_container_state"
 
-
-def container_state(settings: Settings) -> dict:
-    """The ``ContainerState`` document, read at most once between changes of this run.
+def container_state() -> dict:
+    """The host's ``ContainerState`` document, read at most once between changes of this run
+    (the run context's fact cache, :mod:`pvegpu.run_context`), with the paths of the host's
+    settings in this run (so an operation needs no settings to read it).
 
     .. code:: python
 
-        state = container_state(settings)  # inside an operation body
+        state = container_state()  # inside an operation body
     """
-    point = run_point(host)
-    cached = getattr(host, _CACHE_ATTR, None)
-    if cached and cached[0] == point:
-        return cached[1]
-    doc = host.get_fact(
-        ContainerState,
-        uv_bin=uv_bin(settings),
-        venvs_dir=settings.venvs_dir,
-        venv_path=settings.venv_path,
-        unit_path=unit_path(settings),
-        unit_name=unit_file(settings),
-        cache_dir=settings.compile_cache_dir,
-        started_path=started_record(settings),
-        python=settings.python_interpreter,
-        uv_cache_dir=settings.uv_cache_dir,
-        locks_cache=LOCKS_CACHE,
-        baseline_path=BASELINE,
-    )
-    setattr(host, _CACHE_ATTR, (point, doc))
-    return doc
+    state = host.state
+    run = run_context(state)
+
+    def read() -> dict:
+        settings = run.settings[host.name]  # type: ignore[index]  # the run has begun
+        return host.get_fact(
+            ContainerState,
+            uv_bin=uv_bin(settings.python_env),
+            venvs_dir=settings.python_env.venvs_dir,
+            venv_path=settings.python_env.venv_path,
+            unit_path=unit_path(settings.training),
+            unit_name=unit_file(settings.training),
+            cache_dir=settings.compile_cache_dir,
+            started_path=started_record(settings.training),
+            python=settings.python_env.interpreter,
+            uv_cache_dir=settings.python_env.uv_cache_dir,
+            locks_cache=LOCKS_CACHE,
+            baseline_path=BASELINE,
+        )
+
+    return run.facts.get(("container", host.name), executed_operations(state), read)
 
 
 def remember(update) -> None:
@@ -62,9 +62,6 @@ def remember(update) -> None:
 
         remember(lambda doc: doc.update(cache_dir_exists=True))
     """
-    cached = getattr(host, _CACHE_ATTR, None)
-    if not cached:
-        return
-    update(cached[1])
-    point = run_point(host)
-    setattr(host, _CACHE_ATTR, ((point[0], point[1], point[2] + 1), cached[1]))
+    state = host.state
+    point = executed_operations(state)
+    run_context(state).facts.remember(("container", host.name), point, state.is_executing, update)

@@ -24,20 +24,22 @@ from ..installer_tools import (
     plan_tools,
 )
 from ..passthrough import plan_passthrough, restart_blocker
-from ..preflight import node_read_args
-from ..settings import Settings
+from ..run_context import run_context
+from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
 from ..unit import unit_file
 from .util import fail, note, write_file_command
 
 
-def read_state(settings: Settings, vmids=(), ct_detail: str = "none") -> dict:
+def read_state(vmids=(), ct_detail: str = "none") -> dict:
     """The node's state: the run's last read of it (the preflight's, on a converged node) while
-    no operation of the run has run a command since, else read now (pvegpu.node_read)."""
-    return node_read.node_state(host, vmids, ct_detail, node_read_args(settings))
+    no operation of the run has run a command since, else read now (pvegpu.node_read) with the
+    probe arguments the preflight read this node with."""
+    args = run_context(host.state).node_args.get(host.name)
+    return node_read.node_state(host, vmids, ct_detail, args)
 
 
-def node_state(settings: Settings, vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
-    state = read_state(settings, [vmid], ct_detail)
+def node_state(vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
+    state = read_state([vmid], ct_detail)
     return state, state.get("containers", {}).get(str(vmid), {})
 
 
@@ -50,13 +52,13 @@ def wait_exec(vmid: int) -> StringCommand:
     )
 
 
-def mount_spec(settings: Settings) -> str:
+def mount_spec(container: ContainerSettings) -> str:
     """The data mount point: a node directory bind-mounted into the container. ``backup=0``:
     vzdump leaves it out (checkpoints and datasets are backed up on their own schedule)."""
-    return f"{settings.data_dir_node},mp={settings.data_dir_ct},backup=0"
+    return f"{container.data_dir_node},mp={container.data_dir_ct},backup=0"
 
 
-def create_args(settings: Settings, vmid: int, template: str) -> list[str]:
+def create_args(container: ContainerSettings, vmid: int, template: str) -> list[str]:
     """`pct create` argv. ``--unprivileged`` is always explicit: its default flipped in PVE 9
     (pve-container 6, "api: create: default to unprivileged containers")."""
     return [
@@ -65,27 +67,27 @@ def create_args(settings: Settings, vmid: int, template: str) -> list[str]:
         str(vmid),
         template,
         "--hostname",
-        settings.ct_hostname,
+        container.hostname,
         "--cores",
-        str(settings.ct_cores),
+        str(container.cores),
         "--memory",
-        str(settings.ct_memory_mib),
+        str(container.memory_mib),
         "--swap",
-        str(settings.ct_swap_mib),
+        str(container.swap_mib),
         "--rootfs",
-        settings.ct_rootfs,
+        container.rootfs,
         "--net0",
-        settings.ct_net0,
+        container.net0,
         "--unprivileged",
-        "1" if settings.ct_unprivileged else "0",
+        "1" if container.unprivileged else "0",
         "--features",
-        settings.ct_features,
+        container.features,
         "--mp0",
-        mount_spec(settings),
+        mount_spec(container),
         "--onboot",
-        "1" if settings.ct_onboot else "0",
+        "1" if container.onboot else "0",
         "--protection",
-        "1" if settings.ct_protection else "0",
+        "1" if container.protection else "0",
         "--ostype",
         "debian",
     ]
@@ -97,43 +99,43 @@ def parse_mount(value: str) -> tuple[str, dict]:
     return parts[0].rstrip("/"), dict(p.split("=", 1) for p in parts[1:] if "=" in p)
 
 
-def data_mount_key(config: dict, settings: Settings) -> str | None:
+def data_mount_key(config: dict, container: ContainerSettings) -> str | None:
     """The one mpN entry that is the data mount: a bind mount (node path source) of
     ``data_dir_node`` or at ``data_dir_ct``. When either setting changes, this entry is edited,
     never a second one added beside it.
 
-    >>> from pvegpu.settings import defaults
+    >>> from pvegpu.settings import Settings, defaults
     >>> data_mount_key({"mp0": "local-lvm:vm-200-disk-1,mp=/data", "mp3": "/tank/dflash,mp=/old"},
-    ...                Settings.from_data(defaults()))
+    ...                Settings.from_data(defaults()).container)
     'mp3'
     """
     mps = sorted((int(k[2:]), k) for k in config if k.startswith("mp") and k[2:].isdigit())
     for _, key in mps:
         source, opts = parse_mount(config[key])
         if source.startswith("/") and (
-            source == settings.data_dir_node.rstrip("/")
-            or opts.get("mp", "").rstrip("/") == settings.data_dir_ct
+            source == container.data_dir_node.rstrip("/")
+            or opts.get("mp", "").rstrip("/") == container.data_dir_ct
         ):
             return key
     return None
 
 
-def data_mount_current(config: dict, key: str | None, settings: Settings) -> bool:
+def data_mount_current(config: dict, key: str | None, container: ContainerSettings) -> bool:
     """The data mount entry mounts ``data_dir_node`` at ``data_dir_ct``."""
     if key is None:
         return False
     source, opts = parse_mount(config[key])
     target = opts.get("mp", "").rstrip("/")
-    return source == settings.data_dir_node and target == settings.data_dir_ct
+    return source == container.data_dir_node and target == container.data_dir_ct
 
 
-def settings_args(config: dict, settings: Settings) -> list[str]:
+def settings_args(config: dict, container: ContainerSettings) -> list[str]:
     """`pct set` args converging an existing container's hotpluggable settings: cores, memory,
     swap, onboot, the data mount, and protection (only ever raised here: only rebuild=container
     lifts it). Hostname, network, features and the root disk are left as created.
 
-    >>> from pvegpu.settings import defaults
-    >>> s = Settings.from_data(defaults())
+    >>> from pvegpu.settings import Settings, defaults
+    >>> s = Settings.from_data(defaults()).container
     >>> settings_args({"cores": "32", "memory": "262144", "swap": "0", "onboot": "1",
     ...                "protection": "1", "mp0": "/tank/dflash,mp=/data,backup=0"}, s)
     []
@@ -143,21 +145,21 @@ def settings_args(config: dict, settings: Settings) -> list[str]:
     """
     args: list[str] = []
     want = {
-        "cores": str(settings.ct_cores),
-        "memory": str(settings.ct_memory_mib),
-        "swap": str(settings.ct_swap_mib),
-        "onboot": "1" if settings.ct_onboot else "0",
+        "cores": str(container.cores),
+        "memory": str(container.memory_mib),
+        "swap": str(container.swap_mib),
+        "onboot": "1" if container.onboot else "0",
     }
     defaults = {"onboot": "0", "swap": "512", "memory": "512"}
     for key, value in want.items():
         if config.get(key, defaults.get(key)) != value:
             args += [f"--{key}", value]
-    if settings.ct_protection and config.get("protection") != "1":
+    if container.protection and config.get("protection") != "1":
         args += ["--protection", "1"]
-    mp = data_mount_key(config, settings)
-    if not data_mount_current(config, mp, settings):
+    mp = data_mount_key(config, container)
+    if not data_mount_current(config, mp, container):
         mp = mp or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
-        args += [f"--{mp}", mount_spec(settings)]
+        args += [f"--{mp}", mount_spec(container)]
     return args
 
 
@@ -165,12 +167,13 @@ def settings_args(config: dict, settings: Settings) -> list[str]:
 
 
 @operation()
-def boot_persistence(settings: Settings):
+def boot_persistence(gpus: GpuSettings):
     """NVIDIA modules at boot, device nodes before guests start, nvidia-persistenced running.
+    ``gpus``: its ``extra_devices`` (passthrough_extra_devices) are loaded and created too.
 
     .. code:: python
 
-        proxmox.boot_persistence(name="NVIDIA devices ready at every boot", settings=s)
+        proxmox.boot_persistence(name="NVIDIA devices ready at every boot", gpus=s.gpus)
 
     - /etc/modules-load.d/nvidia.conf: nvidia, nvidia_uvm (systemd-modules-load);
     - nvidia-uvm-init.service: oneshot `nvidia-modprobe` creating every GPU node, nvidiactl and
@@ -179,7 +182,7 @@ def boot_persistence(settings: Settings):
     - nvidia-persistenced.service: enabled and started; written from NVIDIA's sample only when no
       unit file exists (the .run driver ships none; Debian's package does).
     """
-    state = read_state(settings)
+    state = read_state()
     if not state:
         return
     digests = state.get("boot_files", {})
@@ -192,11 +195,11 @@ def boot_persistence(settings: Settings):
         if p[len("/dev/nvidia") :].isdigit()
     ]
     wanted = {
-        boot.MODULES_LOAD: boot.render_modules(settings.passthrough_extra_devices),
+        boot.MODULES_LOAD: boot.render_modules(gpus.extra_devices),
         f"{boot.UNIT_DIR}/{boot.UVM_UNIT}": boot.render_uvm_unit(
             minors,
             tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
-            settings.passthrough_extra_devices,
+            gpus.extra_devices,
         ),
     }
     persistenced = tools.get("nvidia-persistenced")
@@ -231,27 +234,28 @@ def boot_persistence(settings: Settings):
 
 
 @operation()
-def container_present(vmid: int, settings: Settings):
-    """Create the container from the configured template when it does not exist; on an existing
-    one, converge cores, memory, swap, onboot, the data mount and protection with `pct set`.
-    The data directory on the node (``data_dir_node``) is created first.
+def container_present(vmid: int, container: ContainerSettings):
+    """Create the container from ``container`` (the ``ct_*`` settings and the data mount) when it
+    does not exist; on an existing one, converge cores, memory, swap, onboot, the data mount and
+    protection with `pct set`. The data directory on the node (``data_dir_node``) is created
+    first.
 
     .. code:: python
 
-        proxmox.container_present(name="CT 200 exists", vmid=200, settings=s)
+        proxmox.container_present(name="CT 200 exists", vmid=200, container=s.container)
     """
-    state, ct = node_state(settings, vmid, "none")
+    state, ct = node_state(vmid, "none")
     if state and not state.get("data_dir_exists"):
         # Before the container can mount it (`pct start` fails on a missing bind-mount source).
         # pvegpu never removes it: `pct destroy` leaves bind-mount sources alone.
-        yield StringCommand("mkdir", "-p", shlex.quote(settings.data_dir_node))
+        yield StringCommand("mkdir", "-p", shlex.quote(container.data_dir_node))
     if ct.get("exists"):
-        args = settings_args(ct.get("config", {}), settings)
+        args = settings_args(ct.get("config", {}), container)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
     template = default_template(
-        settings.ct_template, state.get("pve_version"), state.get("templates", [])
+        container.template, state.get("pve_version"), state.get("templates", [])
     )
     template_file = template.split("/")[-1]
     if state and template_file not in state.get("templates", []):
@@ -260,17 +264,20 @@ def container_present(vmid: int, settings: Settings):
             f"`pveam download local {template_file}` or set ct_template"
         )
         return
-    yield StringCommand(*(shlex.quote(a) for a in create_args(settings, vmid, template)))
+    yield StringCommand(*(shlex.quote(a) for a in create_args(container, vmid, template)))
 
 
 @operation()
-def gpu_passthrough(vmid: int, settings: Settings):
+def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: TrainingSettings):
     """Pass every NVIDIA device node the container needs, with majors read from the node, and
-    run the container with them (start it when stopped).
+    run the container with them (start it when stopped). ``gpus``: ``passthrough_mode`` and
+    ``extra_devices``; ``policy.restart_training`` and ``training.unit_name``: whether a running
+    training may be restarted.
 
     .. code:: python
 
-        proxmox.gpu_passthrough(name="Pass GPUs through to CT 200 and run it", vmid=200, settings=s)
+        proxmox.gpu_passthrough(name="Pass GPUs through to CT 200 and run it", vmid=200,
+                                gpus=s.gpus, policy=s.policy, training=s.training)
 
     Missing device nodes are created first (`nvidia-modprobe`): a devN path that does not exist
     blocks the container's start. ``devN:`` entries are set with `pct set` (PVE >= 8.2); raw
@@ -279,16 +286,14 @@ def gpu_passthrough(vmid: int, settings: Settings):
     nodes no longer match the node's (a reloaded uvm module gets a new major), it is restarted —
     never while the training unit runs, unless ``restart_training`` is true.
     """
-    state, ct = node_state(settings, vmid, "full")
+    state, ct = node_state(vmid, "full")
     if not ct.get("exists"):
         return  # preview of a container that is created earlier in this run
-    plan = plan_passthrough(
-        settings.passthrough_mode, settings.passthrough_extra_devices, state, ct
-    )
+    plan = plan_passthrough(gpus.passthrough_mode, gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     if reasons:
-        blocker = restart_blocker(vmid, unit_file(settings), ct.get("live"), reasons)
-        if blocker and not settings.restart_training:
+        blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons)
+        if blocker and not policy.restart_training:
             yield fail(blocker)
             return
     for args in plan.modprobe:
@@ -312,8 +317,13 @@ def gpu_passthrough(vmid: int, settings: Settings):
 
 
 @operation()
-def driver_userspace(vmid: int, settings: Settings):
-    """Install exactly the kernel module's version as NVIDIA userspace in the container.
+def driver_userspace(vmid: int, gpus: GpuSettings):
+    """Install exactly the kernel module's version as NVIDIA userspace in the container, with
+    the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir).
+
+    .. code:: python
+
+        proxmox.driver_userspace(name="CT 200's NVIDIA userspace", vmid=200, gpus=s.gpus)
 
     The target is the version the container itself sees in /proc/driver/nvidia/version (the
     node's module). libcuda, libnvidia-ml and nvidia-smi must match it to the patch level, or CUDA
@@ -321,7 +331,7 @@ def driver_userspace(vmid: int, settings: Settings):
     then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``,
     after checking the utilities that installer needs (kmod's are installed with apt).
     """
-    state, ct = node_state(settings, vmid, "full")
+    state, ct = node_state(vmid, "full")
     live = ct.get("live")
     if not ct.get("exists") or not live:
         return  # not created yet (preview) or not running: nothing to compare
@@ -338,7 +348,7 @@ def driver_userspace(vmid: int, settings: Settings):
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:
         has = ", ".join(wrong)
-        yield fail(missing_installer_line(vmid, target, has, settings.nvidia_installer_dir))
+        yield fail(missing_installer_line(vmid, target, has, gpus.installer_dir))
         return
     # nvidia-installer aborts without these, even with --no-kernel-modules: check them first
     # (read by the same container probe), install kmod's when only those are missing.

@@ -32,7 +32,7 @@ from pyinfra.operations import files
 from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
 from ..locks import LockPlan, lock_plan, make_lock, netrc_text, split_credentials, uv_wheel_hashes
-from ..settings import Settings
+from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from ..uv_commands import NETRC, has_credentials, uv_home
 from ..venv_build import build_script
 from ..venvs import (
@@ -51,7 +51,7 @@ from .remote_step import remote_step
 from .util import fail, note
 
 
-def index_credentials(settings: Settings) -> None:
+def index_credentials(torch: TorchSettings) -> None:
     """Put the indexes' credentials (from ``user:token@`` in ``package_index_url`` or
     ``torch_index_base``) into the container as a 0600 netrc at ``NETRC``, for uv (``$NETRC``)
     and pvegpu's own index checks: a file transfer (``pct push``), never a command line. Nothing
@@ -59,9 +59,9 @@ def index_credentials(settings: Settings) -> None:
 
     .. code:: python
 
-        python_env.index_credentials(s)  # from tasks/python_env.py
+        python_env.index_credentials(s.torch)  # from tasks/python_env.py
     """
-    text = netrc_text(settings)
+    text = netrc_text(torch)
     if not text:
         return
     files.put(
@@ -74,29 +74,29 @@ def index_credentials(settings: Settings) -> None:
 
 
 @operation()
-def uv_installed(settings: Settings):
-    """Install the pinned uv from ``package_index_url`` into its own directory (never `curl | sh`,
-    no pip needed): the wheel whose sha256 the project's uv.lock pins. Upgraded only when the pin
-    changes.
+def uv_installed(python_env: PythonEnvSettings, torch: TorchSettings):
+    """Install the pinned uv (``python_env.uv_version``) from ``torch.package_index_url`` into
+    its own directory (never `curl | sh`, no pip needed), run by ``python_env.interpreter``: the
+    wheel whose sha256 the project's uv.lock pins. Upgraded only when the pin changes.
 
     .. code:: python
 
-        python_env.uv_installed(name="Install uv 0.13.9", settings=s)
+        python_env.uv_installed(name="Install uv 0.13.9", python_env=s.python_env, torch=s.torch)
     """
-    state = container_state(settings)
-    if state.get("uv_version") == settings.uv_version:
+    state = container_state()
+    if state.get("uv_version") == python_env.uv_version:
         return
     args = {
-        "version": settings.uv_version,
-        "index": split_credentials(settings.package_index_url)[0],
-        "home": uv_home(settings),
-        "hashes": uv_wheel_hashes(settings.uv_version),
+        "version": python_env.uv_version,
+        "index": split_credentials(torch.package_index_url)[0],
+        "home": uv_home(python_env),
+        "hashes": uv_wheel_hashes(python_env.uv_version),
         "link": "/usr/local/bin/uv",
-        "netrc": NETRC if has_credentials(settings) else None,
+        "netrc": NETRC if has_credentials(torch) else None,
     }
     yield remote_step(
-        f"installing uv {settings.uv_version}",
-        probe_command("install_uv", args, python=settings.python_interpreter),
+        f"installing uv {python_env.uv_version}",
+        probe_command("install_uv", args, python=python_env.interpreter),
         "the live venv is untouched",
     )
 
@@ -123,7 +123,9 @@ def controller_lock(settings: Settings, python_version: str) -> LockPlan:
 def venv_built(settings: Settings):
     """Build the selected build's venv from scratch, beside the live one, when it is missing,
     stale (another lock, python or compile cache dir) or drifted from its lock (extra, missing,
-    wrong version, wrong variant: reported, then repaired by the fresh build).
+    wrong version, wrong variant: reported, then repaired by the fresh build). Takes the whole
+    ``settings``: the lock plan and the build script follow the torch, python env, container
+    (compile cache) and policy (``rebuild=venv``) parts.
 
     .. code:: python
 
@@ -134,15 +136,18 @@ def venv_built(settings: Settings):
     never touches the live venv; the next run starts it again from scratch. Unchanged locks are
     installed offline from uv's cache (on the venvs' filesystem, so files are hard-linked).
     """
-    state = container_state(settings)
+    state = container_state()
     if not state:
-        yield fail(f"{settings.venvs_dir}: the container's state could not be read: run deploy.py")
+        yield fail(
+            f"{settings.python_env.venvs_dir}: the container's state could not be read: "
+            "run deploy.py"
+        )
         return
-    problem = python_problem(state, settings)
+    problem = python_problem(state, settings.python_env)
     if problem:
         yield fail(problem)
         return
-    python_version = effective_python_version(settings, state)
+    python_version = effective_python_version(settings.python_env, state)
     plan = lock_plan(settings, python_version)  # type: ignore[arg-type]  # a version was found
     if plan.error:
         yield fail(plan.error)
@@ -156,51 +161,55 @@ def venv_built(settings: Settings):
             yield fail(plan.error)
             return
     reasons = build_reasons(state, settings, plan)
-    if settings.rebuild == "venv" and not reasons:
+    if settings.policy.rebuild == "venv" and not reasons:
         # Built beside the live one like any build; the old builds go only after the switch.
-        reasons = [f"rebuild=venv: a fresh {settings.build_name} from scratch"]
+        reasons = [f"rebuild=venv: a fresh {settings.torch.build_name} from scratch"]
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"
     notes = [
-        f"{settings.build_name} needs a build: {r}" if not r.startswith(settings.build_name) else r
+        f"{settings.torch.build_name} needs a build: {r}"
+        if not r.startswith(settings.torch.build_name)
+        else r
         for r in reasons
     ]
     if state.get("uv_cache_same_fs") is False:
         notes.append(
-            f"uv_cache_dir={settings.uv_cache_dir} is on another filesystem than "
-            f"venvs_dir={settings.venvs_dir}: installs copy instead of hard-linking"
+            f"uv_cache_dir={settings.python_env.uv_cache_dir} is on another filesystem than "
+            f"venvs_dir={settings.python_env.venvs_dir}: installs copy instead of hard-linking"
         )
     yield remote_step(
         f"building {settings.build_venv}.next",
         build_script(settings, plan, (state.get("python") or {}).get("version")),
-        f"{settings.venv_path} still points at {live}, untouched; fix it and run deploy.py again "
-        "(the build restarts from scratch)",
+        f"{settings.python_env.venv_path} still points at {live}, untouched; fix it and run "
+        "deploy.py again (the build restarts from scratch)",
         tuple(notes),
         {
             "Hash mismatch": (
                 f"the index serves another file than {plan.source} records: refused; "
-                f"{settings.venv_path} still points at {live}, untouched; find out why the index "
-                "changed a released file (never edit the lock to match it)"
+                f"{settings.python_env.venv_path} still points at {live}, untouched; find out why "
+                "the index changed a released file (never edit the lock to match it)"
             )
         },
     )
 
 
 @operation()
-def compile_caches(settings: Settings):
-    """Create the selected build's torch.compile caches under the data mount
-    (``<data_dir_ct>/cache/torch-<version>-<variant>/{inductor,triton}``); never deletes any.
+def compile_caches(cache_dir: str):
+    """Create the selected build's torch.compile caches, ``cache_dir``/{inductor,triton}
+    (``Settings.compile_cache_dir``: ``<data_dir_ct>/cache/torch-<version>-<variant>``, under the
+    data mount); never deletes any.
 
     .. code:: python
 
-        python_env.compile_caches(name="Compile caches for torch-2.11.0-cu130", settings=s)
+        python_env.compile_caches(name="Compile caches for torch-2.11.0-cu130",
+                                  cache_dir=s.compile_cache_dir)
     """
-    state = container_state(settings)
+    state = container_state()
     dirs = state.get("compile_cache_dirs") or {}
     if dirs.get("inductor") and dirs.get("triton"):
         return
-    cache = shlex.quote(settings.compile_cache_dir)
+    cache = shlex.quote(cache_dir)
     yield f"mkdir -p {cache}/inductor {cache}/triton"
     remember(
         lambda doc: doc.update(
@@ -210,38 +219,44 @@ def compile_caches(settings: Settings):
 
 
 @operation()
-def venv_checked(settings: Settings):
-    """Run the torch runtime check (``checks.torch_runtime``) on a new build (``<build>.next``)
-    before anything switches to it; nothing to do when no new build waits.
+def venv_checked(torch: TorchSettings, python_env: PythonEnvSettings, gpus: GpuSettings):
+    """Run the torch runtime check (``checks.torch_runtime``: the ``torch`` build on every one
+    of ``gpus``) on a new build (``<build>.next`` in ``python_env.venvs_dir``) before anything
+    switches to it; nothing to do when no new build waits.
 
     .. code:: python
 
-        python_env.venv_checked(name="Check torch in the new build", settings=s)
+        python_env.venv_checked(name="Check torch in the new build", torch=s.torch,
+                                python_env=s.python_env, gpus=s.gpus)
     """
-    state = container_state(settings)
-    if f"{settings.build_name}.next" not in (state.get("venvs") or {}):
+    state = container_state()
+    if f"{torch.build_name}.next" not in (state.get("venvs") or {}):
         return
     yield from torch_runtime._inner(
-        python=f"{settings.build_venv}.next/bin/python",
-        settings=settings,
+        python=f"{python_env.build_venv(torch.build_name)}.next/bin/python",
+        torch=torch,
+        gpus=gpus,
     )
 
 
 @operation()
-def venv_selected(settings: Settings):
-    """Make the selected build live: promote a checked new build (``.next`` -> ``.b<n>``, then
-    rename a temp link over the build's link), and point ``venv_path`` at the build the same way.
-    Each switch is one ``rename()``: the live venv is never missing or half-built.
+def venv_selected(torch: TorchSettings, python_env: PythonEnvSettings):
+    """Make the selected build (``torch.build_name``) live: promote a checked new build
+    (``.next`` -> ``.b<n>``, then rename a temp link over the build's link), and point
+    ``python_env.venv_path`` at the build the same way. Each switch is one ``rename()``: the live
+    venv is never missing or half-built.
 
     .. code:: python
 
-        python_env.venv_selected(name="Switch /root/venv to torch-2.11.0-cu130", settings=s)
+        python_env.venv_selected(name="Switch /root/venv to torch-2.11.0-cu130", torch=s.torch,
+                                 python_env=s.python_env)
     """
-    state = container_state(settings)
+    state = container_state()
     venvs = state.get("venvs") or {}
-    build, B = settings.build_name, settings.build_venv
-    V = settings.venvs_dir.rstrip("/")
-    link = settings.venv_path
+    build = torch.build_name
+    B = python_env.build_venv(build)
+    V = python_env.venvs_dir.rstrip("/")
+    link = python_env.venv_path
     cmds, real = [], (venvs.get(build) or {}).get("real")
     promoted = f"{build}.next" in venvs
     if promoted:
@@ -274,27 +289,28 @@ def venv_selected(settings: Settings):
 
 
 @operation()
-def venvs_pruned(settings: Settings):
-    """Delete builds beyond ``keep_venvs`` (the selected one counts; the most recently selected
-    others are kept for instant rollback), superseded rebuilds and leftovers of failed builds.
-    Never the live venv, never one a running process uses, never anything pvegpu did not make.
+def venvs_pruned(torch: TorchSettings, python_env: PythonEnvSettings):
+    """Delete builds in ``python_env.venvs_dir`` beyond ``keep_venvs`` (the selected one,
+    ``torch.build_name``, counts; the most recently selected others are kept for instant
+    rollback), superseded rebuilds and leftovers of failed builds. Never the live venv, never one
+    a running process uses, never anything pvegpu did not make.
 
     .. code:: python
 
-        python_env.venvs_pruned(name="Keep 2 venv builds", settings=s)
+        python_env.venvs_pruned(name="Keep 2 venv builds", torch=s.torch, python_env=s.python_env)
     """
-    state = container_state(settings)
-    remove, in_use = prune_plan(state, settings)
+    state = container_state()
+    remove, in_use = prune_plan(state, torch.build_name, python_env.keep_venvs)
     for name in in_use:
         pids = ", ".join(str(p) for p in (state["venvs"][name].get("in_use") or []))
         host.log_styled(
-            f"keeping {settings.venvs_dir}/{name}: in use by pid {pids}",
+            f"keeping {python_env.venvs_dir}/{name}: in use by pid {pids}",
             fg="yellow",
             log_func=logger.warning,
         )
     if not remove:
         return
-    V = settings.venvs_dir.rstrip("/")
+    V = python_env.venvs_dir.rstrip("/")
     for name in [n for n in remove if delete_refusal(f"{V}/{n}", V)]:
         remove.remove(name)  # not a name pvegpu gives builds: never deleted
         host.log_styled(
@@ -309,14 +325,15 @@ def venvs_pruned(settings: Settings):
 @operation()
 def venv_matches_lock(settings: Settings):
     """Fail, changing nothing, when the live venv's packages differ from its lock (extra,
-    missing, wrong version, wrong variant). For verify.py; deploy.py repairs instead.
+    missing, wrong version, wrong variant). For verify.py; deploy.py repairs instead. Takes the
+    whole ``settings``: which lock applies follows the torch and python env parts.
 
     .. code:: python
 
         python_env.venv_matches_lock(name="Check /root/venv has exactly its lock's packages",
                                      settings=s)
     """
-    lines = drift_report(container_state(settings), settings)
+    lines = drift_report(container_state(), settings)
     if lines:
         yield fail(
             *lines,

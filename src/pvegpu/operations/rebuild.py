@@ -11,7 +11,6 @@ Both refuse while the training unit runs, unless ``restart_training=true``.
 from __future__ import annotations
 
 import shlex
-from dataclasses import replace
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
@@ -20,7 +19,7 @@ from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..pollution_report import pollution_lines
-from ..settings import Settings
+from ..settings import PythonEnvSettings, RunPolicy, TorchSettings, TrainingSettings
 from ..unit import RUNNING, unit_file
 from ..uv_commands import uv_bin
 from ..venvs import LOCK_FILE, prune_plan
@@ -30,16 +29,17 @@ from .util import fail, notice
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
 
-def refuse_while_training(settings: Settings, runner: str) -> str:
-    """Shell guard failing with one clear line when the training unit is active.
+def refuse_while_training(policy: RunPolicy, training: TrainingSettings, runner: str) -> str:
+    """Shell guard failing with one clear line when the training unit is active (none with
+    ``restart_training``).
 
     ``runner`` is "" inside the container, or "pct exec <vmid> --" on the node.
     """
-    if settings.restart_training:
+    if policy.restart_training:
         return ""
-    unit = unit_file(settings)
+    unit = unit_file(training)
     refusal = (
-        f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+        f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
         "--data restart_training=true"
     )
     return (
@@ -50,19 +50,22 @@ def refuse_while_training(settings: Settings, runner: str) -> str:
 
 
 @operation()
-def pollution_report(settings: Settings):
-    """Print what the requested rebuild removes (observes only: no change).
+def pollution_report(policy: RunPolicy, torch: TorchSettings, python_env: PythonEnvSettings):
+    """Print what the requested rebuild (``policy.rebuild``) removes: the live venv's packages
+    (``python_env``) against the pins ``torch`` asks for, and what was added to the container
+    (observes only: no change).
 
     .. code:: python
 
-        rebuild.pollution_report(name="Report what rebuild=venv removes", settings=s)
+        rebuild.pollution_report(name="Report what rebuild=venv removes", policy=s.policy,
+                                 torch=s.torch, python_env=s.python_env)
     """
-    if not settings.rebuild:
+    if not policy.rebuild:
         return
     found = host.get_fact(
         Pollution,
-        venv=settings.venv_path,
-        uv_bin=uv_bin(settings),
+        venv=python_env.venv_path,
+        uv_bin=uv_bin(python_env),
         lock_file=LOCK_FILE,
         baseline=BASELINE,
         usr_local_ours=OURS_IN_USR_LOCAL,
@@ -71,14 +74,14 @@ def pollution_report(settings: Settings):
     if not found:
         notice("container not reachable: nothing to report before the rebuild")
         return
-    lines = pollution_lines(found, desired_pins(settings))
+    lines = pollution_lines(found, desired_pins(torch))
     scope = (
         "the venv (every build)"
-        if settings.rebuild == "venv"
+        if policy.rebuild == "venv"
         else "the whole container: venv, /usr/local, apt packages"
     )
     notice(
-        f"rebuild={settings.rebuild} replaces {scope}; differences found:",
+        f"rebuild={policy.rebuild} replaces {scope}; differences found:",
         *(f"  {line}" for line in lines or ["none (the rebuild starts from scratch anyway)"]),
     )
     return
@@ -86,44 +89,47 @@ def pollution_report(settings: Settings):
 
 
 @operation()
-def venv_rebuild_allowed(settings: Settings):
-    """With ``rebuild=venv``, refuse (one line, nothing changed) while the training unit runs,
-    unless ``restart_training=true``. The rebuild itself never deletes the live venv: the python
-    env stage builds the fresh one beside it and switches; ``old_builds_removed`` deletes the old
-    builds only after that switch.
+def venv_rebuild_allowed(policy: RunPolicy, training: TrainingSettings):
+    """With ``rebuild=venv``, refuse (one line, nothing changed) while the training unit
+    (``training.unit_name``) runs, unless ``restart_training=true``. The rebuild itself never
+    deletes the live venv: the python env stage builds the fresh one beside it and switches;
+    ``old_builds_removed`` deletes the old builds only after that switch.
 
     .. code:: python
 
-        rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", settings=s)
+        rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", policy=s.policy,
+                                     training=s.training)
     """
-    if settings.rebuild != "venv" or settings.restart_training:
+    if policy.rebuild != "venv" or policy.restart_training:
         return
-    unit = unit_file(settings)
-    if container_state(settings).get("unit_active") in RUNNING:
+    unit = unit_file(training)
+    if container_state().get("unit_active") in RUNNING:
         yield fail(
-            f"{unit} is running: rebuild={settings.rebuild} refused; stop it, or add "
+            f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
             "--data restart_training=true"
         )
 
 
 @operation()
-def old_builds_removed(settings: Settings):
-    """With ``rebuild=venv``, after the switch to the fresh build: delete every other pvegpu
-    build (not uv's cache, not compile caches), never the live one, never one in use.
+def old_builds_removed(policy: RunPolicy, torch: TorchSettings, python_env: PythonEnvSettings):
+    """With ``rebuild=venv``, after the switch to the fresh build (``torch.build_name``): delete
+    every other pvegpu build in ``python_env.venvs_dir`` (not uv's cache, not compile caches),
+    never the live one, never one in use.
 
     .. code:: python
 
-        rebuild.old_builds_removed(name="Delete the builds rebuild=venv replaced", settings=s)
+        rebuild.old_builds_removed(name="Delete the builds rebuild=venv replaced",
+                                   policy=s.policy, torch=s.torch, python_env=s.python_env)
     """
-    if settings.rebuild != "venv":
+    if policy.rebuild != "venv":
         return
-    state = container_state(settings)
-    remove, in_use = prune_plan(state, replace(settings, keep_venvs=1))
+    state = container_state()
+    remove, in_use = prune_plan(state, torch.build_name, 1)
     for name in in_use:
-        notice(f"keeping {settings.venvs_dir}/{name}: a running process uses it")
+        notice(f"keeping {python_env.venvs_dir}/{name}: a running process uses it")
     if not remove:
         return
-    V = settings.venvs_dir.rstrip("/")
+    V = python_env.venvs_dir.rstrip("/")
     # Through the delete guard: only build dirs pvegpu named (a wrong venvs_dir must not cost data).
     paths = [f"{V}/{name}" for name in remove if delete_refusal(f"{V}/{name}", V) is None]
     if not paths:
@@ -133,8 +139,10 @@ def old_builds_removed(settings: Settings):
 
 
 @operation()
-def container_destroyed(vmid: int, settings: Settings):
-    """With ``rebuild=container``, destroy the container so the container stage re-creates it.
+def container_destroyed(vmid: int, policy: RunPolicy, training: TrainingSettings):
+    """With ``rebuild=container`` (``policy``), destroy the container so the container stage
+    re-creates it; refused while its training unit (``training.unit_name``) runs, unless
+    ``restart_training``.
 
     Protection is lifted here and only here; `pct destroy --purge` leaves bind-mount sources
     (the data dir) alone. A bind mount makes `pct snapshot` impossible, and a rollback would roll
@@ -142,30 +150,32 @@ def container_destroyed(vmid: int, settings: Settings):
 
     .. code:: python
 
-        rebuild.container_destroyed(name="Destroy CT 200 for rebuild", vmid=200, settings=s)
+        rebuild.container_destroyed(name="Destroy CT 200 for rebuild", vmid=200,
+                                    policy=s.policy, training=s.training)
     """
-    if settings.rebuild != "container":
+    if policy.rebuild != "container":
         return
     runner = f"pct exec {vmid} --"
+    guard = refuse_while_training(policy, training, runner)
     yield StringCommand(
         f"if pct status {vmid} >/dev/null 2>&1; then "
-        f"if pct status {vmid} | grep -q running; then {refuse_while_training(settings, runner)}"
+        f"if pct status {vmid} | grep -q running; then {guard}"
         f"pct stop {vmid}; fi; "
         f"pct set {vmid} --protection 0 && pct destroy {vmid} --purge; fi"
     )
 
 
 @operation()
-def baseline_recorded(settings: Settings):
+def baseline_recorded():
     """Record the container's apt packages once, right after creation, so a later pollution
-    report can tell which were added by hand.
+    report can tell which were added by hand. Needs no settings.
 
     .. code:: python
 
-        rebuild.baseline_recorded(name="Record CT package baseline", settings=s)
+        rebuild.baseline_recorded(name="Record CT package baseline")
     """
     # Read in the python env stage's composite fact (no command of its own): the stage reuses it.
-    if container_state(settings).get("baseline_exists"):
+    if container_state().get("baseline_exists"):
         return
     yield StringCommand(
         f"mkdir -p {BASELINE.rsplit('/', 1)[0]} && dpkg-query -W -f '${{Package}}\\n' > "

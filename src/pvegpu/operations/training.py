@@ -51,7 +51,7 @@ def gpu_list(gpus) -> str:
 
 def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     """(ActiveState, reasons a restart is pending) of the unit, from the container fact."""
-    built = (state.get("venvs", {}).get(settings.build_name) or {}).get("built")
+    built = (state.get("venvs", {}).get(settings.torch.build_name) or {}).get("built")
     return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
 
 
@@ -59,7 +59,7 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> S
     """Stop the unit (``unit_name``, default the training unit) and wait until systemd reports
     it down (`systemctl stop` blocks through the stop timeout and SIGKILL; the loop makes sure
     nothing is still deactivating)."""
-    name = unit_name or unit_file(settings)
+    name = unit_name or unit_file(settings.training)
     unit = shlex.quote(name)
     return StringCommand(
         f"systemctl stop {unit} && for i in $(seq 1 60); do "
@@ -70,7 +70,7 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> S
 
 
 def start_command(settings: Settings, state: dict) -> str:
-    unit = shlex.quote(unit_file(settings))
+    unit = shlex.quote(unit_file(settings.training))
     # A unit that failed too often is refused by `start` until its failed state is reset.
     reset = f"systemctl reset-failed {unit}; " if state.get("unit_active") == "failed" else ""
     return f"{reset}systemctl start {unit}"
@@ -79,7 +79,7 @@ def start_command(settings: Settings, state: dict) -> str:
 def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
     """End leftover training processes of ``unit_name`` (default: the training unit) on the
     training GPUs, on the container's node. Processes of any other service are left alone."""
-    unit = unit_name or unit_file(settings)
+    unit = unit_name or unit_file(settings.training)
 
     def clear(state, host):
         node_name = host.data.get("pct_node")
@@ -95,7 +95,7 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         args = {
             "vmid": int(host.data.get("pct_vmid")),
             "unit": unit,
-            "gpus": sorted(settings.training_gpus),
+            "gpus": sorted(settings.gpus.training),
             "match": training_matcher(settings),
             "term_wait_s": 30,
             "log": LEFTOVER_LOG,
@@ -136,7 +136,7 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
         for p in doc["remaining"]:
             host.log_styled(
                 f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived "
-                f"SIGKILL: not starting {unit_file(settings)}; check it on {node_name} "
+                f"SIGKILL: not starting {unit_file(settings.training)}; check it on {node_name} "
                 f"(`ps -o stat= {p['pid']}`)",
                 fg="red",
                 log_func=logger.error,
@@ -150,7 +150,8 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
 def unit_installed(settings: Settings):
     """Write the rendered unit when it differs and reload systemd, in one container command. A
     running unit keeps running (daemon-reload never restarts it); ``unit_running`` decides about
-    restarts.
+    restarts. Takes the whole ``settings``: the unit is rendered from the torch, python env, GPU,
+    container and training parts.
 
     .. code:: python
 
@@ -162,11 +163,13 @@ def unit_installed(settings: Settings):
     fact is read again.
     """
     text = render_unit(settings)
-    state = container_state(settings)
+    state = container_state()
     if state.get("unit_digest") == digest(text):
         return
     yield StringCommand(
-        write_file_command(unit_path(settings), text, mode="0644"), "&&", "systemctl daemon-reload"
+        write_file_command(unit_path(settings.training), text, mode="0644"),
+        "&&",
+        "systemctl daemon-reload",
     )
     if state.get("unit_digest"):
         remember(lambda doc: doc.update(unit_digest=digest(text)))
@@ -180,7 +183,7 @@ def old_units_retired(settings: Settings, state: dict):
         if found.get("active") in RUNNING:
             notice(
                 f"{name} was the training unit before training_unit_name="
-                f"{settings.training_unit_name}: stopping and disabling it "
+                f"{settings.training.unit_name}: stopping and disabling it "
                 "(restart_training=true)"
             )
             yield stop_and_wait_command(settings, name)
@@ -203,7 +206,9 @@ def stopping_line(unit: str) -> str:
 
 @operation()
 def unit_running(settings: Settings):
-    """Enable the unit; start it when it is not running; restart it only when asked.
+    """Enable the unit; start it when it is not running; restart it only when asked
+    (``restart_training``). Takes the whole ``settings``: whether a restart is pending compares
+    the running unit with the one rendered now (see ``unit_installed``).
 
     .. code:: python
 
@@ -219,10 +224,10 @@ def unit_running(settings: Settings):
       pending (no change), unless ``restart_training=true``: then stop, wait until it is down,
       clear leftover training processes on the training GPUs, start.
     """
-    unit = unit_file(settings)
-    state = container_state(settings)
+    unit = unit_file(settings.training)
+    state = container_state()
     running_old = running_other_units(state.get("other_units"))
-    if running_old and not settings.restart_training:
+    if running_old and not settings.policy.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))
         return
     if state.get("unit_enabled") != "enabled":
@@ -240,7 +245,7 @@ def unit_running(settings: Settings):
         return
     if not reasons:
         return
-    if not settings.restart_training:
+    if not settings.policy.restart_training:
         notice(
             f"{unit} keeps running; restart pending ({'; '.join(reasons)}).",
             "To restart it (stop, clear leftover training processes, start), run the deploy with "

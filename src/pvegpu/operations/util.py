@@ -55,18 +55,6 @@ def write_file_command(path: str, content: str, mode: str | None = None) -> Stri
     )
 
 
-def run_point(h) -> tuple:
-    """Where the run stands for host ``h``, for reusing a composite fact within one run: changes
-    whenever something may have changed a host (the stage, or how many operations, on any host,
-    have run commands: a node operation can re-create a container). A fact read at one point is
-    valid until the point moves."""
-    st = h.state
-    executed = sum(
-        1 for ops in st.ops.values() for data in ops.values() if data.operation_meta.executed
-    )
-    return (int(st.current_stage), bool(st.is_executing), executed)
-
-
 @operation()
 def barrier():
     """Order stages across host groups: every host runs this one operation, so no operation

@@ -19,7 +19,7 @@ FX_RACE = "FX to symbolically trace a dynamo-optimized function"
 def check_compile(v: Verdict, f: Inputs) -> None:
     """At ``verify_level=compile``, the container's compile check passed (a warning when it
     could not run)."""
-    if f.settings.verify_level != "compile":
+    if f.settings.verification.level != "compile":
         return
     comp = (f.ct or {}).get("compile")
     if comp is None:
@@ -29,7 +29,7 @@ def check_compile(v: Verdict, f: Inputs) -> None:
 
 
 def _compile_problems(v: Verdict, comp: dict, rt: dict, settings: Settings) -> None:
-    build = rt.get("version") or f"{settings.torch_version}+{settings.torch_variant}"
+    build = rt.get("version") or f"{settings.torch.version}+{settings.torch.variant}"
     threads = comp.get("threads") or []
     n = len(threads)
     failed = [t for t in threads if not t.get("ok")]

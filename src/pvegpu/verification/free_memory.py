@@ -21,7 +21,7 @@ from .verdict import Problem, Verdict
 def check_free_memory(v: Verdict, f: Inputs) -> None:
     """Free memory of each training GPU's row (after :func:`check_gpu_rows`) is enough."""
     own_used = own_memory(f)
-    needed = f.settings.min_free_gpu_mib
+    needed = f.settings.gpus.min_free_mib
     for row in v.rows:
         i = row["gpu"]
         if i not in f.role_of or row["free_mib"] is None:

@@ -26,8 +26,8 @@ def roles(settings: Settings) -> dict[int, str]:
     >>> roles(Settings.from_data(defaults()))[5]
     'drafter'
     """
-    found = {i: "target" for i in settings.target_gpus}
-    found.update({i: "drafter" for i in settings.drafter_gpus})
+    found = {i: "target" for i in settings.gpus.targets}
+    found.update({i: "drafter" for i in settings.gpus.drafters})
     return found
 
 
@@ -61,7 +61,7 @@ class Inputs:
 
     @cached_property
     def torch_wanted(self) -> str:
-        return f"{self.settings.torch_version}+{self.settings.torch_variant}"
+        return f"{self.settings.torch.version}+{self.settings.torch.variant}"
 
     @cached_property
     def role_of(self) -> dict[int, str]:

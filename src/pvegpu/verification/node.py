@@ -37,7 +37,7 @@ def check_node_driver(v: Verdict, settings: Settings, node: dict, node_name: str
     """An NVIDIA driver is loaded on the node, new enough for ``torch_variant`` (NVIDIA CUDA
     release notes, table 3: CUDA 12.8 >= 570.26, 12.x minor-version compatibility from 525.60.13
     with reduced features, a warning; CUDA 13.0 >= 580.65.06)."""
-    variant = settings.variant
+    variant = settings.torch.spec
     driver = node.get("driver_version")
     if not driver:
         v.problems.append(
@@ -53,7 +53,7 @@ def check_node_driver(v: Verdict, settings: Settings, node: dict, node_name: str
     if fit == "too_old":
         v.problems.append(
             Problem(
-                f"driver for {settings.torch_variant}",
+                f"driver for {settings.torch.variant}",
                 f">= {variant.min_driver} (CUDA {variant.cuda})",
                 f"{driver} on node {node_name}",
                 f"upgrade the node's NVIDIA driver to >= {variant.min_driver} (then deploy.py "
@@ -62,7 +62,7 @@ def check_node_driver(v: Verdict, settings: Settings, node: dict, node_name: str
         )
     elif fit == "reduced":
         v.warnings.append(
-            f"driver {driver} runs {settings.torch_variant} only in CUDA minor-version "
+            f"driver {driver} runs {settings.torch.variant} only in CUDA minor-version "
             f"compatibility mode (reduced features); >= {variant.min_driver} recommended"
         )
 
@@ -80,11 +80,11 @@ def check_node_gpus(v: Verdict, settings: Settings, node: dict, node_name: str) 
                 "fix the node's driver install (nvidia-smi must work on the node)",
             )
         )
-    elif gpus is not None and len(gpus) != settings.expected_gpu_count:
+    elif gpus is not None and len(gpus) != settings.gpus.expected_count:
         v.problems.append(
             Problem(
                 "node GPU count",
-                f"{settings.expected_gpu_count} (expected_gpu_count)",
+                f"{settings.gpus.expected_count} (expected_gpu_count)",
                 f"{len(gpus)} listed by nvidia-smi on {node_name}",
                 "check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count",
             )

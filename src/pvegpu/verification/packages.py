@@ -68,9 +68,9 @@ def required_closure(installed: dict[str, dict], seeds: dict[str, set[str]]) -> 
 def pin_seeds(settings: Settings) -> dict[str, tuple[str, set[str]]]:
     """name -> (version, extras) of the pins the venv was asked for (torch + training stack)."""
     seeds: dict[str, tuple[str, set[str]]] = {
-        "torch": (f"{settings.torch_version}+{settings.torch_variant}", set())
+        "torch": (f"{settings.torch.version}+{settings.torch.variant}", set())
     }
-    for pin in settings.training_requirements:
+    for pin in settings.torch.requirements:
         m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[([^\]]*)\])?==(\S+)", pin)
         if m:
             extras = {e.strip() for e in (m.group(2) or "").split(",") if e.strip()}

@@ -105,7 +105,7 @@ def check_torch(v: Verdict, f: Inputs) -> None:
 def _check_build(v: Verdict, f: Inputs, rt: dict) -> None:
     """The torch build is the configured one, for the variant's CUDA (one line: a wrong build
     explains its CUDA version)."""
-    want, venv, cuda = f.torch_wanted, f.ct.get("venv"), f.settings.variant.cuda
+    want, venv, cuda = f.torch_wanted, f.ct.get("venv"), f.settings.torch.spec.cuda
     if rt.get("version") != want:
         v.problems.append(
             Problem(
@@ -119,7 +119,7 @@ def _check_build(v: Verdict, f: Inputs, rt: dict) -> None:
         v.problems.append(
             Problem(
                 "torch CUDA",
-                f"torch.version.cuda {cuda} ({f.settings.torch_variant})",
+                f"torch.version.cuda {cuda} ({f.settings.torch.variant})",
                 str(rt.get("cuda")),
                 "run deploy.py --data rebuild=venv",
             )
@@ -130,7 +130,7 @@ def _check_device_count(v: Verdict, f: Inputs, rt: dict) -> None:
     """torch sees ``expected_gpu_count`` devices, and a device for each GPU with a role."""
     devices = f.devices
     count = rt.get("device_count", len(devices))
-    expected = f.settings.expected_gpu_count
+    expected = f.settings.gpus.expected_count
     if count != expected:
         seen = {normalize_uuid(d.get("uuid")) for d in devices}
         missing = sorted(g["index"] for u, g in f.by_uuid.items() if u not in seen)
@@ -160,7 +160,7 @@ def _cuda_fix(error: str, settings: Settings, vmid: int) -> str:
     low = error.lower()
     if "too old" in low:
         return (
-            f"upgrade the node's NVIDIA driver to >= {settings.variant.min_driver}, then run "
+            f"upgrade the node's NVIDIA driver to >= {settings.torch.spec.min_driver}, then run "
             "deploy.py (matches the container's userspace), or set torch_variant to a build "
             "the driver supports"
         )

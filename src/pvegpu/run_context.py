@@ -1,0 +1,131 @@
+"""Everything pvegpu keeps for one pyinfra run, in one object looked up in one place
+(``run_context(state)``), instead of attributes on pyinfra's State and Host.
+
+It holds the run's settings (validated once for every host), the preflight's outcome, the nodes'
+deploy locks, the verdicts printed and reported, and the one cache of composite facts.
+
+>>> class FakeState: ...
+>>> st = FakeState()
+>>> run_context(st) is run_context(st), run_context(st).mode
+(True, 'deploy')
+
+The fact cache has one rule: a document read when N operations of the run had run commands
+serves every request it covers while that count is still N; an operation that knows exactly what
+its commands changed updates the document and carries it past its own commands (``remember``).
+
+>>> cache, reads = FactCache(), []
+>>> read = lambda: reads.append(1) or {"venvs": 1}
+>>> cache.get(("ct", "h"), 0, read)["venvs"], cache.get(("ct", "h"), 0, read)["venvs"], len(reads)
+(1, 1, 1)
+>>> cache.remember(("ct", "h"), 0, True, lambda doc: doc.update(venvs=2))
+>>> cache.get(("ct", "h"), 1, read)["venvs"], len(reads)  # past its own commands: no read
+(2, 1)
+>>> cache.get(("ct", "h"), 2, read)["venvs"], len(reads)  # another operation ran: read again
+(1, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from gevent.lock import Semaphore
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+@dataclass
+class Entry:
+    """A cached document, the run point it is valid at, and what it was read with."""
+
+    point: int
+    doc: dict
+    request: Any = None
+
+
+@dataclass
+class FactCache:
+    """Composite facts (a node's NodeState, a container's ContainerState) by key."""
+
+    entries: dict[Any, Entry] = field(default_factory=dict)
+
+    def get(
+        self,
+        key: Any,
+        point: int,
+        read: Callable[[], dict],
+        request: Any = None,
+        fits: Callable[[Any], bool] | None = None,
+    ) -> dict:
+        """The cached document of ``key`` while the run is at ``point`` and ``fits(what it was
+        read with)``, else ``read()`` now, kept with ``request`` (an empty document is not)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.point == point and (fits is None or fits(entry.request)):
+            return entry.doc
+        doc = read()
+        if doc:
+            self.entries[key] = Entry(point, doc, request)
+        return doc
+
+    def remember(
+        self, key: Any, point: int, executing: bool, update: Callable[[dict], Any]
+    ) -> None:
+        """After an operation's last command ran (at ``point``): apply ``update(doc)`` and keep
+        the document valid once that operation counts as run. Outside execution (a preview
+        walking an operation's commands) nothing ran: the document is dropped instead."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        if not executing:
+            del self.entries[key]
+            return
+        update(entry.doc)
+        entry.point = point + 1
+
+
+@dataclass
+class RunContext:
+    """One pyinfra run of deploy.py or verify.py, as pvegpu sees it."""
+
+    #: "deploy" or "verify" (verify.py: read-only, prints its verdict in the preview too)
+    mode: str = "deploy"
+    #: every host's validated settings, by host name (None: not validated yet)
+    settings: dict[str, Settings] | None = None
+    #: the first host validates and preflights; the others wait here for its result or error
+    preflight_lock: Semaphore = field(default_factory=Semaphore)
+    preflight_error: Exception | None = None
+    #: {node name: problem lines} of the nodes that must not be touched in this run
+    node_failures: dict[str, list[str]] = field(default_factory=dict)
+    #: {node name: the node probe's arguments} (preflight.node_read_args): the same every read
+    node_args: dict[str, dict] = field(default_factory=dict)
+    #: {node name: channel} of the deploy locks this run holds
+    node_locks: dict[str, Any] = field(default_factory=dict)
+    #: the callback handler that records failed operations for the end-of-run summary
+    summary: Any = None
+    #: {host name: Verdict} for the JSON report; {host name: lines} printed already
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    printed: dict[str, list[str]] = field(default_factory=dict)
+    facts: FactCache = field(default_factory=FactCache)
+
+
+_RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()
+
+
+def run_context(state) -> RunContext:
+    """The context of the run ``state`` (pyinfra's State) belongs to, made on first use."""
+    context = _RUNS.get(state)
+    if context is None:
+        context = _RUNS[state] = RunContext()
+    return context
+
+
+def executed_operations(state) -> int:
+    """How many operations of the run (on any host) have run commands so far: the run point of
+    the fact cache (a node operation can re-create a container, a container's can start a
+    training process on the node's GPUs)."""
+    return sum(
+        1 for ops in state.ops.values() for data in ops.values() if data.operation_meta.executed
+    )
