@@ -1,0 +1,169 @@
+"""pvegpu.locks: behaviours the mutation run (bench/mutation.py) found unpinned: the edges of
+requirement-file parsing, the sort of the ``.in``, index credentials and the reachability check."""
+
+import urllib.error
+
+import pytest
+
+from pvegpu.locks import (
+    credential_conflict,
+    desired_pins,
+    index_problem,
+    netrc_text,
+    parse_pins,
+    requirements_in,
+    unhashed_pins,
+)
+from pvegpu.settings import Settings, defaults
+
+H = "--hash=sha256:" + "ab" * 4
+
+
+def settings(**over) -> Settings:
+    return Settings.from_data({**defaults(), **over})
+
+
+# --- pins ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, pins",
+    [
+        # a comment line ends a continuation and never joins the next line
+        ("a==1 \\\n# note\nb==2\n", {"a": "1", "b": "2"}),
+        ("# see below \\\nb==2\n", {"b": "2"}),
+        ("\t# see below \\\nb==2\n", {"b": "2"}),
+        # an inline comment, even one holding another ' #'
+        ("a==1 # pinned\n", {"a": "1"}),
+        ("a==1 # one # two\n", {"a": "1"}),
+        # continuations: trailing blanks after the backslash, none before it, three lines, EOF
+        (f"a==1 \\  \n    {H}\n", {"a": "1"}),
+        (f"a==1\\\n    {H}\n", {"a": "1"}),
+        (f"a==1 \\\n    {H} \\\n    {H}\nb==2\n", {"a": "1", "b": "2"}),
+        ("a==1 \\", {"a": "1"}),
+        # options before the pins, blanks around ==, several options on one line
+        ("--index-url http://127.0.0.1:1/simple\na==1\n", {"a": "1"}),
+        ("numpy == 2.3.0\n", {"numpy": "2.3.0"}),
+        (f"a==1 {H} {H}\n", {"a": "1"}),
+    ],
+)
+def test_parse_pins_edges_of_requirement_files(text, pins):
+    assert parse_pins(text) == pins
+
+
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("--index-url http://127.0.0.1:1/simple\nb==2\n", ["b"]),
+        ("b == 2\n", ["b"]),
+        ("b==2 --config-settings x --no-binary y\n", ["b"]),
+        ("b==2 --no-binary y\n", ["b"]),
+        (f"a==1 {H} {H}\nb==2\n", ["b"]),
+    ],
+)
+def test_unhashed_pins_edges(text, bad):
+    assert unhashed_pins(text) == bad
+
+
+def test_desired_pins_name_a_requirement_with_extras_by_its_package():
+    s = settings(training_requirements=["Transformers[torch]==5.6.0"])
+    assert desired_pins(s) == {"torch": "2.11.0+cu130", "transformers": "5.6.0"}
+
+
+def test_the_in_file_sorts_the_stack_without_regard_to_case():
+    s = settings(training_requirements=["Bcd==1", "abc==2"])
+    assert requirements_in(s) == "torch==2.11.0+cu130\nabc==2\nBcd==1\n"
+
+
+# --- credentials ---------------------------------------------------------------------------------
+PKG = "http://127.0.0.1:3141/root/pypi/simple"
+WHL = "http://127.0.0.1:3142/whl"
+
+
+def test_a_netrc_has_one_line_per_host():
+    s = settings(package_index_url="http://me:a@127.0.0.1:3141/simple",
+                 torch_index_base="http://you:b@127.0.0.2:3142/whl")
+    assert netrc_text(s) == (
+        "machine 127.0.0.1 login me password a\nmachine 127.0.0.2 login you password b\n"
+    )
+
+
+def test_credentials_on_one_of_two_urls_of_a_host_are_no_conflict():
+    s = settings(package_index_url="http://127.0.0.1:3141/simple",
+                 torch_index_base="http://me:b@127.0.0.1:3142/whl")
+    assert credential_conflict(s) is None
+
+
+def test_a_credential_conflict_is_one_line_with_the_fix():
+    s = settings(package_index_url="http://me:a@127.0.0.1:3141/simple",
+                 torch_index_base="http://me:b@127.0.0.1:3142/whl")
+    assert credential_conflict(s) == (
+        "package_index_url and torch_index_base carry different credentials for 127.0.0.1: uv "
+        "reads one login per host (netrc): give both the same user:token"
+    )
+
+
+class FakeUrlopen:
+    """Records each request; raises ``fail[url]`` for a URL that has one."""
+
+    def __init__(self, **fail):
+        self.fail, self.calls = fail, []
+
+    def __call__(self, req, timeout):
+        self.calls.append((req.get_method(), req.full_url, req.get_header("Authorization"),
+                           timeout))
+        for url, error in self.fail.items():
+            if req.full_url.startswith(url):
+                raise error
+        return self
+
+    def close(self):
+        pass
+
+
+def test_reachability_sends_one_head_per_index_with_basic_auth_and_a_timeout():
+    s = settings(package_index_url="http://me:s%40c@127.0.0.1:3141/mirrorX/",
+                 torch_index_base=WHL)
+    urlopen = FakeUrlopen()
+    assert index_problem(s, urlopen) is None
+    assert urlopen.calls == [
+        ("HEAD", "http://127.0.0.1:3141/mirrorX/", "Basic bWU6c0Bj", 20),
+        ("HEAD", f"{WHL}/cu130/", None, 20),
+    ]
+
+
+def http_error(url: str, code: int) -> urllib.error.HTTPError:
+    return urllib.error.HTTPError(url, code, "no", {}, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("code", [401, 403])
+def test_a_refused_login_is_one_line_naming_the_setting(code):
+    s = settings(package_index_url=PKG, torch_index_base="http://me:tok@127.0.0.1:3142/whl")
+    urlopen = FakeUrlopen(**{"http://127.0.0.1:3142": http_error(WHL, code)})
+    assert index_problem(s, urlopen) == (
+        f"torch_index_base=http://me:***@127.0.0.1:3142/whl/cu130 refused the credentials "
+        f"(HTTP {code}): fix the user:token in torch_index_base"
+    )
+
+
+def test_an_index_that_answers_404_at_its_root_is_reachable():
+    s = settings(package_index_url=PKG, torch_index_base=WHL)
+    urlopen = FakeUrlopen(**{PKG: http_error(PKG, 404)})
+    assert index_problem(s, urlopen) is None
+    assert len(urlopen.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "error, why",
+    [
+        (urllib.error.URLError("Connection refused"), "Connection refused"),
+        (TimeoutError("timed out"), "timed out"),
+        (urllib.error.URLError("no route to http://me:tok@127.0.0.1:9/"),
+         "no route to http://me:***@127.0.0.1:9/"),
+    ],
+)
+def test_an_unreachable_index_is_one_redacted_line_with_the_reason(error, why):
+    s = settings(package_index_url=PKG, torch_index_base="http://me:tok@127.0.0.1:3142/whl")
+    urlopen = FakeUrlopen(**{"http://127.0.0.1:3142": error})
+    assert index_problem(s, urlopen) == (
+        f"torch_index_base=http://me:***@127.0.0.1:3142/whl/cu130 is not reachable from this "
+        f"machine ({why}), where locks are made: fix torch_index_base or start the index"
+    )
