@@ -27,6 +27,19 @@ def test_any_one_kind_of_drift_is_drift(field):
     assert Drift(**{field: {"x": ("1", "2")}})
 
 
+def test_drift_has_one_line_per_difference_in_a_fixed_order():
+    d = Drift(extra={"junk": "0.1"}, missing={"numpy": "2.3.0"},
+              wrong_version={"filelock": ("3.0", "3.1")},
+              wrong_variant={"torch": ("2.11.0+cu128", "2.11.0+cu130")})
+    assert d.lines() == [
+        "torch is 2.11.0+cu128, the lock says 2.11.0+cu130 (wrong variant: the cu128 build, "
+        "not cu130)",
+        "filelock is 3.0, the lock says 3.1 (wrong version)",
+        "numpy 2.3.0 is in the lock but not installed (missing)",
+        "junk 0.1 is installed but not in the lock (extra)",
+    ]
+
+
 def test_the_marker_records_what_the_build_was_made_from():
     s = settings()
     assert marker(s, plan(), "3.11.2") == {
