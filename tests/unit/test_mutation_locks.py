@@ -7,6 +7,7 @@ import pytest
 
 from pvegpu.locks import (
     credential_conflict,
+    early_lock_error,
     desired_pins,
     index_problem,
     netrc_text,
@@ -167,3 +168,60 @@ def test_an_unreachable_index_is_one_redacted_line_with_the_reason(error, why):
         f"torch_index_base=http://me:***@127.0.0.1:3142/whl/cu130 is not reachable from this "
         f"machine ({why}), where locks are made: fix torch_index_base or start the index"
     )
+
+
+# --- the plan, decided early: paths relative to the project ------------------------------------
+def project_with(tmp_path, s: Settings, in_text: str | None = None, locks=()):
+    """A project dir with ``locks/<variant>.in`` (the settings' pins unless ``in_text``) and a
+    valid hashed lock for each Python version in ``locks``."""
+    d = tmp_path / "locks"
+    d.mkdir()
+    (d / f"{s.torch_variant}.in").write_text(in_text or requirements_in(s))
+    for python in locks:
+        text = "".join(f"{k}=={v} \\\n    {H}\n" for k, v in desired_pins(s).items())
+        (d / f"{s.torch_variant}-py{python}.lock").write_text(text)
+    return tmp_path
+
+
+REVIEW = "review it and commit it"
+
+
+def test_early_refusal_for_a_set_python_version_names_its_lock(tmp_path):
+    s = settings(require_lock=True, python_version="3.11")
+    project = project_with(tmp_path, s)
+    assert early_lock_error(s, project) == (
+        "require_lock=true and locks/cu130-py3.11.lock is missing: run deploy.py once without "
+        "require_lock (it makes locks/cu130-py3.11.lock on this machine from the configured "
+        f"indexes), {REVIEW}"
+    )
+
+
+def test_early_refusal_without_any_lock_names_the_lock_pattern(tmp_path):
+    s = settings(require_lock=True)
+    project = project_with(tmp_path, s)
+    assert early_lock_error(s, project) == (
+        "require_lock=true and there is no locks/cu130-py<X.Y>.lock: run deploy.py once without "
+        "require_lock (it makes the lock for the container's Python on this machine from the "
+        f"configured indexes), {REVIEW}"
+    )
+
+
+def test_early_refusal_of_an_in_file_that_pins_other_things_without_any_lock(tmp_path):
+    s = settings(require_lock=True, training_requirements=[])
+    project = project_with(tmp_path, s, in_text="torch==2.11.0+cu130\nnumpy==1.0\n")
+    assert early_lock_error(s, project) == (
+        "require_lock=true and locks/cu130.in does not pin what the settings ask for (numpy 1.0 "
+        "vs (absent)): write the settings' pins (torch==2.11.0+cu130) to locks/cu130.in and "
+        "delete its cu130-py*.lock files, or run deploy.py once without require_lock (it makes "
+        "them), review and commit them"
+    )
+
+
+def test_a_valid_lock_in_the_project_is_no_early_refusal(tmp_path):
+    s = settings(require_lock=True, training_requirements=[])
+    assert early_lock_error(s, project_with(tmp_path, s, locks=["3.12"])) is None
+
+
+def test_a_valid_lock_for_the_set_python_version_is_no_early_refusal(tmp_path):
+    s = settings(require_lock=True, python_version="3.11", training_requirements=[])
+    assert early_lock_error(s, project_with(tmp_path, s, locks=["3.11"])) is None
