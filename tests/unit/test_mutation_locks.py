@@ -10,6 +10,7 @@ from pvegpu.locks import (
     early_lock_error,
     desired_pins,
     index_problem,
+    lock_plan,
     netrc_text,
     parse_pins,
     requirements_in,
@@ -225,3 +226,33 @@ def test_a_valid_lock_in_the_project_is_no_early_refusal(tmp_path):
 def test_a_valid_lock_for_the_set_python_version_is_no_early_refusal(tmp_path):
     s = settings(require_lock=True, python_version="3.11", training_requirements=[])
     assert early_lock_error(s, project_with(tmp_path, s, locks=["3.11"])) is None
+
+
+@pytest.mark.parametrize(
+    "lock, reason",
+    [
+        (None, "locks/cu130-py3.11.lock is missing"),
+        ("torch==2.11.0+cu128 \\\n    --hash=sha256:00\n",
+         "locks/cu130-py3.11.lock is out of date (it does not pin torch==2.11.0+cu130, "
+         "transformers==5.6.0)"),
+        ("torch==2.11.0+cu130\ntransformers==5.6.0\n",
+         "locks/cu130-py3.11.lock has entries without hashes (torch, transformers)"),
+    ],
+)
+def test_why_a_lock_is_made_again_names_it_from_the_project(tmp_path, lock, reason):
+    s = settings()
+    project = project_with(tmp_path, s)
+    if lock is not None:
+        (project / "locks" / "cu130-py3.11.lock").write_text(lock)
+    plan = lock_plan(s, "3.11", project)
+    assert (plan.kind, plan.source, plan.reason, plan.error) == (
+        "make", "locks/cu130-py3.11.lock", reason, None
+    )
+
+
+def test_a_pin_missing_from_the_in_file_is_named_absent(tmp_path):
+    s = settings()
+    project = project_with(tmp_path, s, in_text="torch==2.11.0+cu130\n")
+    assert lock_plan(s, "3.11", project).reason == (
+        "locks/cu130.in does not pin what the settings ask for (transformers (absent) vs 5.6.0)"
+    )
