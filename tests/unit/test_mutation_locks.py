@@ -6,6 +6,7 @@ import urllib.error
 import pytest
 
 from pvegpu.locks import (
+    compile_argv,
     credential_conflict,
     early_lock_error,
     desired_pins,
@@ -14,7 +15,11 @@ from pvegpu.locks import (
     netrc_text,
     parse_pins,
     requirements_in,
+    training_pyproject,
     unhashed_pins,
+    uv_error,
+    uv_reason,
+    uv_wheel_hashes,
 )
 from pvegpu.settings import Settings, defaults
 
@@ -256,3 +261,97 @@ def test_a_pin_missing_from_the_in_file_is_named_absent(tmp_path):
     assert lock_plan(s, "3.11", project).reason == (
         "locks/cu130.in does not pin what the settings ask for (transformers (absent) vs 5.6.0)"
     )
+
+
+# --- what uv gets and what it says -------------------------------------------------------------
+CRED = settings(package_index_url="http://me:t@127.0.0.1:3141/simple",
+                torch_index_base="http://me:t@127.0.0.1:3142/whl")
+
+
+def test_the_training_pyproject_word_for_word():
+    assert training_pyproject(CRED, ["torch==2.11.0+cu130", "a==1"]) == (
+        "# Made by pvegpu for one uv call: torch from the torch index only, the rest from\n"
+        "# package_index_url only (see pvegpu.locks).\n"
+        "[project]\n"
+        'name = "pvegpu-training-env"\n'
+        'version = "0"\n'
+        "dependencies = [\n"
+        '    "torch==2.11.0+cu130",\n'
+        '    "a==1",\n'
+        "]\n"
+        "\n"
+        "[[tool.uv.index]]\n"
+        'name = "pytorch"\n'
+        'url = "http://127.0.0.1:3142/whl/cu130"\n'
+        "explicit = true\n"
+        "\n"
+        "[tool.uv.sources]\n"
+        'torch = { index = "pytorch" }\n'
+    )
+
+
+def test_the_compile_argv_in_full():
+    assert compile_argv(CRED, "uv", "p.toml", "out.txt", "3.11") == [
+        "uv", "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--no-header",
+        "--index-url", "http://127.0.0.1:3141/simple", "--index-strategy", "first-index",
+        "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+        "p.toml", "-o", "out.txt",
+    ]
+
+
+def test_uv_error_keeps_only_uvs_marked_lines():
+    lines = ["  × Failed to build `x`", "  ├─▶ step one", "  │", "  │ more", "cause: two",
+             "Caused by: three", "error: four", "plain detail", "  ╰─▶ last"]
+    assert uv_error(lines) == "Failed to build `x` step one more two three four last"
+
+
+@pytest.mark.parametrize(
+    "lines, reason",
+    [
+        (["resolving", "the end", "   ", ""], "the end"),
+        (["", "  "], "no output"),
+        ([], "no output"),
+    ],
+)
+def test_uv_reason_is_the_last_line_said_without_a_marked_error(lines, reason):
+    assert uv_reason(lines) == reason
+
+
+UV_LOCK = """
+[[package]]
+name = "other"
+version = "0.9.5"
+wheels = [{ url = "https://files.example/other-0.9.5-py3-none-any.whl", hash = "sha256:11" }]
+
+[[package]]
+name = "uv"
+version = "0.9.4"
+wheels = [{ url = "https://files.example/uv-0.9.4-old.whl", hash = "sha256:22" }]
+
+[[package]]
+name = "uv"
+version = "0.9.5"
+wheels = [
+    { url = "https://files.example/uv-0.9.5-manylinux.whl", hash = "sha256:33" },
+    { url = "https://files.example/uv-0.9.5-md5.whl", hash = "md5:44" },
+    { url = "https://files.example/uv-0.9.5-nohash.whl" },
+    { hash = "sha256:55" },
+    { url = "https://files.example/uv-0.9.5-empty.whl", hash = "sha256:" },
+    { url = "https://files.example/uv-0.9.5-musl.whl", hash = "sha256:66" },
+]
+"""
+
+
+def test_uv_wheel_hashes_of_one_version_with_sha256_only(tmp_path):
+    (tmp_path / "uv.lock").write_text(UV_LOCK)
+    assert uv_wheel_hashes("0.9.5", tmp_path) == {
+        "uv-0.9.5-manylinux.whl": "33", "uv-0.9.5-musl.whl": "66",
+    }
+    assert uv_wheel_hashes("0.9.6", tmp_path) == {}
+
+
+@pytest.mark.parametrize("text", [None, "not [toml"])
+def test_uv_wheel_hashes_without_a_readable_uv_lock_are_empty(tmp_path, text):
+    if text is not None:
+        (tmp_path / "uv.lock").write_text(text)
+    assert uv_wheel_hashes("0.9.5", tmp_path) == {}
