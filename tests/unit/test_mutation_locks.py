@@ -1,5 +1,6 @@
 """pvegpu.locks: behaviours the mutation run (bench/mutation.py) found unpinned: the edges of
-requirement-file parsing, the sort of the ``.in``, index credentials and the reachability check."""
+requirement-file parsing, the sort of the ``.in``, index credentials and the reachability check,
+early refusals and lock plans from a project-relative ``locks_dir``, and what uv gets and says."""
 
 import urllib.error
 
@@ -8,8 +9,8 @@ import pytest
 from pvegpu.locks import (
     compile_argv,
     credential_conflict,
-    early_lock_error,
     desired_pins,
+    early_lock_error,
     index_problem,
     lock_plan,
     netrc_text,

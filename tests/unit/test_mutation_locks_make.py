@@ -31,10 +31,8 @@ class FakeUv:
 
     def __call__(self, argv, **kw):
         netrc = kw["env"].get("NETRC")
-        self.calls.append(dict(
-            kw, argv=argv, netrc=netrc and (Path(netrc).read_text(), os.stat(netrc).st_mode & 0o777),
-            pyproject=Path(argv[-3]).read_text(),
-        ))
+        seen = netrc and (Path(netrc).read_text(), os.stat(netrc).st_mode & 0o777)
+        self.calls.append(dict(kw, argv=argv, netrc=seen, pyproject=Path(argv[-3]).read_text()))
         if self.body is not None:
             Path(argv[-1]).write_text(self.body)
         return subprocess.CompletedProcess(argv, self.rc, self.stdout, self.stderr)

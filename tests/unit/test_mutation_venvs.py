@@ -80,7 +80,8 @@ def test_every_changed_input_is_named_digests_shortened_to_12():
     assert build_reasons(state(s, build=old), s, plan("cd" * 32)) == [
         f"{BUILD}: its torch build changed (2.10.0+cu128 -> 2.11.0+cu130)",
         f"{BUILD}: its lock input changed (abababababab -> cdcdcdcdcdcd)",
-        f"{BUILD}: its python_interpreter changed (/opt/python3.10/bin/python3 -> /usr/bin/python3)",
+        f"{BUILD}: its python_interpreter changed (/opt/python3.10/bin/python3 -> "
+        "/usr/bin/python3)",
         f"{BUILD}: its python version changed (3.10 -> 3.11)",
         f"{BUILD}: its compile cache dir changed (/var/cache/old -> {s.compile_cache_dir})",
     ]
