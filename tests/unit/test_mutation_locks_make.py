@@ -157,7 +157,7 @@ def test_a_compiled_lock_that_misses_a_pin_is_refused(tmp_path):
 
 def test_writing_the_in_file_keeps_an_existing_one_unless_told(tmp_path):
     s = settings()
-    path = tmp_path / "new" / "cu130.in"
+    path = tmp_path / "new" / "locks" / "cu130.in"
     _write_atomically(path, None, s)
     assert path.read_text() == IN_HEADER.format(variant="cu130") + requirements_in(s)
     path.write_text("mine\n")
