@@ -149,10 +149,16 @@ def test_a_failed_compile_is_one_line_with_uvs_reason(tmp_path, fake, why):
 def test_a_compiled_lock_that_misses_a_pin_is_refused(tmp_path):
     plan = make_lock(settings(), "3.11", tmp_path, uv="uv", run=FakeUv(body="a==1\n"),
                      check=no_check)
-    assert plan.error == (
+    assert plan == LockPlan("make", "", "", LOCK, reason=f"{LOCK} is missing", error=(
         f"making {LOCK} failed: {LOCK} is out of date (it does not pin torch==2.11.0+cu130)"
-    )
-    assert plan.reason == f"{LOCK} is missing" and not (tmp_path / "locks").exists()
+    ))
+    assert not (tmp_path / "locks").exists()
+
+
+def test_the_lock_header_names_the_in_file_from_the_project(tmp_path):
+    s = settings(locks_dir=str(tmp_path / "locks"))  # absolute, inside the project
+    plan = make_lock(s, "3.11", tmp_path, uv="uv", run=FakeUv(), check=no_check)
+    assert plan.text.startswith("# Hashed lock of locks/cu130.in for Python 3.11, made by")
 
 
 def test_writing_the_in_file_keeps_an_existing_one_unless_told(tmp_path):
