@@ -3,10 +3,12 @@ requirement-file parsing, the sort of the ``.in``, index credentials and the rea
 early refusals and lock plans from a project-relative ``locks_dir``, and what uv gets and says."""
 
 import urllib.error
+from dataclasses import replace
 
 import pytest
 
 from pvegpu.locks import (
+    LockPlan,
     compile_argv,
     credential_conflict,
     desired_pins,
@@ -250,9 +252,31 @@ def test_why_a_lock_is_made_again_names_it_from_the_project(tmp_path, lock, reas
     project = project_with(tmp_path, s)
     if lock is not None:
         (project / "locks" / "cu130-py3.11.lock").write_text(lock)
-    plan = lock_plan(s, "3.11", project)
-    assert (plan.kind, plan.source, plan.reason, plan.error) == (
-        "make", "locks/cu130-py3.11.lock", reason, None
+    assert lock_plan(s, "3.11", project) == LockPlan(
+        "make", "", "", "locks/cu130-py3.11.lock", reason=reason
+    )
+    refused = lock_plan(replace(s, require_lock=True), "3.11", project)
+    assert refused == LockPlan("make", "", "", "locks/cu130-py3.11.lock", reason=reason, error=(
+        f"require_lock=true and {reason}: run deploy.py once without require_lock (it makes "
+        f"locks/cu130-py3.11.lock on this machine from the configured indexes), {REVIEW}"
+    ))
+
+
+def test_an_in_file_with_other_pins_is_made_again_or_refused_naming_each_difference(tmp_path):
+    s = settings()
+    project = project_with(tmp_path, s, in_text="torch==2.11.0+cu128\nnumpy==1.0\n")
+    problem = (
+        "locks/cu130.in does not pin what the settings ask for (numpy 1.0 vs (absent); "
+        "torch 2.11.0+cu128 vs 2.11.0+cu130; transformers (absent) vs 5.6.0)"
+    )
+    source = "locks/cu130-py3.11.lock"
+    assert lock_plan(s, "3.11", project) == LockPlan("make", "", "", source, reason=problem)
+    assert lock_plan(replace(s, require_lock=True), "3.11", project) == LockPlan(
+        "make", "", "", source, reason=problem, error=(
+            f"require_lock=true and {problem}: write the settings' pins (torch==2.11.0+cu130, "
+            "transformers==5.6.0) to locks/cu130.in and delete its cu130-py*.lock files, or run "
+            "deploy.py once without require_lock (it makes them), review and commit them"
+        )
     )
 
 
@@ -351,7 +375,7 @@ def test_uv_wheel_hashes_of_one_version_with_sha256_only(tmp_path):
     assert uv_wheel_hashes("0.9.6", tmp_path) == {}
 
 
-@pytest.mark.parametrize("text", [None, "not [toml"])
+@pytest.mark.parametrize("text", [None, "not [toml", "version = 1\n"])
 def test_uv_wheel_hashes_without_a_readable_uv_lock_are_empty(tmp_path, text):
     if text is not None:
         (tmp_path / "uv.lock").write_text(text)
