@@ -373,6 +373,8 @@ def test_uv_wheel_hashes_of_one_version_with_sha256_only(tmp_path):
         "uv-0.9.5-manylinux.whl": "33", "uv-0.9.5-musl.whl": "66",
     }
     assert uv_wheel_hashes("0.9.6", tmp_path) == {}
+    (tmp_path / "uv.lock").write_text('[[package]]\nname = "uv"\nversion = "0.9.5"\n')
+    assert uv_wheel_hashes("0.9.5", tmp_path) == {}  # an sdist-only entry has no wheels
 
 
 @pytest.mark.parametrize("text", [None, "not [toml", "version = 1\n"])
