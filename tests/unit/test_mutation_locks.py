@@ -17,7 +17,9 @@ from pvegpu.locks import (
     lock_plan,
     netrc_text,
     parse_pins,
+    redact,
     requirements_in,
+    split_credentials,
     training_pyproject,
     unhashed_pins,
     uv_error,
@@ -86,6 +88,16 @@ def test_the_in_file_sorts_the_stack_without_regard_to_case():
 # --- credentials ---------------------------------------------------------------------------------
 PKG = "http://127.0.0.1:3141/root/pypi/simple"
 WHL = "http://127.0.0.1:3142/whl"
+
+
+def test_a_user_without_a_token_is_a_credential():
+    assert split_credentials("http://tok@127.0.0.1:3141/simple") == (
+        "http://127.0.0.1:3141/simple", ("tok", "")
+    )
+
+
+def test_redact_ignores_the_schemes_case():
+    assert redact("HTTPS://me:tok@127.0.0.1/simple") == "HTTPS://me:***@127.0.0.1/simple"
 
 
 def test_a_netrc_has_one_line_per_host():

@@ -170,10 +170,13 @@ def test_prune_keeps_the_live_build_beyond_keep_venvs():
     the least recent, stays."""
     s = settings(keep_venvs=1)
     reals, links = builds((300, 300), (100, 100), (200, 200))
+    reals["b1.b1"]["in_use"] = [4242]  # the training runs in it: kept as live, not as in use
     reals[f"{BUILD}.b1"] = real(BUILD, 1, 50)
     links[BUILD] = f"{BUILD}.b1"
-    st = {"venvs": venvs_of(*reals.items(), links=links), "venv_real": "/root/venvs/b1.b1"}
-    assert sorted(prune_plan(st, s)[0]) == ["b0", "b0.b1", "b2", "b2.b1"]
+    st = {"venvs": venvs_of(*reals.items(), links=links), "venv_real": "/root/venvs/b1.b1/"}
+    remove, in_use = prune_plan(st, s)
+    assert sorted(remove) == ["b0", "b0.b1", "b2", "b2.b1"]
+    assert in_use == []
 
 
 def test_prune_keeps_the_link_to_a_dir_in_use_and_goes_on():
