@@ -96,6 +96,18 @@ def test_a_user_without_a_token_is_a_credential():
     )
 
 
+@pytest.mark.parametrize(
+    "url, clean, cred",
+    [
+        ("http://me:t@[::1]:3141/simple", "http://[::1]:3141/simple", ("me", "t")),
+        ("http://:tok@127.0.0.1:3141/simple", "http://127.0.0.1:3141/simple", ("", "tok")),
+        ("http://me:t@/simple", "http:///simple", ("me", "t")),
+    ],
+)
+def test_credentials_leave_an_ipv6_host_bracketed_and_an_empty_part_empty(url, clean, cred):
+    assert split_credentials(url) == (clean, cred)
+
+
 def test_redact_ignores_the_schemes_case():
     assert redact("HTTPS://me:tok@127.0.0.1/simple") == "HTTPS://me:***@127.0.0.1/simple"
 
