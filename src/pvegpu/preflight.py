@@ -134,7 +134,9 @@ def container_problems(
     plan = plan_passthrough(settings.gpus.passthrough_mode, settings.gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     live = ct.get("live")
-    blocker = restart_blocker(vmid, unit_file(settings.training), live, reasons) if reasons else None
+    blocker = (
+        restart_blocker(vmid, unit_file(settings.training), live, reasons) if reasons else None
+    )
     if blocker and not settings.policy.restart_training:
         problems.append(f"{node}: {blocker}")
     running_old = running_other_units((live or {}).get("other_units"))
