@@ -18,13 +18,13 @@ s = begin(host, "deploy")
 # containers, before any change; the other nodes go on. One summary line per node at the end.
 node_ready(name="Preflight of this host's node passed", problems=node_problems(host))
 
-if s.rebuild and "training_cts" in host.groups:
+if s.policy.rebuild and "training_cts" in host.groups:
     local.include("tasks/rebuild_report.py")
 barrier(name="Rebuild report printed")
 
 if "pve_hosts" in host.groups:
     local.include("tasks/node_gpu.py")
-    if s.rebuild == "container":
+    if s.policy.rebuild == "container":
         local.include("tasks/rebuild_node.py")
     local.include("tasks/container.py")
 barrier(name="Nodes and containers ready")
