@@ -33,6 +33,7 @@ class Read:
     args: dict
     doc: dict
     paths: tuple = ()
+    reads: dict | None = None  # {vmid: [container command, ...]} folded in (pvegpu.ct_reads)
 
 
 def changes(state) -> int:
@@ -54,12 +55,13 @@ def covers(read: Read, vmids, ct_detail: str, args: dict | None, paths=()) -> bo
 
 
 def node_state(
-    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=()
+    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=(), ct_reads=None
 ) -> dict:
     """The node's ``NodeState`` document, from this run's last read when nothing ran since and it
     covers the request, else read now (``args``: the probe's other arguments; None: any earlier
     read will do, and a fresh read uses the probe's defaults; ``paths``: node paths whose kind
-    the document must hold, under ``path_kinds``)."""
+    the document must hold, under ``path_kinds``; ``ct_reads``: container commands to run in each
+    container's exec of a fresh read, see :mod:`pvegpu.ct_reads`)."""
     state = node_host.state
     reads = state.__dict__.setdefault("pvegpu_node_reads", {})
     point = changes(state)
@@ -68,12 +70,23 @@ def node_state(
         return last.doc
     doc = (
         node_host.get_fact(
-            NodeState, vmids=list(vmids), ct_detail=ct_detail, paths=list(paths), **(args or {})
+            NodeState,
+            vmids=list(vmids),
+            ct_detail=ct_detail,
+            paths=list(paths),
+            **({"reads": ct_reads} if ct_reads else {}),
+            **(args or {}),
         )
         or {}
     )
     if doc:
         reads[node_host.name] = Read(
-            point, tuple(vmids), ct_detail, dict(args or {}), doc, tuple(paths)
+            point, tuple(vmids), ct_detail, dict(args or {}), doc, tuple(paths), ct_reads
         )
     return doc
+
+
+def last_read(state, node_name: str) -> Read | None:
+    """This run's read of ``node_name`` while it is current (no operation ran since)."""
+    last = state.__dict__.get("pvegpu_node_reads", {}).get(node_name)
+    return last if last is not None and last.point == changes(state) else None

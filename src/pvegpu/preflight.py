@@ -12,6 +12,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import boot, node_lock, node_read, summary
+from .ct_reads import preflight_reads
 from .ct_template import default_template
 from .installer_tools import missing_tools_line, plan_tools
 from .passthrough import plan_passthrough, select_mode
@@ -246,7 +247,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         # the run's one read of the node (with its containers' training paths): the node stage
         # and verify reuse it until an operation runs a command
         paths = node_training_paths(inventory, settings, node_host.name)
-        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s), paths)
+        # each container's first reads ride on the node read's exec into it (pvegpu.ct_reads)
+        ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
+        facts = node_read.node_state(node_host, vmids, "full", node_read_args(s), paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [

@@ -20,11 +20,18 @@ from importlib import resources
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
+# Probes that start with another probe file's functions (pvegpu is not installed where they run).
+PRELUDES = {"node_state": ("ct_view",)}
+
 
 def probe_source(name: str) -> str:
-    """The probe's source; a probe that deletes (calls ``remove_tree``) gets the delete guard's
-    source (pvegpu/guard.py, plain Python) in front: pvegpu is not installed where probes run."""
-    text = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
+    """The probe's source, after its ``PRELUDES``; a probe that deletes (calls ``remove_tree``)
+    gets the delete guard's source (pvegpu/guard.py, plain Python) in front: pvegpu is not
+    installed where probes run."""
+    probes = resources.files("pvegpu.probes")
+    text = "\n".join(
+        probes.joinpath(f"{n}.py").read_text() for n in (*PRELUDES.get(name, ()), name)
+    )
     if "remove_tree(" in text:
         text = resources.files("pvegpu").joinpath("guard.py").read_text() + "\n" + text
     return text

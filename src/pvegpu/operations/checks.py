@@ -10,6 +10,7 @@ from pyinfra.api import operation
 
 from .. import node_read
 from ..checks import Verdict, torch_problems, verify
+from ..ct_reads import container_fact
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
@@ -53,6 +54,18 @@ def verification_settings(h) -> Settings:
         cached = load_all(list(h.inventory))
         state.pvegpu_verify_settings = cached
     return cached[h.name]
+
+
+def verification_args(settings: Settings) -> dict:
+    """The ``ContainerVerification`` fact's arguments for ``settings``."""
+    return dict(
+        venv=settings.venv_path,
+        uv_bin=uv_bin(settings),
+        compile_check=settings.verify_level == "compile",
+        unit_name=unit_file(settings),
+        started_path=started_record(settings),
+        build_venv=settings.build_venv,
+    )
 
 
 def node_host_of(h):
@@ -125,15 +138,8 @@ def verified(settings: Settings):
     # the node's read (reused from this run's preflight when nothing changed since) and the
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
-    ct = host.get_fact(
-        ContainerVerification,
-        venv=settings.venv_path,
-        uv_bin=uv_bin(settings),
-        compile_check=settings.verify_level == "compile",
-        unit_name=unit_file(settings),
-        started_path=started_record(settings),
-        build_venv=settings.build_venv,
-    )
+    # served from the preflight's node read when nothing ran since (pvegpu.ct_reads)
+    ct = container_fact(host, ContainerVerification, **verification_args(settings))
     node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))

@@ -37,6 +37,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.operations import files
 
+from ..ct_reads import container_fact
 from ..facts.probe import probe_command
 from ..facts.python_env import ContainerState
 from ..guard import delete_command, delete_refusal
@@ -114,14 +115,9 @@ def uv_bin(settings: Settings) -> str:
 _CACHE_ATTR = "_pvegpu_container_state"
 
 
-def container_state(settings: Settings) -> dict:
-    """The ``ContainerState`` document, read at most once between changes of this run."""
-    point = run_point(host)
-    cached = getattr(host, _CACHE_ATTR, None)
-    if cached and cached[0] == point:
-        return cached[1]
-    doc = host.get_fact(
-        ContainerState,
+def container_state_args(settings: Settings) -> dict:
+    """The ``ContainerState`` fact's arguments for ``settings``."""
+    return dict(
         uv_bin=uv_bin(settings),
         venvs_dir=settings.venvs_dir,
         venv_path=settings.venv_path,
@@ -134,6 +130,16 @@ def container_state(settings: Settings) -> dict:
         locks_cache=LOCKS_CACHE,
         baseline_path=BASELINE,
     )
+
+
+def container_state(settings: Settings) -> dict:
+    """The ``ContainerState`` document, read at most once between changes of this run (served
+    from the preflight's node read while nothing ran: pvegpu.ct_reads)."""
+    point = run_point(host)
+    cached = getattr(host, _CACHE_ATTR, None)
+    if cached and cached[0] == point:
+        return cached[1]
+    doc = container_fact(host, ContainerState, **container_state_args(settings))
     setattr(host, _CACHE_ATTR, (point, doc))
     return doc
 

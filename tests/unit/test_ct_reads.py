@@ -1,0 +1,102 @@
+"""Container reads folded into the node read's exec (pvegpu.ct_reads, issue 14): the node probe
+runs them after the container's view and returns each one's stdout and exit status; a fact is
+served from there only while that read is current, ran exactly its command, and exited 0."""
+
+import ast
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from pvegpu import ct_reads
+from pvegpu.facts.probe import probe_source
+from pvegpu.node_read import Read
+
+
+def probe_functions():
+    """The node probe's functions and constants, without running the probe."""
+    tree = ast.parse(probe_source("node_state"))
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+            or isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
+                                                   and t.id != "A" for t in n.targets)]
+    ns = {"A": {"installer_tools": ["ldconfig"]}}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "node_state", "exec"), ns)
+    return ns
+
+
+@pytest.fixture
+def fake_pct(tmp_path, monkeypatch):
+    """A `pct` whose `exec <vmid> -- argv` runs argv here (the view's sh script)."""
+    tool = tmp_path / "pct"
+    tool.write_text('#!/bin/sh\n[ "$1" = exec ] && [ "$3" = -- ] || exit 2\nshift 3\nexec "$@"\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_views_exec_runs_the_reads_after_the_view(fake_pct):
+    p = probe_functions()
+    reads = ["printf 'a\\nb\\n'", "printf x", "echo out; echo err >&2; exit 3", "true"]
+    status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
+    assert status == "running" and view is not None and "driver_version" in view
+    assert done == [
+        {"rc": 0, "stdout": ["a", "b"]},
+        {"rc": 0, "stdout": ["x"]},  # no newline at the end: the line still comes back whole
+        {"rc": 3, "stdout": ["out"]},
+        {"rc": 0, "stdout": []},
+    ]
+
+
+def test_a_view_without_reads_is_as_before(fake_pct):
+    p = probe_functions()
+    status, view, done = p["container_view"](p["start_view"](200, None, []))
+    assert status == "running" and view["missing_tools"] == [] and done == []
+
+
+def test_a_read_cut_short_is_left_out():
+    p = probe_functions()
+    out = "module x\nend\npvegpu-read 0\n{}\npvegpu-read-end 0 0\npvegpu-read 1\n{\"a\""
+    view, done = p["split_reads"](out)
+    assert view == ["module x"] and done == [{"rc": 0, "stdout": ["{}"]}]
+
+
+def state_with(read, executed=0):
+    ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
+           for i in range(executed)}
+    state = SimpleNamespace(ops={"host": ops})
+    state.__dict__["pvegpu_node_reads"] = {"10.0.0.1": read}
+    return state
+
+
+def ct_host(state):
+    return SimpleNamespace(data={"pct_node": "10.0.0.1", "pct_vmid": 200}, state=state)
+
+
+READ = Read(0, (200,), "full", {}, {"containers": {"200": {"reads": [
+    {"rc": 0, "stdout": ['{"venv_link": null}']},
+    {"rc": 1, "stdout": ["{}"]},
+]}}}, (), {"200": ["read-state", "read-verification", "never-ran"]})
+
+
+def test_a_folded_read_serves_exactly_its_command_while_current():
+    ct = ct_host(state_with(READ))
+    assert ct_reads.folded_output(ct, "read-state") == ['{"venv_link": null}']
+    assert ct_reads.folded_output(ct, "read-verification") is None  # exit 1: read it again
+    assert ct_reads.folded_output(ct, "never-ran") is None  # no answer came back for it
+    assert ct_reads.folded_output(ct, "another-command") is None
+
+
+def test_a_folded_read_is_stale_once_an_operation_ran_commands():
+    ct = ct_host(state_with(READ, executed=1))
+    assert ct_reads.folded_output(ct, "read-state") is None
+
+
+def test_a_node_read_without_folded_reads_serves_none():
+    ct = ct_host(state_with(Read(0, (200,), "full", {}, {"containers": {"200": {}}})))
+    assert ct_reads.folded_output(ct, "read-state") is None
+
+
+def test_the_folded_line_is_what_pct_exec_runs_after_its_double_dash():
+    line = ct_reads.shell_command(200, "sh -c 'python3 -c \"print(1)\"'")
+    assert line.startswith("env -i PATH=/usr/local/sbin:")
+    assert line.endswith(" sh -c 'sh -c '\"'\"'python3 -c \"print(1)\"'\"'\"''")
