@@ -100,3 +100,13 @@ def test_the_folded_line_is_what_pct_exec_runs_after_its_double_dash():
     line = ct_reads.shell_command(200, "sh -c 'python3 -c \"print(1)\"'")
     assert line.startswith("env -i PATH=/usr/local/sbin:")
     assert line.endswith(" sh -c 'sh -c '\"'\"'python3 -c \"print(1)\"'\"'\"''")
+
+
+def test_the_node_probes_commands_started_early_are_collected_by_run():
+    p = probe_functions()
+    argv = ["sh", "-c", "echo started; echo note >&2; exit 4"]
+    p["start_early"](argv, ["no-such-tool-pvegpu"])
+    assert tuple(argv) in p["STARTED"]
+    assert p["run"](argv) == (4, "started\n", "note\n")
+    assert p["STARTED"] == {}  # collected once; a missing tool was never started
+    assert p["run"](["no-such-tool-pvegpu"])[0] == 127

@@ -33,13 +33,33 @@ UNIT_DIRS = (
 )
 
 
+PVEVERSION = ["pveversion", "-v"]
+# Read-only commands started at once (start_early) run side by side; run() of one collects it.
+STARTED: dict = {}
+
+
+def start_early(*argvs):
+    for argv in argvs:
+        try:
+            STARTED[tuple(argv)] = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        except FileNotFoundError:
+            pass
+
+
 def run(argv, timeout=120):
+    proc = STARTED.pop(tuple(argv), None)
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
+        if proc is None:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
     except FileNotFoundError:
         return 127, "", f"{argv[0]}: not found"
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return 124, "", f"{argv[0]}: timed out"
 
 
@@ -52,7 +72,7 @@ def read(path):
 
 
 def pve_versions():
-    code, out, _ = run(["pveversion", "-v"])
+    code, out, _ = run(PVEVERSION)
     versions = {}
     if code == 0:
         for line in out.splitlines():
@@ -107,10 +127,16 @@ def proc_minors(base=PROC_GPUS):
     return found
 
 
+SMI_GPUS = ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
+SMI_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+    "--format=csv,noheader,nounits",
+]
+
+
 def gpus():
-    code, out, err = run(
-        ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
+    code, out, err = run(SMI_GPUS)
     if code != 0:
         return None, (err or out).strip().splitlines()[:1], None
     rows, smi_driver, minors = [], None, proc_minors(PROC_GPUS)
@@ -137,13 +163,7 @@ def gpus():
 
 
 def compute_apps():
-    code, out, _ = run(
-        [
-            "nvidia-smi",
-            "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
-            "--format=csv,noheader,nounits",
-        ]
-    )
+    code, out, _ = run(SMI_APPS)
     apps = []
     if code == 0:
         for line in out.strip().splitlines():
@@ -299,6 +319,7 @@ views = {
     for v in A.get("vmids", [])
     if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
 }
+start_early(PVEVERSION, SMI_GPUS, SMI_APPS)
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
 doc = {
@@ -326,4 +347,7 @@ doc = {
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
     doc["installer"] = candidate if os.path.isfile(candidate) else None
+for leftover in STARTED.values():  # compute apps when nvidia-smi failed: not needed
+    leftover.kill()
+    leftover.communicate()
 print(json.dumps(doc, sort_keys=True))
