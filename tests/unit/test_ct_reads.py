@@ -19,7 +19,8 @@ def probe_functions():
     tree = ast.parse(probe_source("node_state"))
     keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
             or isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
-                                                   and t.id != "A" for t in n.targets)]
+                                                   and t.id != "A" for t in n.targets)
+            or isinstance(n, ast.AnnAssign) and n.target.id.isupper()]
     ns = {"A": {"installer_tools": ["ldconfig"]}}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "node_state", "exec"), ns)
     return ns
