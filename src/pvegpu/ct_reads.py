@@ -24,6 +24,10 @@ from pyinfra.connectors.util import extract_control_arguments, make_unix_command
 from . import node_read
 from .connectors.pct import pct_exec_argv
 
+# The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
+# about 26 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
+# container's state and verification read are about 37 KB: more containers fold what fits.
+FOLD_BUDGET = 48_000
 # Arguments that change how a command runs beyond its text (a user, a password prompt, stdin):
 # such a fact is never folded, it runs through the connector.
 UNFOLDABLE = ("_sudo", "_su_user", "_doas", "_dzdo", "_stdin")
@@ -109,4 +113,21 @@ def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[st
         if s.verify_level != "compile":
             reads.append((ContainerVerification, verification_args(s)))
         found[vmid] = folded_commands(ct_host, reads)
-    return found
+    return within_budget(found)
+
+
+def within_budget(reads: dict[str, list[str]], budget: int = FOLD_BUDGET) -> dict[str, list[str]]:
+    """The reads to fold, in order, while their text fits ``budget`` (what does not fit runs
+    through the connector as usual); each container keeps its own order.
+
+    >>> within_budget({"200": ["a" * 30, "b" * 30], "201": ["c" * 20]}, budget=55)
+    {'200': ['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'], '201': ['cccccccccccccccccccc']}
+    """
+    kept: dict[str, list[str]] = {}
+    for vmid, lines in reads.items():
+        for line in lines:
+            if len(line) > budget:
+                break
+            budget -= len(line)
+            kept.setdefault(vmid, []).append(line)
+    return kept

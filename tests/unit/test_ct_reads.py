@@ -111,3 +111,28 @@ def test_the_node_probes_commands_started_early_are_collected_by_run():
     assert p["run"](argv) == (4, "started\n", "note\n")
     assert p["STARTED"] == {}  # collected once; a missing tool was never started
     assert p["run"](["no-such-tool-pvegpu"])[0] == 127
+
+
+def folded_lines(s):
+    """One default container's folded reads as preflight_reads makes them (no sudo etc.)."""
+    import shlex
+
+    from pvegpu.facts.python_env import ContainerState
+    from pvegpu.facts.verification import ContainerVerification
+    from pvegpu.operations.checks import verification_args
+    from pvegpu.operations.python_env import container_state_args
+
+    return [ct_reads.shell_command(200, "sh -c " + shlex.quote(cls().command(**kw)))
+            for cls, kw in ((ContainerState, container_state_args(s)),
+                            (ContainerVerification, verification_args(s)))]
+
+
+def test_the_node_command_with_folded_reads_stays_one_argument_long():
+    from pvegpu.facts.proxmox import NodeState
+    from pvegpu.settings import Settings, defaults
+
+    lines = folded_lines(Settings.from_data(defaults()))
+    three = ct_reads.within_budget({str(v): lines for v in (200, 201, 202)})
+    assert three["200"] == lines  # the first container folds both of its reads
+    command = NodeState().command(vmids=[200, 201, 202], reads=three)
+    assert len(command) < 128 * 1024 - 4096  # MAX_ARG_STRLEN, with room for pyinfra's quoting
