@@ -97,3 +97,24 @@ def test_an_unwritable_cache_still_gives_the_verdict(fake_analyze, tmp_path, mon
     assert starts() == 1
     unit.verify_problems("[Service]\nBAD=1\n", "u")
     assert starts() == 2
+
+
+def test_the_inventory_skips_the_final_garbage_collection(tmp_path):
+    """Every pyinfra run loads inventory.py: it registers the exit handler that freezes the heap
+    (pvegpu.quick_exit), which saves the run's last collection (0.1-0.5 s)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import gc, runpy, pvegpu.quick_exit as q\n"
+        f"runpy.run_path({str(root / 'inventory.py')!r})\n"
+        "assert q._registered\n"
+        "q.freeze_heap()\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    env = {"PATH": os.environ["PATH"], "PVE_HOST": "127.0.0.1", "HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "True"]
