@@ -92,30 +92,6 @@ def container_fact(ct_host, cls: type[FactBase], **kwargs):
     return ct_host.get_fact(cls, **kwargs)
 
 
-def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[str, list[str]]:
-    """{vmid: [shell line, ...]}: what the preflight folds into its read of ``node_name``, for
-    each training container there: its ``ContainerState`` and, unless ``verify_level=compile``
-    (which may run for minutes), its ``ContainerVerification``."""
-    # the operations' own argument builders (imported here: they import the preflight)
-    from .facts.python_env import ContainerState
-    from .facts.verification import ContainerVerification
-    from .operations.checks import verification_args
-    from .operations.python_env import container_state_args
-
-    wanted = {str(v) for v in vmids}
-    found: dict[str, list[str]] = {}
-    for ct_host in inventory.get_group("training_cts", []):
-        vmid = str(ct_host.data.get("pct_vmid"))
-        if ct_host.data.get("pct_node") != node_name or vmid not in wanted:
-            continue
-        s = settings[ct_host.name]
-        reads: list[tuple[type[FactBase], dict]] = [(ContainerState, container_state_args(s))]
-        if s.verify_level != "compile":
-            reads.append((ContainerVerification, verification_args(s)))
-        found[vmid] = folded_commands(ct_host, reads)
-    return within_budget(found)
-
-
 def within_budget(reads: dict[str, list[str]], budget: int = FOLD_BUDGET) -> dict[str, list[str]]:
     """The reads to fold, in order, while their text fits ``budget`` (what does not fit runs
     through the connector as usual); each container keeps its own order.

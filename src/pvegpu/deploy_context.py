@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from .preflight import check_fleet, node_failures
+from .preflight import check_fleet
 from .settings import Settings
+from .summary import node_failures
 
 
 def settings(host) -> Settings:

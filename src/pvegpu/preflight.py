@@ -12,14 +12,15 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import boot, node_lock, node_read, summary
-from .ct_reads import preflight_reads
+from .all_settings import load_all
 from .ct_template import default_template
 from .installer_tools import missing_tools_line, plan_tools
+from .operations.folded_reads import preflight_reads
 from .passthrough import plan_passthrough, select_mode
-from .settings import Settings, load_all
+from .settings import Settings
 from .training_preflight import node_training_paths, training_path_problems
 from .unit import RUNNING, renamed_unit_line, running_other_units, unit_file
-from .variants import driver_fit
+from .verification import Verdict, check_node_driver, check_node_gpus
 
 
 class PreflightError(PyinfraError):
@@ -36,44 +37,11 @@ def node_problems(
     >>> from pvegpu.settings import defaults
     >>> problems, _ = node_problems(Settings.from_data(defaults()),
     ...                             {"driver_version": "570.86.10", "gpus": [{}] * 8}, "n1")
-    >>> problems[0].split(":")[:2]
-    ['n1', ' driver 570.86.10 is too old for cu130 (needs >= 580.65.06)']
+    >>> problems[0].split(";")[:2]
+    ['n1: driver for cu130: expected >= 580.65.06 (CUDA 13.0)', ' found 570.86.10 on node n1']
     """
-    problems, warnings = [], []
+    problems, warnings = node_driver_problems(settings, state, node)
     driver = state.get("driver_version")
-    if not driver:
-        problems.append(
-            f"{node}: no NVIDIA driver loaded (/proc/driver/nvidia/version missing): install the "
-            f"NVIDIA driver >= {settings.variant.min_driver} on the node and reboot"
-        )
-    else:
-        # NVIDIA CUDA release notes, table 3: CUDA 12.8 >= 570.26 (12.x minor-version
-        # compatibility from 525.60.13, reduced features); CUDA 13.0 >= 580.65.06.
-        fit = driver_fit(settings.variant, driver)
-        if fit == "too_old":
-            problems.append(
-                f"{node}: driver {driver} is too old for {settings.torch_variant} "
-                f"(needs >= {settings.variant.min_driver}): upgrade the node's driver or set "
-                f"torch_variant to one it supports"
-            )
-        elif fit == "reduced":
-            warnings.append(
-                f"{node}: driver {driver} runs {settings.torch_variant} only in CUDA minor-version "
-                f"compatibility mode (reduced features); >= {settings.variant.min_driver} "
-                "recommended"
-            )
-    gpus = state.get("gpus")
-    if driver and gpus is None:
-        problems.append(
-            f"{node}: nvidia-smi failed ({' '.join(state.get('gpu_error') or []) or 'no output'}): "
-            "fix the driver install"
-        )
-    elif driver and gpus is not None and len(gpus) != settings.expected_gpu_count:
-        problems.append(
-            f"{node}: nvidia-smi lists {len(gpus)} GPUs, expected_gpu_count is "
-            f"{settings.expected_gpu_count}: check the GPUs (nvidia-smi -L) or set "
-            "expected_gpu_count"
-        )
     smi = state.get("driver_version_smi")
     if driver and smi and smi != driver:
         problems.append(
@@ -110,6 +78,24 @@ def node_problems(
         problems += p
         warnings += w
     return problems, warnings
+
+
+def node_driver_problems(settings: Settings, state: dict, node: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the node's driver and GPU count: verification's own checks
+    (:mod:`pvegpu.verification.node`), each line prefixed with the node's name.
+
+    >>> from pvegpu.settings import defaults
+    >>> node_driver_problems(Settings.from_data(defaults()),
+    ...                      {"driver_version": "580.95.05", "gpus": [{}] * 9}, "n1")[0]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['n1: node GPU count: expected 8 (expected_gpu_count); found 9 listed by nvidia-smi on n1;
+    fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count']
+    """
+    v = Verdict(node)
+    check_node_driver(v, settings, state, node)
+    if state.get("driver_version"):  # without a driver, nvidia-smi has nothing to say
+        check_node_gpus(v, settings, state, node)
+    return [f"{node}: {line}" for line in v.lines()], [f"{node}: {w}" for w in v.warnings]
 
 
 def container_problems(
@@ -202,11 +188,6 @@ def check_fleet(state, inventory) -> dict[str, Settings]:
         except PyinfraError as e:
             state.pvegpu_preflight_error = e
             raise
-
-
-def node_failures(state) -> dict[str, list[str]]:
-    """{node name: problem lines} of the nodes that must not be touched in this run."""
-    return getattr(state, "pvegpu_node_failures", None) or {}
 
 
 def node_read_args(s: Settings) -> dict:

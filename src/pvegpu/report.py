@@ -1,7 +1,7 @@
 """What a person reads (one table per container and a verdict line) and what a machine reads
-(the JSON report of ``--data verify_report=<path>``), from a :class:`pvegpu.checks.Verdict`.
+(the JSON report of ``--data verify_report=<path>``), from a :class:`pvegpu.verification.Verdict`.
 
->>> from pvegpu.checks import Verdict
+>>> from pvegpu.verification import Verdict
 >>> v = Verdict("CT 200 on n1", rows=[{"gpu": 0, "node_gpu": 0, "name": "NVIDIA H200",
 ...     "total_mib": 143771, "free_mib": 143771, "role": "target", "status": "ok"}],
 ...     summary={"torch": "2.11.0+cu130", "cuda": "13.0", "device_count": 1,
@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from .checks import Verdict
+from .verification import Verdict
 
 COLUMNS = [
     ("GPU", "gpu", ">"),

@@ -493,23 +493,3 @@ def defaults(project_dir: str | Path | None = None) -> dict[str, Any]:
     all_py = Path(project_dir) / "group_data" / "all.py" if project_dir else GROUP_DATA
     namespace = runpy.run_path(str(all_py))
     return {k: v for k, v in namespace.items() if not k.startswith("_")}
-
-
-def load_all(hosts) -> dict[str, Settings]:
-    """Validate every host's data, and the training unit it renders (``unit.unit_problems``:
-    systemd-analyze verify on the controller); raise one SettingsError listing every problem of
-    every host."""
-    from .unit import unit_problems  # here: unit imports this module
-
-    result: dict = {}
-    errors: list[str] = []
-    for h in hosts:
-        try:
-            result[h.name] = Settings.from_data(h.data)
-        except SettingsError as e:
-            errors.extend(f"{h.name}: {line}" for line in str(e).splitlines())
-            continue
-        errors.extend(f"{h.name}: {line}" for line in unit_problems(result[h.name]))
-    if errors:
-        raise SettingsError("bad settings, nothing was changed:\n" + "\n".join(errors))
-    return result

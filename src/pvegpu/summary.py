@@ -53,9 +53,13 @@ class _FailedOps(BaseStateCallback):
         self.failed.setdefault(host.name, f"connect ({error})")
 
 
-def summary_lines(state, recorder: _FailedOps) -> list[str]:
-    from .preflight import node_failures
+def node_failures(state) -> dict[str, list[str]]:
+    """{node name: problem lines} of the nodes that must not be touched in this run (written by
+    :func:`pvegpu.preflight.check_fleet`; here, below it, so the summary can read them)."""
+    return getattr(state, "pvegpu_node_failures", None) or {}
 
+
+def summary_lines(state, recorder: _FailedOps) -> list[str]:
     failures = node_failures(state)
     lines = []
     for node in state.inventory.get_group("pve_hosts", []):
@@ -93,6 +97,4 @@ def register(state) -> None:
 
 
 def node_failures_any(state) -> bool:
-    from .preflight import node_failures
-
     return bool(node_failures(state))

@@ -273,3 +273,48 @@ def prune_plan(state: dict, settings) -> tuple[list[str], list[str]]:
                 continue  # waiting for its check in this very run
             drop(name)
     return remove, in_use
+
+
+def python_problem(state: dict, settings) -> str | None:
+    """Why the container's ``python_interpreter`` cannot build the venv (None when it can).
+
+    >>> from types import SimpleNamespace as S
+    >>> python_problem({"python": {"version": "3.12.3"}},
+    ...                S(python_interpreter="python3", python_version="3.12"))
+    """
+    found = (state.get("python") or {}).get("version")
+    if not found:
+        return (
+            f"python_interpreter={settings.python_interpreter} does not run in the container: "
+            "install it (apt install python3) or set python_interpreter"
+        )
+    want = settings.python_version
+    if want is not None and found != want and python_minor(found) != want:
+        return (
+            f"python_interpreter={settings.python_interpreter} is Python {found}, "
+            f"python_version={want}: point python_interpreter at a Python {want} or set "
+            f"python_version={python_minor(found)} (and make the locks for it)"
+        )
+    return None
+
+
+def drift_report(state: dict, settings) -> list[str]:
+    """One line per difference between the live venv and the lock it was built from (empty when
+    it matches). Pure: give it a ``ContainerState`` document.
+
+    >>> drift_report({}, None)
+    []
+    """
+    real = (state.get("venv_real") or "").rstrip("/").rsplit("/", 1)[-1]
+    entry = (state.get("venvs") or {}).get(real) if real else None
+    if not entry:
+        return []  # no live venv: the torch runtime check says so
+    where = f"{settings.venv_path} ({real})"
+    if entry.get("locked") is None:
+        return [
+            f"{where} records no lock ({LOCK_FILE}): it was not built by this pvegpu; "
+            "run deploy.py to rebuild it from the lock"
+        ]
+    return [
+        f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()
+    ]

@@ -87,7 +87,7 @@ def test_lifecycle(lifecycle_site):
     before = node.tree_digest()
     unfit = site.deploy()
     assert unfit.rc != 0, unfit.output[-3000:]
-    assert "driver 570.86.10 is too old for cu130 (needs >= 580.65.06)" in unfit.output
+    assert "driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10" in unfit.output
     assert "Traceback" not in unfit.output and node.tree_digest() == before
 
 

@@ -122,8 +122,8 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     run = site.deploy()
     assert_failed_without_change(
         site, run, before,
-        "nvidia-smi lists 7 GPUs, expected_gpu_count is 8",
-        "driver 570.86.10 is too old for cu130 (needs >= 580.65.06)",
+        "node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi",
+        "driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node",
     )
     node.configure(gpus=8, driver_version="580.95.05")
 

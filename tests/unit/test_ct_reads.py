@@ -120,7 +120,7 @@ def folded_lines(s):
     from pvegpu.facts.python_env import ContainerState
     from pvegpu.facts.verification import ContainerVerification
     from pvegpu.operations.checks import verification_args
-    from pvegpu.operations.python_env import container_state_args
+    from pvegpu.operations.container_fact import container_state_args
 
     return [ct_reads.shell_command(200, "sh -c " + shlex.quote(cls().command(**kw)))
             for cls, kw in ((ContainerState, container_state_args(s)),

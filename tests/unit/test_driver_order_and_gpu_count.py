@@ -8,7 +8,7 @@ but 580.105.08 > 580.65.06 as versions; "580.9.01" > "580.65.06" as strings but 
 
 import pytest
 
-from pvegpu.checks import verify
+from pvegpu.verification import verify
 from pvegpu.preflight import node_problems
 from pvegpu.variants import VARIANTS, driver_fit
 from tests.unit.test_preflight import node, settings
@@ -39,7 +39,7 @@ def test_preflight_minimum_is_numeric(driver, too_old):
     doc = node(driver_version=driver, driver_version_smi=driver,
                installer=f"/root/NVIDIA-Linux-x86_64-{driver}.run")
     problems, _ = node_problems(settings(), doc, "n1")
-    assert any("is too old for cu130" in p for p in problems) == too_old, problems
+    assert any("driver for cu130: expected >= 580.65.06" in p for p in problems) == too_old, problems
 
 
 @pytest.mark.parametrize("driver, too_old", [("580.105.08", False), ("580.9.01", True)])
@@ -68,8 +68,8 @@ def test_preflight_refuses_a_node_with_another_gpu_count(count):
     doc = node(gpus=[{"index": i, "minor": i} for i in range(count)])
     problems, _ = node_problems(settings(), doc, "n1")
     assert problems == [
-        f"n1: nvidia-smi lists {count} GPUs, expected_gpu_count is 8: check the GPUs "
-        "(nvidia-smi -L) or set expected_gpu_count"
+        f"n1: node GPU count: expected 8 (expected_gpu_count); found {count} listed by nvidia-smi "
+        "on n1; fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count"
     ]
 
 

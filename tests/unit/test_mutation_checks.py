@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from pvegpu.checks import (
+from pvegpu.verification import (
     FX_RACE,
     Problem,
     Verdict,

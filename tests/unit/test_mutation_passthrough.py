@@ -4,16 +4,14 @@ Config text follows pve-container's write_pct_config: main keys, raw ``lxc.*`` l
 ``[pve:pending]`` and the snapshots, each after a blank line.
 """
 
+from pvegpu.lxc_raw import is_our_raw_line, raw_lxc_lines, rewrite_config
 from pvegpu.passthrough import (
     dev_set_args,
     effective_config,
     expected_numbers,
-    is_our_raw_line,
     modprobe_args,
     pending_ours,
     plan_passthrough,
-    raw_lxc_lines,
-    rewrite_config,
     select_mode,
     stale_live_devices,
 )

@@ -4,7 +4,8 @@ found unpinned: the system-tree test behind data_dir_ct/node paths and load_all'
 import pytest
 
 import pvegpu.unit
-from pvegpu.settings import SettingsError, _in_tree, defaults, load_all
+from pvegpu.all_settings import load_all
+from pvegpu.settings import SettingsError, _in_tree, defaults
 
 
 @pytest.mark.parametrize("path, inside", [

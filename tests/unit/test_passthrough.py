@@ -1,10 +1,8 @@
+from pvegpu.lxc_raw import raw_lines_match, raw_lxc_lines, rewrite_config
 from pvegpu.passthrough import (
     dev_set_args,
     modprobe_args,
     plan_passthrough,
-    raw_lines_match,
-    raw_lxc_lines,
-    rewrite_config,
     select_mode,
     wanted_devices,
 )

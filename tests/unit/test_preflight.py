@@ -5,6 +5,7 @@ import pytest
 
 from pvegpu.preflight import node_problems
 from pvegpu.settings import Settings, defaults
+from pvegpu.verification import verify
 
 NODE = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(8)}
 NODE.update({"/dev/nvidiactl": {"major": 195, "minor": 255},
@@ -50,14 +51,19 @@ def test_a_fit_node_passes_silently():
 
 @pytest.mark.parametrize("over, line", [
     ({"driver_version": None, "gpus": None},
-     "n1: no NVIDIA driver loaded (/proc/driver/nvidia/version missing): install the NVIDIA driver "
-     ">= 580.65.06 on the node and reboot"),
+     "n1: node driver: expected an NVIDIA driver >= 580.65.06 loaded on n1; found none "
+     "(/proc/driver/nvidia/version missing); fix: install the NVIDIA driver >= 580.65.06 on the "
+     "node and reboot"),
     ({"driver_version": "570.86.10", "driver_version_smi": "570.86.10"},
-     "n1: driver 570.86.10 is too old for cu130 (needs >= 580.65.06): upgrade the node's driver or "
-     "set torch_variant to one it supports"),
+     "n1: driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node n1; fix: "
+     "upgrade the node's NVIDIA driver to >= 580.65.06 (then deploy.py matches the container), or "
+     "set torch_variant to a build the driver supports"),
     ({"gpus": [{"index": i, "minor": i} for i in range(7)]},
-     "n1: nvidia-smi lists 7 GPUs, expected_gpu_count is 8: check the GPUs (nvidia-smi -L) or set "
-     "expected_gpu_count"),
+     "n1: node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi on n1; "
+     "fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count"),
+    ({"gpus": None, "gpu_error": ["nvidia-smi failed (exit 9)"]},
+     "n1: node GPUs: expected nvidia-smi on n1 lists the GPUs; found nvidia-smi failed (exit 9); "
+     "fix: fix the node's driver install (nvidia-smi must work on the node)"),
     ({"driver_version_smi": "580.105.08"},
      "n1: the node's NVIDIA userspace is 580.105.08 but its kernel module is 580.95.05: reboot the "
      "node after the driver upgrade (or reinstall the matching driver)"),
@@ -73,6 +79,20 @@ def test_each_unfit_fact_is_one_line_with_value_and_fix(over, line):
     assert problems == [line]
 
 
+@pytest.mark.parametrize("over", [
+    {"driver_version": None, "gpus": None},
+    {"driver_version": "570.86.10", "driver_version_smi": "570.86.10"},
+    {"gpus": [{"index": i, "minor": i} for i in range(9)]},
+    {"gpus": None, "gpu_error": ["nvidia-smi failed (exit 9)"]},
+])
+def test_deploy_and_verify_word_node_problems_alike(over):
+    """The preflight's driver and GPU-count lines are verification's, prefixed with the node."""
+    facts = node(**over)
+    problems, _ = node_problems(settings(), facts, "n1")
+    verdict = verify(settings(), facts, {}, where="CT 200 on n1", vmid=200, node_name="n1")
+    assert problems == ["n1: " + verdict.lines()[0]]
+
+
 def test_cu128_minimum_and_its_reduced_features_band():
     s = settings(torch_variant="cu128")
     assert node_problems(s, node(driver_version="570.26", driver_version_smi="570.26"), "n1") == ([], [])
@@ -82,7 +102,8 @@ def test_cu128_minimum_and_its_reduced_features_band():
                         "(reduced features); >= 570.26 recommended"]
     assert node_problems(s, node(driver_version="525.60.13", driver_version_smi="525.60.13"), "n1")[0] == []
     problems, _ = node_problems(s, node(driver_version="525.60.12", driver_version_smi="525.60.12"), "n1")
-    assert problems[0].startswith("n1: driver 525.60.12 is too old for cu128 (needs >= 570.26)")
+    assert problems[0].startswith("n1: driver for cu128: expected >= 570.26 (CUDA 12.8); found "
+                                  "525.60.12 on node n1")
 
 
 def test_devn_mode_forced_on_an_old_node():

@@ -13,14 +13,16 @@ import pytest
 from pvegpu import variants as variants_mod
 from pvegpu.locks import (
     LockPlan, compile_argv, desired_pins, early_lock_error, index_args, lock_plan, make_lock,
-    parse_pins, requirements_in, training_pyproject, uv_wheel_hashes,
-)
-from pvegpu.operations.python_env import (
-    build_script, drift_report, sync_argv, uv_env, uv_error, _python_problem,
+    parse_pins, requirements_in, training_pyproject, uv_error, uv_wheel_hashes,
 )
 from pvegpu.settings import Settings, SettingsError, defaults
 from pvegpu.variants import VARIANTS, Variant
-from pvegpu.venvs import build_reasons, drift, effective_python_version, marker, prune_plan
+from pvegpu.uv_commands import sync_argv, uv_env
+from pvegpu.venv_build import build_script
+from pvegpu.venvs import (
+    build_reasons, drift, drift_report, effective_python_version, marker, prune_plan,
+    python_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HASH = "--hash=sha256:" + "ab" * 32
@@ -285,17 +287,17 @@ def test_uv_error_condenses_uv_output_to_one_line():
 def test_python_version_follows_the_container_unless_set():
     s = settings()
     assert s.python_version is None
-    assert _python_problem({"python": {"version": "3.13.5"}}, s) is None  # a Debian 13 CT
+    assert python_problem({"python": {"version": "3.13.5"}}, s) is None  # a Debian 13 CT
     assert effective_python_version(s, {"python": {"version": "3.13.5"}}) == "3.13"
     assert effective_python_version(s, {"python": {"version": "3.11.2"}}) == "3.11"
 
 
 def test_python_version_is_checked_against_the_interpreter():
     s = settings(python_version="3.11")
-    assert _python_problem({"python": {"version": "3.11.2"}}, s) is None
-    line = _python_problem({"python": {"version": "3.13.5"}}, s)
+    assert python_problem({"python": {"version": "3.11.2"}}, s) is None
+    line = python_problem({"python": {"version": "3.13.5"}}, s)
     assert line.startswith("python_interpreter=/usr/bin/python3 is Python 3.13.5, python_version=3.11")
-    assert "does not run" in _python_problem({"python": {"version": None}}, s)
+    assert "does not run" in python_problem({"python": {"version": None}}, s)
 
 
 def test_bad_python_version_is_a_settings_error():

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.settings import Settings, SettingsError, defaults, load_all
+from pvegpu.all_settings import load_all
+from pvegpu.settings import Settings, SettingsError, defaults
 from pvegpu.unit import (
     TEMPLATES, desired_start, digest, parse_started_record, pending_reasons, render_unit,
     training_argv_prefix, training_matcher, unit_problems,

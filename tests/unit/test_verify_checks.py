@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from pvegpu.checks import (
+from pvegpu.verification import (
     FX_RACE,
     arch_covers,
     cleared_at_start,

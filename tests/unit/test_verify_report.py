@@ -2,7 +2,7 @@
 
 import json
 
-from pvegpu.checks import verify
+from pvegpu.verification import verify
 from pvegpu.report import report_document, table, verdict_line, write_report
 from tests.unit.verify_facts import ct_facts, node_facts, settings
 

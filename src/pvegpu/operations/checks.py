@@ -9,15 +9,16 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from .. import node_read
-from ..checks import Verdict, torch_problems, verify
+from ..all_settings import load_all
 from ..ct_reads import container_fact
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..report import report_document, table, verdict_line, write_report
-from ..settings import Settings, load_all
+from ..settings import Settings
 from ..unit import started_record, unit_file
-from .python_env import uv_bin
+from ..uv_commands import uv_bin
+from ..verification import Verdict, torch_problems, verify
 from .util import fail
 
 
@@ -79,7 +80,7 @@ def lock_for(
 ) -> tuple[dict[str, str] | None, str | None]:
     """The pins the venv must equal, and where they come from; (None, None) when there is no
     usable lock (the venv was built from the settings' pins: see
-    :func:`pvegpu.checks.package_drift`).
+    :func:`pvegpu.verification.package_drift`).
 
     Verification follows the python env stage's own decision (:func:`pvegpu.locks.lock_plan`: a
     lock applies only when its ``.in`` pins what the settings ask for), for the venv's Python
@@ -132,7 +133,7 @@ def verified(settings: Settings):
     :class:`ContainerVerification` (one ``pct exec``).
 
     In deploy.py a leftover training process on a training GPU that the training unit stage will
-    clear (see :func:`pvegpu.checks.verify`) is a warning; in verify.py it is a problem.
+    clear (see :func:`pvegpu.verification.verify`) is a warning; in verify.py it is a problem.
     """
     node_host = node_host_of(host)
     # the node's read (reused from this run's preflight when nothing changed since) and the

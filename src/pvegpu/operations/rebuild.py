@@ -19,11 +19,12 @@ from pyinfra.api import StringCommand, operation
 from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
-from ..rebuild import pollution_lines
+from ..pollution_report import pollution_lines
 from ..settings import Settings
 from ..unit import RUNNING, unit_file
+from ..uv_commands import uv_bin
 from ..venvs import LOCK_FILE, prune_plan
-from .python_env import BASELINE, container_state, remember, uv_bin
+from .container_fact import BASELINE, container_state, remember
 from .util import fail, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)

@@ -38,7 +38,7 @@ from ..unit import (
     unit_path,
     unit_plan,
 )
-from .python_env import container_state, remember
+from .container_fact import container_state, remember
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.

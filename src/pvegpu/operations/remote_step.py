@@ -1,0 +1,54 @@
+"""A command that runs a script on the host and, on failure, logs one clear line: what failed,
+why (the script's own ``pvegpu: ...`` line, uv's error, or its last output line) and the fix."""
+
+from __future__ import annotations
+
+from pyinfra import logger
+from pyinfra.api import FunctionCommand, StringCommand
+
+from ..locks import redact, uv_error
+
+
+def remote_step(
+    what: str,
+    script: str,
+    fix: str,
+    notes: tuple[str, ...] = (),
+    hints: dict[str, str] | None = None,
+) -> FunctionCommand:
+    """Run ``script`` on the host; on failure log one line: what failed, why, and the fix
+    (``hints``: a fix that replaces it when the reason contains the key).
+
+    .. code:: python
+
+        yield remote_step("installing uv 0.13.9", script, "the live venv is untouched")
+    """
+
+    def step(state, host):
+        for line in notes:
+            host.log_styled(line, fg="yellow", log_func=logger.warning)
+        status, output = host.run_shell_command(
+            StringCommand(script),
+            print_output=state.print_output,
+            print_input=state.print_input,
+        )
+        lines = [o.line for o in output.combined_lines]
+        ours = [line.split("pvegpu: ", 1)[1] for line in lines if "pvegpu: " in line]
+        if status:
+            for line in ours:
+                host.log_styled(line, fg="cyan", log_func=logger.info)
+            return True
+        for line in lines:
+            logger.debug(f"{host.name}: {redact(line)}")
+        reason = (
+            (ours[-1] if ours else None)
+            or uv_error(lines)
+            or next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+        )
+        fix_now = next((h for key, h in (hints or {}).items() if key in reason), fix)
+        host.log_styled(
+            redact(f"{what} failed: {reason}; {fix_now}"), fg="red", log_func=logger.error
+        )
+        return False
+
+    return FunctionCommand(step, (), {})

@@ -1,0 +1,122 @@
+"""uv command lines for the container (pure: tests run them against the loopback index).
+
+Every uv call: ``--no-config`` (no stray uv.toml can add an index or a torch backend), the
+index-changing ``UV_*`` variables unset, ``--index-url <package_index_url>`` and the torch index
+only as an *explicit* index that torch alone is bound to (a generated ``pyproject.toml``, see
+:mod:`pvegpu.locks`). Never ``--torch-backend`` (``auto`` falls back to CPU wheels where no driver
+is visible).
+
+>>> from pvegpu.settings import Settings, defaults
+>>> uv_bin(Settings.from_data({**defaults(), "uv_version": "0.13.9"}))
+'/opt/pvegpu/uv-0.13.9/bin/uv'
+"""
+
+from __future__ import annotations
+
+import shlex
+from importlib import resources
+
+from .locks import index_args, parse_pins, split_credentials
+from .settings import Settings
+
+#: Environment variables that would change what uv installs or from where; unset for every call.
+UV_UNSET = (
+    "UV_TORCH_BACKEND",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX_STRATEGY",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+    "UV_CONSTRAINT",
+    "UV_OVERRIDE",
+    "UV_PRERELEASE",
+    "UV_RESOLUTION",
+    "UV_EXCLUDE_NEWER",
+    "UV_CONFIG_FILE",
+    "UV_OFFLINE",
+    "UV_PYTHON",
+    "UV_SYSTEM_PYTHON",
+    "UV_LINK_MODE",
+    "VIRTUAL_ENV",
+)
+
+#: Where the index credentials live in the container while pvegpu needs them (mode 0600; the
+#: netrc uv reads through $NETRC): never in a command line.
+NETRC = "/root/.config/pvegpu/netrc"
+
+
+def uv_home(settings: Settings) -> str:
+    """The pinned uv's own directory in the container (one per version)."""
+    return f"/opt/pvegpu/uv-{settings.uv_version}"
+
+
+def uv_bin(settings: Settings) -> str:
+    """Where the pinned uv lives in the container (its own directory, one per version)."""
+    return f"{uv_home(settings)}/bin/uv"
+
+
+def uv_env(settings: Settings) -> str:
+    """Environment prefix of every uv call: cache beside the venvs, no Python downloads, and
+    nothing from the environment that could change the indexes or the torch backend."""
+    unset = " ".join(f"-u {k}" for k in UV_UNSET)
+    return (
+        f"env {unset} UV_CACHE_DIR={shlex.quote(settings.uv_cache_dir)} "
+        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
+    )
+
+
+def sync_argv(
+    settings: Settings, uv: str, python: str, pyproject: str, lock: str, offline: bool = False
+) -> list[str]:
+    """``uv pip sync`` of a hashed lock: exactly its packages, anything else removed.
+
+    The requirements are the lock's pins in a pyproject that binds torch to the explicit torch
+    index (``training_pyproject``); the lock itself is the constraints file that carries the
+    hashes, and ``--require-hashes`` refuses any file whose hash is not in it.
+    """
+    return [
+        uv,
+        "pip",
+        "sync",
+        "--no-config",
+        "--quiet",
+        "--require-hashes",
+        "--python",
+        python,
+        *index_args(settings),
+        "--constraints",
+        lock,
+        *(["--offline"] if offline else []),
+        pyproject,
+    ]
+
+
+def lock_requirements(lock_text: str) -> list[str]:
+    """The lock's pins as requirement strings, for the sync's pyproject.
+
+    >>> lock_requirements("torch==2.11.0+cu130 \\\\\\n    --hash=sha256:00\\nfilelock==3.20.0\\n")
+    ['filelock==3.20.0', 'torch==2.11.0+cu130']
+    """
+    return [f"{name}=={version}" for name, version in sorted(parse_pins(lock_text).items())]
+
+
+def has_credentials(settings: Settings) -> bool:
+    """Whether either index URL carries ``user:token@`` (then uv reads them from ``NETRC``)."""
+    return any(
+        split_credentials(u)[1] for u in (settings.package_index_url, settings.torch_index_url)
+    )
+
+
+def reach_command(settings: Settings) -> str:
+    """The container-side check that both indexes answer (URLs without credentials): the
+    ``reach_indexes`` script of :mod:`pvegpu.probes`, run by ``python_interpreter``."""
+    package, _ = split_credentials(settings.package_index_url)
+    torch, _ = split_credentials(settings.torch_index_url)
+    script = resources.files("pvegpu.probes").joinpath("reach_indexes.py").read_text()
+    return (
+        f"{shlex.quote(settings.python_interpreter)} -c {shlex.quote(script)} "
+        f"{shlex.quote('package_index_url=' + package)} "
+        f"{shlex.quote('torch_index_base=' + torch)}"
+    )

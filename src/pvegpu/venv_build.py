@@ -1,0 +1,102 @@
+"""The build script: one shell command that builds a venv from scratch beside the live one (pure).
+
+It starts from an empty ``<build>.building`` dir, syncs the lock offline from uv's cache when the
+cache has everything (no index contacted), else checks the indexes answer and syncs online, then
+records the marker and renames the finished venv to ``<build>.next``. The layout is described in
+:mod:`pvegpu.venvs`; the uv command lines come from :mod:`pvegpu.uv_commands`.
+
+>>> quoted(["uv", "venv", "/root/venvs/a b"])
+"uv venv '/root/venvs/a b'"
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import shlex
+
+from .guard import delete_command
+from .locks import LockPlan, training_pyproject
+from .settings import Settings
+from .uv_commands import (
+    NETRC,
+    has_credentials,
+    lock_requirements,
+    reach_command,
+    sync_argv,
+    uv_bin,
+    uv_env,
+)
+from .venvs import CACHE_PTH, LOCK_FILE, MARKER, marker
+
+
+def quoted(argv: list[str]) -> str:
+    """``argv`` as one shell-quoted command line."""
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def gzip_write_command(path: str, text: str) -> str:
+    """A command writing ``text`` to ``path`` (gzip + base64: no quoting can break it)."""
+    payload = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
+    return f"printf %s {payload} | base64 -d | gzip -dc > {shlex.quote(path)}"
+
+
+def compile_cache_pth(settings: Settings) -> str:
+    """The ``.pth`` line pointing torch.compile's caches at the build's cache dirs (unless the
+    environment already sets them)."""
+    cache = settings.compile_cache_dir
+    return (
+        "import os; "
+        f"os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', {cache + '/inductor'!r}); "
+        f"os.environ.setdefault('TRITON_CACHE_DIR', {cache + '/triton'!r})\n"
+    )
+
+
+def build_script(settings: Settings, plan: LockPlan, python_version: str | None) -> str:
+    """The one shell command that builds the selected build from scratch into ``<build>.next``.
+
+    It starts from an empty ``.building`` dir, syncs the lock offline from uv's cache when the
+    cache has everything (no index contacted), else checks the indexes answer and syncs online,
+    then records the marker and renames the finished venv to ``.next``. Nothing outside
+    ``.building``/``.next`` and uv's cache is touched.
+    """
+    V = settings.venvs_dir.rstrip("/")
+    B = settings.build_venv
+    T, N = f"{B}.building", f"{B}.next"
+    uv = uv_bin(settings)
+    env = uv_env(settings)
+    reach = reach_command(settings)
+    if has_credentials(settings):
+        env += f" NETRC={NETRC}"
+        reach = f"NETRC={NETRC} {reach}"
+    py = f"{T}/bin/python"
+    pyproject, lock = f"{T}/.pvegpu-sync/pyproject.toml", f"{T}/{LOCK_FILE}"
+    venv_argv = [uv, "venv", "--no-config", "--quiet", "--relocatable"]
+    lines = [
+        "set -e",
+        f"mkdir -p {shlex.quote(V)} {shlex.quote(settings.uv_cache_dir)}",
+        delete_command([T, N], venvs_dir=V),
+        f"{env} " + quoted([*venv_argv, "--python", settings.python_interpreter, T]),
+        f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
+        gzip_write_command(lock, plan.text),
+        gzip_write_command(pyproject, training_pyproject(settings, lock_requirements(plan.text))),
+    ]
+    offline = f"{env} {quoted(sync_argv(settings, uv, py, pyproject, lock, offline=True))}"
+    online = f"{env} {quoted(sync_argv(settings, uv, py, pyproject, lock))}"
+    lines += [
+        f"if {offline} 2>/dev/null; then echo 'pvegpu: installed offline from uv'\"'\"'s cache' "
+        ">&2;"
+        f" else {reach}; {online}; fi",
+    ]
+    pth_b64 = base64.b64encode(compile_cache_pth(settings).encode()).decode()
+    lines += [
+        f"for d in {shlex.quote(T)}/lib/python*/site-packages; do "
+        f'printf %s {pth_b64} | base64 -d > "$d/{CACHE_PTH}"; done',
+        gzip_write_command(
+            f"{T}/{MARKER}",
+            json.dumps(marker(settings, plan, python_version), sort_keys=True) + "\n",
+        ),
+        f"mv {shlex.quote(T)} {shlex.quote(N)}",
+    ]
+    return "\n".join(lines)
