@@ -14,6 +14,7 @@ nvidia_modeset
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jinja2
@@ -26,6 +27,7 @@ PERSISTENCED_UNIT = "nvidia-persistenced.service"
 UNIT_DIR = "/etc/systemd/system"
 
 
+@functools.lru_cache(maxsize=8)  # one Environment per run: it keeps the compiled templates
 def _env(templates: Path = TEMPLATES) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),

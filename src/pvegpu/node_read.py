@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .facts.proxmox import NodeState
-from .run_context import executed_operations, run_context
+from .run_context import Entry, executed_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
 
@@ -35,6 +35,7 @@ class Request:
     ct_detail: str
     args: dict | None
     paths: tuple = ()
+    reads: dict | None = None  # {vmid: [container command, ...]} folded in (pvegpu.ct_reads)
 
 
 def covers(have: Request, want: Request) -> bool:
@@ -48,21 +49,25 @@ def covers(have: Request, want: Request) -> bool:
 
 
 def node_state(
-    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=()
+    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=(), ct_reads=None
 ) -> dict:
     """The node's ``NodeState`` document, from this run's fact cache (its last read, when no
     operation ran a command since and it covers the request), else read now (``args``: the
     probe's other arguments; None: any earlier read will do, and a fresh read uses the probe's
-    defaults; ``paths``: node paths whose kind the document must hold, under ``path_kinds``)."""
+    defaults; ``paths``: node paths whose kind the document must hold, under ``path_kinds``;
+    ``ct_reads``: container commands to run in each container's exec of a fresh read, see
+    :mod:`pvegpu.ct_reads`)."""
     state = node_host.state
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
 
     def read() -> dict:
         fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
+        if ct_reads:
+            fact_args["reads"] = ct_reads
         return node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
 
     # kept with what it was read with: the probe's defaults when no arguments were given
-    stored = Request(want.vmids, ct_detail, dict(args or {}), want.paths)
+    stored = Request(want.vmids, ct_detail, dict(args or {}), want.paths, ct_reads)
     return run_context(state).facts.get(
         ("node", node_host.name),
         executed_operations(state),
@@ -70,3 +75,10 @@ def node_state(
         stored,
         lambda have: covers(have, want),
     )
+
+
+def last_read(state, node_name: str) -> Entry | None:
+    """This run's cached read of ``node_name`` while it is current (no operation ran since):
+    ``.doc`` the document, ``.request`` the :class:`Request` it was read with."""
+    entry = run_context(state).facts.entries.get(("node", node_name))
+    return entry if entry is not None and entry.point == executed_operations(state) else None

@@ -14,6 +14,7 @@ from . import boot, node_lock, node_read, summary
 from .all_settings import load_all
 from .ct_template import default_template
 from .installer_tools import missing_installer_line, missing_tools_line, plan_tools
+from .operations.folded_reads import preflight_reads
 from .passthrough import plan_passthrough, restart_blocker, select_mode
 from .run_context import run_context
 from .settings import Settings
@@ -228,7 +229,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         # and verify reuse it until an operation runs a command
         paths = node_training_paths(inventory, settings, node_host.name)
         args = run_context(state).node_args[node_host.name] = node_read_args(s)
-        facts = node_read.node_state(node_host, vmids, "full", args, paths)
+        # each container's first reads ride on the node read's exec into it (pvegpu.ct_reads)
+        ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
+        facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [

@@ -23,19 +23,24 @@ from pyinfra.api.exceptions import FactProcessError
 
 #: A probe's import of the prelude's helpers: for readers and linters; the prelude itself is sent.
 PRELUDE_IMPORT = re.compile(r"^from pvegpu\.probes\.prelude import [\w, ]+(#.*)?\n", re.M)
+#: Probes that start with another probe file's functions (pvegpu is not installed where they run).
+PRELUDES = {"node_state": ("ct_view",)}
 
 
 def probe_source(name: str) -> str:
     """The probe's source as sent: the shared prelude (pvegpu/probes/prelude.py: ``run``,
-    ``read``, ``mtime``, ``digest``) in front, in place of the probe's import of it; a probe that
-    deletes (calls ``remove_tree``) also gets the delete guard's source (pvegpu/guard.py, plain
-    Python). pvegpu is not installed where probes run.
+    ``start_early``, ``read``, ``mtime``, ``digest``) in front, in place of the probe's import of
+    it, then its ``PRELUDES``; a probe that deletes (calls ``remove_tree``) also gets the delete
+    guard's source (pvegpu/guard.py, plain Python). pvegpu is not installed where probes run.
 
     >>> "def run(" in probe_source("pollution") and "import pvegpu" not in probe_source("pollution")
     True
     """
     probes = resources.files("pvegpu.probes")
-    text = PRELUDE_IMPORT.sub("", probes.joinpath(f"{name}.py").read_text())
+    text = "\n".join(
+        PRELUDE_IMPORT.sub("", probes.joinpath(f"{n}.py").read_text())
+        for n in (*PRELUDES.get(name, ()), name)
+    )
     if "remove_tree(" in text:
         text = resources.files("pvegpu").joinpath("guard.py").read_text() + "\n" + text
     return probes.joinpath("prelude.py").read_text() + "\n" + text

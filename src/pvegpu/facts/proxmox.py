@@ -36,7 +36,10 @@ class NodeState(ProbeFact):
       driver_version from its /proc/driver/nvidia/version, libs, nvidia_smi, devices, unit_active,
       missing_tools: the utilities NVIDIA's installer needs that it would not find there);
     - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
-      code's paths on the node, checked by the preflight in the same read).
+      code's paths on the node, checked by the preflight in the same read);
+    - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
+      ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
+      (:mod:`pvegpu.ct_reads`).
     """
 
     probe = "node_state"
@@ -51,6 +54,7 @@ class NodeState(ProbeFact):
         ct_detail="full",
         unit_name=None,
         paths=(),
+        reads=None,
     ):
         return self.command_for(
             vmids=list(vmids),
@@ -62,6 +66,7 @@ class NodeState(ProbeFact):
             unit_name=unit_name,
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
+            reads={str(k): list(v) for k, v in (reads or {}).items()},
         )
 
     def process(self, output) -> NodeStateDoc:

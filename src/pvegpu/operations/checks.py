@@ -9,6 +9,7 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from .. import node_read
+from ..ct_reads import container_fact
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
@@ -37,6 +38,18 @@ def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
     )
     if problems:
         yield fail(*problems)
+
+
+def verification_args(settings: Settings) -> dict:
+    """The ``ContainerVerification`` fact's arguments for ``settings``."""
+    return dict(
+        venv=settings.python_env.venv_path,
+        uv_bin=uv_bin(settings.python_env),
+        compile_check=settings.verification.level == "compile",
+        unit_name=unit_file(settings.training),
+        started_path=started_record(settings.training),
+        build_venv=settings.build_venv,
+    )
 
 
 def node_host_of(h):
@@ -110,15 +123,8 @@ def verified(settings: Settings):
     # the node's read (reused from this run's preflight when nothing changed since) and the
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
-    ct = host.get_fact(
-        ContainerVerification,
-        venv=settings.python_env.venv_path,
-        uv_bin=uv_bin(settings.python_env),
-        compile_check=settings.verification.level == "compile",
-        unit_name=unit_file(settings.training),
-        started_path=started_record(settings.training),
-        build_venv=settings.build_venv,
-    )
+    # served from the preflight's node read when nothing ran since (pvegpu.ct_reads)
+    ct = container_fact(host, ContainerVerification, **verification_args(settings))
     node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from ..ct_reads import container_fact
 from ..facts.python_env import ContainerState
 from ..run_context import executed_operations, run_context
+from ..settings import Settings
 from ..unit import started_record, unit_file, unit_path
 from ..uv_commands import uv_bin
 
@@ -22,10 +24,28 @@ LOCKS_CACHE = "/var/lib/pvegpu/resolved-locks"
 BASELINE = "/var/lib/pvegpu/baseline-packages"
 
 
+def container_state_args(settings: Settings) -> dict:
+    """The ``ContainerState`` fact's arguments for ``settings``."""
+    return dict(
+        uv_bin=uv_bin(settings.python_env),
+        venvs_dir=settings.python_env.venvs_dir,
+        venv_path=settings.python_env.venv_path,
+        unit_path=unit_path(settings.training),
+        unit_name=unit_file(settings.training),
+        cache_dir=settings.compile_cache_dir,
+        started_path=started_record(settings.training),
+        python=settings.python_env.interpreter,
+        uv_cache_dir=settings.python_env.uv_cache_dir,
+        locks_cache=LOCKS_CACHE,
+        baseline_path=BASELINE,
+    )
+
+
 def container_state() -> dict:
     """The host's ``ContainerState`` document, read at most once between changes of this run
-    (the run context's fact cache, :mod:`pvegpu.run_context`), with the paths of the host's
-    settings in this run (so an operation needs no settings to read it).
+    (the run context's fact cache, :mod:`pvegpu.run_context`; served from the preflight's node
+    read while nothing ran: :mod:`pvegpu.ct_reads`), with the paths of the host's settings in
+    this run (so an operation needs no settings to read it).
 
     .. code:: python
 
@@ -36,20 +56,7 @@ def container_state() -> dict:
 
     def read() -> dict:
         settings = run.settings[host.name]  # type: ignore[index]  # the run has begun
-        return host.get_fact(
-            ContainerState,
-            uv_bin=uv_bin(settings.python_env),
-            venvs_dir=settings.python_env.venvs_dir,
-            venv_path=settings.python_env.venv_path,
-            unit_path=unit_path(settings.training),
-            unit_name=unit_file(settings.training),
-            cache_dir=settings.compile_cache_dir,
-            started_path=started_record(settings.training),
-            python=settings.python_env.interpreter,
-            uv_cache_dir=settings.python_env.uv_cache_dir,
-            locks_cache=LOCKS_CACHE,
-            baseline_path=BASELINE,
-        )
+        return container_fact(host, ContainerState, **container_state_args(settings))
 
     return run.facts.get(("container", host.name), executed_operations(state), read)
 

@@ -1,16 +1,21 @@
 # Probe: the whole GPU-relevant state of a Proxmox node, as one JSON line.
-# Runs on the node with its system python3 (stdlib only). ARGS (a JSON string) is prepended:
+# Runs on the node with its system python3 (stdlib only), after probes/ct_view.py (each container's
+# own view: start_view, container_view; pvegpu.facts.probe prepends it). ARGS (a JSON string) is
+# prepended:
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
 #  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service",
-#  "installer_tools": ["ldconfig", "grep", ...]}
+#  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]}}
 #
 # ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
 # node): "none" reads only its config file; "status" adds `pct status`; "full" runs ONE `pct exec`
 # that reports the container's own view (driver version, userspace libraries, device nodes as the
 # container sees them, the training unit's state). A stopped container answers that exec with
 # "container '<vmid>' not running!", which is its status; only an unexpected answer costs a second
-# call (`pct status`).
+# call (`pct status`). That exec also runs, after the view, the container reads the controller
+# folds into it ("reads": {vmid: [shell command, ...]}, pvegpu.ct_reads): each one's stdout and
+# exit status come back under the container's "reads". The execs start before the node's own
+# commands and run beside them.
 import glob
 import hashlib
 import json
@@ -18,13 +23,9 @@ import os
 import re
 import shutil
 
-from pvegpu.probes.prelude import read, run  # sent as the prelude
+from pvegpu.probes.prelude import STARTED, read, run, start_early  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
-# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
-# under another name are earlier training_unit_names (a rename must not run two trainers).
-UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 UNIT_DIRS = (
     "/etc/systemd/system",
     "/run/systemd/system",
@@ -33,8 +34,11 @@ UNIT_DIRS = (
 )
 
 
+PVEVERSION = ["pveversion", "-v"]
+
+
 def pve_versions():
-    code, out, _ = run(["pveversion", "-v"])
+    code, out, _ = run(PVEVERSION)
     versions = {}
     if code == 0:
         for line in out.splitlines():
@@ -48,15 +52,8 @@ def pve_versions():
     }
 
 
-def module_version(text):
-    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..." (also the
-    # "Open Kernel Module for x86_64" wording of the open modules)
-    m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+(?:\.\d+)+)", text or "")
-    return m.group(1) if m else None
-
-
 def driver():
-    return module_version(read("/proc/driver/nvidia/version"))
+    return module_version(read("/proc/driver/nvidia/version"))  # noqa: F821 (ct_view)
 
 
 # nvidia-smi has no minor field (see its --help-query-gpu); the minor comes from the kernel module.
@@ -96,10 +93,16 @@ def proc_minors(base=PROC_GPUS):
     return found
 
 
+SMI_GPUS = ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
+SMI_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+    "--format=csv,noheader,nounits",
+]
+
+
 def gpus():
-    code, out, err = run(
-        ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
+    code, out, err = run(SMI_GPUS)
     if code != 0:
         return None, (err or out).strip().splitlines()[:1], None
     rows, smi_driver, minors = [], None, proc_minors(PROC_GPUS)
@@ -126,13 +129,7 @@ def gpus():
 
 
 def compute_apps():
-    code, out, _ = run(
-        [
-            "nvidia-smi",
-            "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
-            "--format=csv,noheader,nounits",
-        ]
-    )
+    code, out, _ = run(SMI_APPS)
     apps = []
     if code == 0:
         for line in out.strip().splitlines():
@@ -208,77 +205,7 @@ def parse_config(text):
     return keys, raw, pending, pending_delete
 
 
-# One sh script inside the container: its kernel-module view, userspace driver, device nodes and
-# the training unit. Prefixed lines, parsed below.
-CT_SCRIPT = r"""
-v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
-for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
-echo "smi $(command -v nvidia-smi)"
-for f in /dev/nvidia* /dev/nvidia-caps/*; do
-    [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
-echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
-for t in %(tools)s; do
-  f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
-    [ -f "$d/$t" ] && [ -x "$d/$t" ] && f=1 && break; done; unset IFS
-  [ -n "$f" ] || echo "missing $t"; done
-for f in /etc/systemd/system/*.service; do
-  [ -f "$f" ] && [ ! -L "$f" ] && [ "${f##*/}" != %(unit)s ] || continue
-  case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
-    echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
-done
-echo "end"
-"""
-# "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
-# does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
-
-
-def container_view(vmid, unit):
-    tools = " ".join(t for t in A.get("installer_tools", []) if re.fullmatch(r"[\w.-]+", t))
-    script = CT_SCRIPT % {
-        "lib": LIBDIR,
-        "unit": unit or "pvegpu-none.service",
-        "tools": tools,
-        "marker": UNIT_MARKER,
-    }
-    code, out, err = run(["pct", "exec", str(vmid), "--", "sh", "-c", script])
-    if "not running" in err and code != 0:
-        return "stopped", None
-    if code != 0 or "\nend" not in "\n" + out:
-        return None, None
-    view = {
-        "driver_version": None,
-        "libs": {},
-        "nvidia_smi": False,
-        "devices": {},
-        "unit_active": None,
-        "missing_tools": [],
-        "other_units": {},
-    }
-    for line in out.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag == "module":
-            view["driver_version"] = module_version(rest)
-        elif tag == "lib":
-            name, _, target = rest.partition(" ")
-            m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", target.strip())
-            view["libs"][name] = m.group(1) if m else None
-        elif tag == "smi":
-            view["nvidia_smi"] = bool(rest.strip())
-        elif tag == "dev":
-            parts = rest.split()
-            if len(parts) == 3:
-                view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
-        elif tag == "unit":
-            view["unit_active"] = rest.strip() or None
-        elif tag == "missing":
-            view["missing_tools"].append(rest.strip())
-        elif tag == "other":
-            name, _, active = rest.partition(" ")
-            view["other_units"][name] = active.strip() or None
-    return "running", view
-
-
-def container(vmid, detail, unit):
+def container(vmid, detail, unit, view=None):
     text = read(f"/etc/pve/lxc/{vmid}.conf")
     if text is None:
         return {"exists": False}
@@ -296,7 +223,11 @@ def container(vmid, detail, unit):
     }
     status = None
     if detail == "full":
-        status, info["live"] = container_view(vmid, unit)
+        if view is None:
+            view = start_view(vmid, unit, [], A.get("installer_tools", []))  # noqa: F821
+        status, info["live"], reads = container_view(view)  # noqa: F821 (probes/ct_view.py)
+        if reads:
+            info["reads"] = reads
         if info["live"]:
             info["libcuda"] = info["live"]["libs"].get("libcuda.so.1")
     if status is None and detail in ("status", "full"):
@@ -346,6 +277,15 @@ def path_kind(path):
 
 
 detail = A.get("ct_detail", "full")
+# every container's exec first: its Perl start-up and reads overlap the node's own commands
+views = {
+    v: start_view(  # noqa: F821 (probes/ct_view.py)
+        v, A.get("unit_name"), (A.get("reads") or {}).get(str(v), []), A.get("installer_tools", [])
+    )
+    for v in A.get("vmids", [])
+    if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
+}
+start_early(PVEVERSION, SMI_GPUS, SMI_APPS)
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
 doc = {
@@ -357,7 +297,9 @@ doc = {
     "compute_apps": compute_apps() if gpu_rows is not None else [],
     "devices": devices(),
     "majors": char_majors(),  # every character major by driver name
-    "containers": {str(v): container(v, detail, A.get("unit_name")) for v in A.get("vmids", [])},
+    "containers": {
+        str(v): container(v, detail, A.get("unit_name"), views.get(v)) for v in A.get("vmids", [])
+    },
     "installer": None,
     "data_dir_exists": os.path.isdir(A.get("data_dir", "/nonexistent")),
     "boot_files": {p: file_digest(p) for p in A.get("boot_files", [])},
@@ -371,4 +313,7 @@ doc = {
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
     doc["installer"] = candidate if os.path.isfile(candidate) else None
+for leftover in STARTED.values():  # compute apps when nvidia-smi failed: not needed
+    leftover.kill()
+    leftover.communicate()
 print(json.dumps(doc, sort_keys=True))

@@ -6,10 +6,34 @@ import hashlib
 import os
 import subprocess
 
+#: Read-only commands started at once by start_early (they run side by side); run() of the same
+#: argv collects the started process instead of starting another.
+STARTED: dict = {}
+
+
+def start_early(*argvs):
+    """Start read-only ``argvs`` now, to be collected by ``run(argv)`` later."""
+    for argv in argvs:
+        try:
+            STARTED[tuple(argv)] = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        except OSError:
+            pass
+
 
 def run(argv, timeout=120, env=None):
     """(exit status, stdout, stderr) of ``argv``; 127 when it cannot be started, 124 when it ran
     past ``timeout`` seconds (stderr then says which)."""
+    proc = STARTED.pop(tuple(argv), None)
+    if proc is not None:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return 124, "", f"{argv[0]}: timed out after {timeout} s"
+        return proc.returncode, out, err
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except OSError:

@@ -1,0 +1,36 @@
+"""The container reads the preflight folds into its read of a node (see :mod:`pvegpu.ct_reads`):
+the operations' own first reads of each training container, with their own arguments.
+
+.. code:: python
+
+    ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
+    node_read.node_state(node_host, vmids, "full", node_read_args(s), paths, ct_reads)
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from ..ct_reads import folded_commands, within_budget
+from ..facts.python_env import ContainerState
+from ..facts.verification import ContainerVerification
+from .checks import verification_args
+from .container_fact import container_state_args
+
+
+def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[str, list[str]]:
+    """{vmid: [shell line, ...]}: what the preflight folds into its read of ``node_name``, for
+    each training container there: its ``ContainerState`` and, unless ``verify_level=compile``
+    (which may run for minutes), its ``ContainerVerification``."""
+    wanted = {str(v) for v in vmids}
+    found: dict[str, list[str]] = {}
+    for ct_host in inventory.get_group("training_cts", []):
+        vmid = str(ct_host.data.get("pct_vmid"))
+        if ct_host.data.get("pct_node") != node_name or vmid not in wanted:
+            continue
+        s = settings[ct_host.name]
+        reads: list[tuple[type[FactBase], dict]] = [(ContainerState, container_state_args(s))]
+        if s.verification.level != "compile":
+            reads.append((ContainerVerification, verification_args(s)))
+        found[vmid] = folded_commands(ct_host, reads)
+    return within_budget(found)

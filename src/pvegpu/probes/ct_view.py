@@ -1,0 +1,151 @@
+# Prelude of the node probe (node_state.py, which pvegpu.facts.probe appends): a container's own
+# view, from ONE `pct exec` per container that also runs the container reads the controller folds
+# into it (pvegpu.ct_reads).
+import re
+import subprocess
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
+# under another name are earlier training_unit_names (a rename must not run two trainers).
+UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
+
+
+def module_version(text):
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..." (also the
+    # "Open Kernel Module for x86_64" wording of the open modules)
+    m = re.search(r"Kernel Module(?: for [^ ]+)?\s+(\d+(?:\.\d+)+)", text or "")
+    return m.group(1) if m else None
+
+
+# One sh script inside the container: its kernel-module view, userspace driver, device nodes and
+# the training unit. Prefixed lines, parsed below.
+CT_SCRIPT = r"""
+v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
+for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
+echo "smi $(command -v nvidia-smi)"
+for f in /dev/nvidia* /dev/nvidia-caps/*; do
+    [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
+echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
+for t in %(tools)s; do
+  f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
+    [ -f "$d/$t" ] && [ -x "$d/$t" ] && f=1 && break; done; unset IFS
+  [ -n "$f" ] || echo "missing $t"; done
+for f in /etc/systemd/system/*.service; do
+  [ -f "$f" ] && [ ! -L "$f" ] && [ "${f##*/}" != %(unit)s ] || continue
+  case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
+    echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
+done
+echo "end"
+"""
+# After the view: one folded read in a subshell (an `exit` in it ends only itself), its stdout
+# between the markers (the extra echo ends a last line without a newline; one empty line is
+# dropped), then its exit status.
+READ_SCRIPT = """echo "pvegpu-read %(i)d"
+(
+%(command)s
+)
+rc=$?; echo; echo "pvegpu-read-end %(i)d $rc"
+"""
+# "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
+# does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
+
+
+def start_view(vmid, unit, reads, installer_tools=()):
+    """Start the container's one ``pct exec`` (the view, then ``reads``); None: no pct."""
+    tools = " ".join(t for t in installer_tools if re.fullmatch(r"[\w.-]+", t))
+    script = CT_SCRIPT % {
+        "lib": LIBDIR,
+        "unit": unit or "pvegpu-none.service",
+        "tools": tools,
+        "marker": UNIT_MARKER,
+    }
+    for i, command in enumerate(reads):
+        script += READ_SCRIPT % {"i": i, "command": command}
+    argv = ["pct", "exec", str(vmid), "--", "sh", "-c", script]
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except FileNotFoundError:
+        return None
+
+
+def finish_view(proc, timeout=120):
+    """(exit status, stdout, stderr) of a started view; on a timeout, what it printed so far."""
+    if proc is None:
+        return 127, "", "pct: not found"
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out, err + "pct: timed out"
+
+
+def split_reads(out):
+    """(the view's lines up to "end", [{"rc", "stdout"} of each finished read])."""
+    lines = out.split("\n")
+    if "end" not in lines:
+        return lines, []
+    cut = lines.index("end")
+    view, reads, current = lines[:cut], [], None
+    for line in lines[cut + 1 :]:
+        if current is None:
+            if line == f"pvegpu-read {len(reads)}":
+                current = []
+        elif line.startswith(f"pvegpu-read-end {len(reads)} "):
+            if current and current[-1] == "":
+                current.pop()
+            rc = line.rsplit(" ", 1)[1]
+            reads.append({"rc": int(rc) if rc.isdigit() else None, "stdout": current})
+            current = None
+        else:
+            current.append(line)
+    return view, reads
+
+
+def container_view(proc):
+    """(status, the container's own view, its reads) from a started view."""
+    code, out, err = finish_view(proc)
+    view_lines, reads = split_reads(out)
+    if "not running" in err and code != 0:
+        return "stopped", None, []
+    # a view is whole once "end" printed; a read timing out after it (124) leaves it whole
+    if "end" not in out.split("\n") or code not in (0, 124):
+        return None, None, []
+    view = {
+        "driver_version": None,
+        "libs": {},
+        "nvidia_smi": False,
+        "devices": {},
+        "unit_active": None,
+        "missing_tools": [],
+        "other_units": {},
+    }
+    for line in view_lines:
+        tag, _, rest = line.partition(" ")
+        if tag == "module":
+            view["driver_version"] = module_version(rest)
+        elif tag == "lib":
+            name, _, target = rest.partition(" ")
+            m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", target.strip())
+            view["libs"][name] = m.group(1) if m else None
+        elif tag == "smi":
+            view["nvidia_smi"] = bool(rest.strip())
+        elif tag == "dev":
+            parts = rest.split()
+            if len(parts) == 3:
+                view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
+        elif tag == "unit":
+            view["unit_active"] = rest.strip() or None
+        elif tag == "missing":
+            view["missing_tools"].append(rest.strip())
+        elif tag == "other":
+            name, _, active = rest.partition(" ")
+            view["other_units"][name] = active.strip() or None
+    return "running", view, reads

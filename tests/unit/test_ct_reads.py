@@ -1,0 +1,138 @@
+"""Container reads folded into the node read's exec (pvegpu.ct_reads, issue 14): the node probe
+runs them after the container's view and returns each one's stdout and exit status; a fact is
+served from there only while that read is current, ran exactly its command, and exited 0."""
+
+import ast
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from pvegpu import ct_reads
+from pvegpu.facts.probe import probe_source
+from pvegpu.node_read import Read
+
+
+def probe_functions():
+    """The node probe's functions and constants, without running the probe."""
+    tree = ast.parse(probe_source("node_state"))
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+            or isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
+                                                   and t.id != "A" for t in n.targets)
+            or isinstance(n, ast.AnnAssign) and n.target.id.isupper()]
+    ns = {"A": {"installer_tools": ["ldconfig"]}}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "node_state", "exec"), ns)
+    return ns
+
+
+@pytest.fixture
+def fake_pct(tmp_path, monkeypatch):
+    """A `pct` whose `exec <vmid> -- argv` runs argv here (the view's sh script)."""
+    tool = tmp_path / "pct"
+    tool.write_text('#!/bin/sh\n[ "$1" = exec ] && [ "$3" = -- ] || exit 2\nshift 3\nexec "$@"\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_views_exec_runs_the_reads_after_the_view(fake_pct):
+    p = probe_functions()
+    reads = ["printf 'a\\nb\\n'", "printf x", "echo out; echo err >&2; exit 3", "true"]
+    status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
+    assert status == "running" and view is not None and "driver_version" in view
+    assert done == [
+        {"rc": 0, "stdout": ["a", "b"]},
+        {"rc": 0, "stdout": ["x"]},  # no newline at the end: the line still comes back whole
+        {"rc": 3, "stdout": ["out"]},
+        {"rc": 0, "stdout": []},
+    ]
+
+
+def test_a_view_without_reads_is_as_before(fake_pct):
+    p = probe_functions()
+    status, view, done = p["container_view"](p["start_view"](200, None, []))
+    assert status == "running" and view["missing_tools"] == [] and done == []
+
+
+def test_a_read_cut_short_is_left_out():
+    p = probe_functions()
+    out = "module x\nend\npvegpu-read 0\n{}\npvegpu-read-end 0 0\npvegpu-read 1\n{\"a\""
+    view, done = p["split_reads"](out)
+    assert view == ["module x"] and done == [{"rc": 0, "stdout": ["{}"]}]
+
+
+def state_with(read, executed=0):
+    ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
+           for i in range(executed)}
+    state = SimpleNamespace(ops={"host": ops})
+    state.__dict__["pvegpu_node_reads"] = {"10.0.0.1": read}
+    return state
+
+
+def ct_host(state):
+    return SimpleNamespace(data={"pct_node": "10.0.0.1", "pct_vmid": 200}, state=state)
+
+
+READ = Read(0, (200,), "full", {}, {"containers": {"200": {"reads": [
+    {"rc": 0, "stdout": ['{"venv_link": null}']},
+    {"rc": 1, "stdout": ["{}"]},
+]}}}, (), {"200": ["read-state", "read-verification", "never-ran"]})
+
+
+def test_a_folded_read_serves_exactly_its_command_while_current():
+    ct = ct_host(state_with(READ))
+    assert ct_reads.folded_output(ct, "read-state") == ['{"venv_link": null}']
+    assert ct_reads.folded_output(ct, "read-verification") is None  # exit 1: read it again
+    assert ct_reads.folded_output(ct, "never-ran") is None  # no answer came back for it
+    assert ct_reads.folded_output(ct, "another-command") is None
+
+
+def test_a_folded_read_is_stale_once_an_operation_ran_commands():
+    ct = ct_host(state_with(READ, executed=1))
+    assert ct_reads.folded_output(ct, "read-state") is None
+
+
+def test_a_node_read_without_folded_reads_serves_none():
+    ct = ct_host(state_with(Read(0, (200,), "full", {}, {"containers": {"200": {}}})))
+    assert ct_reads.folded_output(ct, "read-state") is None
+
+
+def test_the_folded_line_is_what_pct_exec_runs_after_its_double_dash():
+    line = ct_reads.shell_command(200, "sh -c 'python3 -c \"print(1)\"'")
+    assert line.startswith("env -i PATH=/usr/local/sbin:")
+    assert line.endswith(" sh -c 'sh -c '\"'\"'python3 -c \"print(1)\"'\"'\"''")
+
+
+def test_the_node_probes_commands_started_early_are_collected_by_run():
+    p = probe_functions()
+    argv = ["sh", "-c", "echo started; echo note >&2; exit 4"]
+    p["start_early"](argv, ["no-such-tool-pvegpu"])
+    assert tuple(argv) in p["STARTED"]
+    assert p["run"](argv) == (4, "started\n", "note\n")
+    assert p["STARTED"] == {}  # collected once; a missing tool was never started
+    assert p["run"](["no-such-tool-pvegpu"])[0] == 127
+
+
+def folded_lines(s):
+    """One default container's folded reads as preflight_reads makes them (no sudo etc.)."""
+    import shlex
+
+    from pvegpu.facts.python_env import ContainerState
+    from pvegpu.facts.verification import ContainerVerification
+    from pvegpu.operations.checks import verification_args
+    from pvegpu.operations.container_fact import container_state_args
+
+    return [ct_reads.shell_command(200, "sh -c " + shlex.quote(cls().command(**kw)))
+            for cls, kw in ((ContainerState, container_state_args(s)),
+                            (ContainerVerification, verification_args(s)))]
+
+
+def test_the_node_command_with_folded_reads_stays_one_argument_long():
+    from pvegpu.facts.proxmox import NodeState
+    from pvegpu.settings import Settings, defaults
+
+    lines = folded_lines(Settings.from_data(defaults()))
+    three = ct_reads.within_budget({str(v): lines for v in (200, 201, 202)})
+    assert three["200"] == lines  # the first container folds both of its reads
+    command = NodeState().command(vmids=[200, 201, 202], reads=three)
+    assert len(command) < 128 * 1024 - 4096  # MAX_ARG_STRLEN, with room for pyinfra's quoting
