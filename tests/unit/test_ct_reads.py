@@ -11,7 +11,8 @@ import pytest
 
 from pvegpu import ct_reads
 from pvegpu.facts.probe import probe_source
-from pvegpu.node_read import Read
+from pvegpu.node_read import Request
+from pvegpu.run_context import Entry, run_context
 
 
 def probe_functions():
@@ -61,22 +62,34 @@ def test_a_read_cut_short_is_left_out():
     assert view == ["module x"] and done == [{"rc": 0, "stdout": ["{}"]}]
 
 
+class FakeState:
+    """pyinfra's State as the run context sees it (hashable, weakly referenced, with ``ops``)."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+
+def read_entry(doc, reads=None):
+    """The run's cached node read: its document and the request it answered."""
+    return Entry(0, doc, Request((200,), "full", {}, (), reads))
+
+
 def state_with(read, executed=0):
     ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
            for i in range(executed)}
-    state = SimpleNamespace(ops={"host": ops})
-    state.__dict__["pvegpu_node_reads"] = {"10.0.0.1": read}
+    state = FakeState(ops={"host": ops})
+    run_context(state).facts.entries[("node", "127.0.0.1")] = read
     return state
 
 
 def ct_host(state):
-    return SimpleNamespace(data={"pct_node": "10.0.0.1", "pct_vmid": 200}, state=state)
+    return SimpleNamespace(data={"pct_node": "127.0.0.1", "pct_vmid": 200}, state=state)
 
 
-READ = Read(0, (200,), "full", {}, {"containers": {"200": {"reads": [
+READ = read_entry({"containers": {"200": {"reads": [
     {"rc": 0, "stdout": ['{"venv_link": null}']},
     {"rc": 1, "stdout": ["{}"]},
-]}}}, (), {"200": ["read-state", "read-verification", "never-ran"]})
+]}}}, {"200": ["read-state", "read-verification", "never-ran"]})
 
 
 def test_a_folded_read_serves_exactly_its_command_while_current():
@@ -93,7 +106,7 @@ def test_a_folded_read_is_stale_once_an_operation_ran_commands():
 
 
 def test_a_node_read_without_folded_reads_serves_none():
-    ct = ct_host(state_with(Read(0, (200,), "full", {}, {"containers": {"200": {}}})))
+    ct = ct_host(state_with(read_entry({"containers": {"200": {}}})))
     assert ct_reads.folded_output(ct, "read-state") is None
 
 
