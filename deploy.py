@@ -1,6 +1,6 @@
 # The whole converge, in order: node -> container -> python env -> verify -> training unit.
 #   pyinfra inventory.py deploy.py [--data torch_variant=cu128] [--data rebuild=venv|container] [-y]
-# Settings of every host are checked first (pvegpu.preflight): a bad value stops the run before
+# Settings of every host are checked first (pvegpu.run.preflight): a bad value stops the run before
 # anything changes. Then each node's deploy lock is taken (one deploy at a time per node, held
 # until the run ends) and its GPUs are checked: an unfit or busy node stops only its own hosts.
 #
@@ -9,9 +9,9 @@
 # hosts finished what comes before it.
 from pyinfra import host, local
 
-from pvegpu.deploy_context import begin, node_problems
 from pvegpu.operations.fleet import node_ready
 from pvegpu.operations.util import barrier
+from pvegpu.run.deploy_context import begin, node_problems
 
 s = begin(host, "deploy")
 # A node that failed its preflight, or whose deploy lock another deploy holds, stops here with its

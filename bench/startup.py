@@ -8,7 +8,7 @@ pyinfra's own modules), the part of that spent in gevent's plug-in look-ups (25 
 installed package's entry points while it patches the stdlib), pvegpu's imports for verify.py
 and for deploy.py on top of pyinfra, and one ``systemd-analyze verify`` of the training unit (the
 settings check runs it when the unit's text or the tool changed since the last run; see
-``pvegpu.unit.verify_problems``). Without ``.pyc`` files (``PYTHONDONTWRITEBYTECODE=1`` and no
+``pvegpu.plan.unit.verify_problems``). Without ``.pyc`` files (``PYTHONDONTWRITEBYTECODE=1`` and no
 ``uv sync --compile-bytecode``) every import row includes compiling. Asserts nothing.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VERIFY = "import pvegpu.operations.checks"
 DEPLOY = (
-    "import pvegpu.deploy_context, pvegpu.operations.checks, pvegpu.operations.python_env, "
+    "import pvegpu.run.deploy_context, pvegpu.operations.checks, pvegpu.operations.python_env, "
     "pvegpu.operations.proxmox, pvegpu.operations.training, pvegpu.operations.rebuild"
 )
 SCANS = (
@@ -51,8 +51,8 @@ def systemd_analyze() -> float:
     tool = shutil.which("systemd-analyze")
     if tool is None:
         return float("nan")
+    from pvegpu.plan.unit import render_unit
     from pvegpu.settings import Settings, defaults
-    from pvegpu.unit import render_unit
 
     with tempfile.TemporaryDirectory() as d:
         unit = Path(d) / "dflash-train.service"

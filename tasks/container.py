@@ -2,8 +2,8 @@
 # carry exactly the node's driver userspace.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import proxmox
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 ct = s.container

@@ -3,8 +3,8 @@
 # data directory is created with the container that mounts it, in tasks/container.py.)
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import proxmox
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

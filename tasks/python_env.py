@@ -2,9 +2,9 @@
 # from its lock, checked, then switched in atomically; compile caches per build; old builds pruned.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.locks import early_lock_error
 from pvegpu.operations import python_env
+from pvegpu.run.deploy_context import settings
 from pvegpu.settings import SettingsError
 
 s = settings(host)

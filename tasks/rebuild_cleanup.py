@@ -2,8 +2,8 @@
 # restart, when asked): delete the builds it replaced (never the live one, never one in use).
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import rebuild
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

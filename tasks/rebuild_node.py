@@ -2,8 +2,8 @@
 # follows re-creates them from the template. The data dir is a bind mount and survives.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import rebuild
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

@@ -1,8 +1,8 @@
 # Before a rebuild, in each training container: print what the rebuild removes (observes only).
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import rebuild
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

@@ -3,8 +3,8 @@
 # fresh build itself is made by the python env stage beside the live one (tasks/python_env.py).
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import rebuild
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

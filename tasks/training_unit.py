@@ -3,9 +3,9 @@
 # processes on the training GPUs via the node, start). See pvegpu.operations.training.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import training
-from pvegpu.unit import unit_file
+from pvegpu.plan.unit import unit_file
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 unit = unit_file(s.training)

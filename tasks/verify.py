@@ -5,8 +5,8 @@
 # per container; observes only: no change when it passes, one line per problem when it fails.
 from pyinfra import host
 
-from pvegpu.deploy_context import settings
 from pvegpu.operations import checks
+from pvegpu.run.deploy_context import settings
 
 s = settings(host)
 

@@ -77,7 +77,7 @@ class ContainerEntry(TypedDict, total=False):
     pending_delete: list[str]
     live: ContainerLive | None
     libcuda: Any
-    # the container reads folded into the view's exec (pvegpu.ct_reads): rc, stdout lines
+    # the container reads folded into the view's exec (pvegpu.run.ct_reads): rc, stdout lines
     reads: list[dict[str, Any]]
 
 

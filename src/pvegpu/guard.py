@@ -30,7 +30,7 @@ OWN_DIRS = ("/opt/pvegpu", "/var/lib/pvegpu")
 # Where pvegpu's own temporary directories (``pvegpu-*``) live.
 TEMP_DIRS = ("/tmp", "/var/tmp")
 TEMP_PREFIX = "pvegpu-"
-# The names pvegpu gives builds in venvs_dir (see pvegpu.venvs).
+# The names pvegpu gives builds in venvs_dir (see pvegpu.plan.venvs).
 BUILD_NAME_RE = re.compile(
     r"^torch-\d+\.\d+\.\d+-[A-Za-z0-9]+(\.b\d+|\.building|\.next|\.pvegpu-tmp)?$"
 )

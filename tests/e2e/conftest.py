@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from sim.__main__ import seed_training_code, site_data, site_env
 from sim.fixtures import check_host
 from sim.node import SimNode

@@ -9,10 +9,8 @@ import os
 import pytest
 from pyinfra.api import Config, Inventory, QuoteString, State, StringCommand
 from pyinfra.api.connect import connect_all
-
 from sim.fixtures import shared_sim_node  # noqa: F401
 from tests.tricky_strings import TRICKY
-
 
 
 @pytest.fixture(scope="module")

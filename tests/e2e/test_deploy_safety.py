@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from sim.__main__ import site_env
-
 from tests.e2e.stall_proxy import StallProxy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from sim.__main__ import seed_training_code, site_data
 from sim.node import SimNode
 

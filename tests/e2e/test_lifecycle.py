@@ -7,11 +7,9 @@ runs as the steps need."""
 from __future__ import annotations
 
 import pytest
-
 from sim.__main__ import seed_training_code, site_data
 from sim.index import PackageIndex
 from sim.node import SimNode
-
 from tests.e2e.conftest import Site
 
 # PVE 9 containers run Debian 13's Python 3.13 (debian-13-standard); python_version follows the

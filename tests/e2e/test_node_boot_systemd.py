@@ -1,5 +1,5 @@
 """The node's boot units proved in a real boot: a real-systemd container (SimNode(ct_init=
-"systemd")) plays the node at boot. It holds the units pvegpu.boot renders for the node
+"systemd")) plays the node at boot. It holds the units pvegpu.plan.boot renders for the node
 (nvidia-uvm-init.service, nvidia-persistenced.service, modules-load.d/nvidia.conf), the
 nvidia-modprobe and nvidia-persistenced doubles, and pve-manager's pve-guests.service unchanged,
 whose `pvesh ... startall` is a stand-in that records, when Proxmox would start its guests,
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pvegpu.boot import render_modules, render_persistenced_unit, render_uvm_unit
 from sim.fixtures import skip_without_real_systemd
 from sim.node import SimNode
+
+from pvegpu.plan.boot import render_modules, render_persistenced_unit, render_uvm_unit
 
 SIM = Path(__file__).resolve().parents[2] / "sim"
 GPUS = 8

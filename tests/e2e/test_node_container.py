@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sim.__main__ import site_env
 
 ROOT = Path(__file__).resolve().parents[2]

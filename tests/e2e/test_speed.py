@@ -6,7 +6,7 @@ How commands are counted:
   container (facts, operations, file transfers of the @pct connector) is one
   ``pct exec <vmid> -- env -i ...`` call. The node's own probe also looks into the container
   (``pct exec <vmid> -- sh -c ...``, the container's view of the driver, and the container reads
-  folded into it: pvegpu.ct_reads); those calls are part of a node command, and are counted too:
+  folded into it: pvegpu.run.ct_reads); those calls are part of a node command, and are counted too:
   every ``pct exec`` of the run is within the budget.
 - node commands: pyinfra's ``--debug`` log, which names the host of every SSH command it runs
   ("Running command on <host>: ..."; facts, operations and the training unit's leftover clearing
@@ -66,9 +66,9 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     assert site.ct("test", "-s", BASELINE).returncode == 0
 
     # A converged re-run: no change, one read of the node (the preflight's, with the training
-    # code's paths; the node stage and verify reuse it: pvegpu.node_read) and its one pct exec:
+    # code's paths; the node stage and verify reuse it: pvegpu.run.node_read) and its one pct exec:
     # the container's own view of the driver, then its python-env state and its verification
-    # (pvegpu.ct_reads), so no container command of its own.
+    # (pvegpu.run.ct_reads), so no container command of its own.
     run, container, execs, other, node = counted(site)
     why = report("no-op re-run", container, execs, other, node)
     assert run.rc == 0, run.output[-4000:]

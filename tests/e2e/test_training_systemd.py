@@ -15,9 +15,9 @@ import json
 import time
 
 import pytest
-
-from pvegpu.unit import digest
 from sim.fixtures import skip_without_real_systemd
+
+from pvegpu.plan.unit import digest
 
 UNIT = "dflash-train.service"
 RECORD = "/run/pvegpu-dflash-train/started"

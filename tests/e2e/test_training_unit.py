@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from pvegpu.facts.probe import probe_command
-from pvegpu.unit import digest
+from pvegpu.plan.unit import digest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "golden"
 UNIT = "dflash-train.service"

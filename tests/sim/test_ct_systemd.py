@@ -7,7 +7,6 @@ stops, a node that mounts the unified cgroup hierarchy alone."""
 import time
 
 import pytest
-
 import test_node
 from sim.fixtures import skip_without_real_systemd
 from sim.node import SimNode

@@ -4,7 +4,6 @@ import subprocess
 import time
 
 import pytest
-
 from sim.node import SimNode, _mntns_holders
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -11,7 +11,6 @@ kernel-open/nvidia/nv-procfs.c).
 from pathlib import Path
 
 import pytest
-
 from sim.fixtures import sim_node  # noqa: F401
 from tests.sim.test_node import make_ct, pct
 

@@ -4,7 +4,6 @@ create, src/PVE/LXC/Config.pm update_pct_config + vmconfig_hotplug_pending, 5.2.
 proxmox/dab-pve-appliances dab.conf for template names)."""
 
 import pytest
-
 from sim.fixtures import _factory
 
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

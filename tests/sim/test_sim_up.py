@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sim.fixtures import skip_without_real_systemd
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from pvegpu.boot import (
+from pvegpu.plan.boot import (
     manages_persistenced,
     render_modules,
     render_persistenced_unit,

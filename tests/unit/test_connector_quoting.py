@@ -7,13 +7,16 @@ import subprocess
 
 import pytest
 from pyinfra.api import QuoteString, StringCommand
-
-from pvegpu.connectors.pct import (
-    explain_pct_error, get_command, parse_pct_name, pct_exec_argv, put_command,
-)
 from pyinfra.api.exceptions import InventoryError
 from tests.tricky_strings import TRICKY
 
+from pvegpu.connectors.pct import (
+    explain_pct_error,
+    get_command,
+    parse_pct_name,
+    pct_exec_argv,
+    put_command,
+)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Container reads folded into the node read's exec (pvegpu.ct_reads, issue 14): the node probe
+"""Container reads folded into the node read's exec (pvegpu.run.ct_reads, issue 14): the node probe
 runs them after the container's view and returns each one's stdout and exit status; a fact is
 served from there only while that read is current, ran exactly its command, and exited 0."""
 
@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pvegpu import ct_reads
 from pvegpu.facts.probe import probe_source
-from pvegpu.node_read import Request
-from pvegpu.run_context import Entry, run_context
+from pvegpu.run import ct_reads
+from pvegpu.run.node_read import Request
+from pvegpu.run.run_context import Entry, run_context
 
 
 def probe_functions():

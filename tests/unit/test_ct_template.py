@@ -1,7 +1,7 @@
 """The default template follows the node's Proxmox VE major (Debian 12 on 8, 13 on 9)."""
 
-from pvegpu.ct_template import default_template
 from pvegpu.operations.proxmox import create_args
+from pvegpu.plan.ct_template import default_template
 from pvegpu.settings import Settings, defaults
 
 D12 = ["debian-12-standard_12.7-1_amd64.tar.zst", "debian-12-standard_12.12-1_amd64.tar.zst"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pvegpu.locks import lock_plan
+from pvegpu.plan.venvs import build_reasons, marker
 from pvegpu.settings import Settings, defaults
-from pvegpu.venvs import build_reasons, marker
 
 
 def test_an_extra_package_alone_makes_the_build_stale():

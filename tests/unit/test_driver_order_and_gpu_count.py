@@ -7,13 +7,13 @@ but 580.105.08 > 580.65.06 as versions; "580.9.01" > "580.65.06" as strings but 
 """
 
 import pytest
-
-from pvegpu.verification import verify
-from pvegpu.preflight import node_problems
-from pvegpu.variants import VARIANTS, driver_fit
 from tests.unit.test_preflight import node, settings
 from tests.unit.verify_facts import ct_facts, node_facts
 from tests.unit.verify_facts import settings as verify_settings
+
+from pvegpu.run.preflight import node_problems
+from pvegpu.variants import VARIANTS, driver_fit
+from pvegpu.verification import verify
 
 
 def run_verify(s, driver, libcuda):

@@ -2,11 +2,10 @@
 it refuses with one line (the rest), and the preflight's line before anything changes."""
 
 import pytest
-
-from pvegpu.installer_tools import INSTALLER_TOOLS, missing_tools_line, plan_tools
-from pvegpu.preflight import node_problems
-
 from tests.unit.test_preflight import node, running_ct, settings
+
+from pvegpu.plan.installer_tools import INSTALLER_TOOLS, missing_tools_line, plan_tools
+from pvegpu.run.preflight import node_problems
 
 KMOD = ["modprobe", "rmmod", "lsmod", "depmod"]
 

@@ -3,7 +3,7 @@
 import jinja2
 import pytest
 
-from pvegpu.boot import _env, manages_persistenced, render_modules, render_uvm_unit
+from pvegpu.plan.boot import _env, manages_persistenced, render_modules, render_uvm_unit
 
 
 def description(unit_text):

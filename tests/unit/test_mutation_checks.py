@@ -4,7 +4,10 @@ found unpinned. Problem texts are asserted whole: each is the one line a person 
 import sys
 
 import pytest
+from tests.unit.test_verify_checks import compile_doc, run
+from tests.unit.verify_facts import ct_facts, node_facts, settings
 
+from pvegpu.plan.unit import training_matcher
 from pvegpu.verification import (
     FX_RACE,
     Problem,
@@ -17,9 +20,6 @@ from pvegpu.verification import (
     required_closure,
     torch_problems,
 )
-from pvegpu.unit import training_matcher
-from tests.unit.test_verify_checks import compile_doc, run
-from tests.unit.verify_facts import ct_facts, node_facts, settings
 
 UNIT = "dflash-train.service"
 

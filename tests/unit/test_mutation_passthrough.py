@@ -4,8 +4,10 @@ Config text follows pve-container's write_pct_config: main keys, raw ``lxc.*`` l
 ``[pve:pending]`` and the snapshots, each after a blank line.
 """
 
-from pvegpu.lxc_raw import is_our_raw_line, raw_lxc_lines, rewrite_config
-from pvegpu.passthrough import (
+from tests.unit.test_passthrough import MAJORS, NODE, WANTED, ct, dev_config, live_view, state
+
+from pvegpu.plan.lxc_raw import is_our_raw_line, raw_lxc_lines, rewrite_config
+from pvegpu.plan.passthrough import (
     dev_set_args,
     effective_config,
     expected_numbers,
@@ -15,7 +17,6 @@ from pvegpu.passthrough import (
     select_mode,
     stale_live_devices,
 )
-from tests.unit.test_passthrough import MAJORS, NODE, WANTED, ct, dev_config, live_view, state
 
 UVM_MISSING = {p: d for p, d in NODE.items() if not p.startswith("/dev/nvidia-uvm")}
 TUN = ("lxc.cgroup2.devices.allow", "c 10:200 rwm")  # /dev/net/tun: no NVIDIA major, not ours

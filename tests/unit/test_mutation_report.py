@@ -5,8 +5,8 @@ import json
 import re
 from pathlib import PurePosixPath
 
+from pvegpu.output.report import header, report_document, table, verdict_line, write_report
 from pvegpu.verification import Problem, Verdict
-from pvegpu.report import header, report_document, table, verdict_line, write_report
 
 ROW = {"gpu": 0, "node_gpu": 3, "name": "NVIDIA H200", "total_mib": 143771, "free_mib": 512,
        "role": "target", "status": "ok"}

@@ -3,8 +3,8 @@ found unpinned: the system-tree test behind data_dir_ct/node paths and load_all'
 
 import pytest
 
-import pvegpu.unit
-from pvegpu.all_settings import load_all
+import pvegpu.plan.unit
+from pvegpu.run.all_settings import load_all
 from pvegpu.settings import SettingsError, defaults
 from pvegpu.settings.placement import in_tree as _in_tree
 
@@ -25,7 +25,7 @@ def test_load_all_lists_every_problem_of_every_host_in_one_error(monkeypatch):
         name, data = "@pct/127.0.0.1/201", defaults()
 
     seen = []
-    monkeypatch.setattr(pvegpu.unit, "unit_problems",
+    monkeypatch.setattr(pvegpu.plan.unit, "unit_problems",
                         lambda s: seen.append(s.torch.variant) or ["bad unit: fix it"])
     with pytest.raises(SettingsError) as e:
         load_all([Bad(), Good()])
@@ -40,5 +40,5 @@ def test_load_all_returns_each_hosts_settings(monkeypatch):
     class Good:
         name, data = "@pct/127.0.0.1/200", defaults()
 
-    monkeypatch.setattr(pvegpu.unit, "unit_problems", lambda s: [])
+    monkeypatch.setattr(pvegpu.plan.unit, "unit_problems", lambda s: [])
     assert load_all([Good()])["@pct/127.0.0.1/200"].torch.variant == defaults()["torch_variant"]

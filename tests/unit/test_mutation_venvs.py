@@ -1,12 +1,12 @@
-"""pvegpu.venvs: behaviours the mutation run (bench/mutation.py) found unpinned: the marker's
+"""pvegpu.plan.venvs: behaviours the mutation run (bench/mutation.py) found unpinned: the marker's
 keys, every reason to rebuild word for word, which entry counts as built, and pruning by recency,
 of the live build, of links to kept dirs and of leftover ``.next`` dirs."""
 
 import pytest
 
 from pvegpu.locks import LockPlan
+from pvegpu.plan.venvs import Drift, build_reasons, marker, prune_plan, selected_entry
 from pvegpu.settings import Settings, defaults
-from pvegpu.venvs import Drift, build_reasons, marker, prune_plan, selected_entry
 
 BUILD = "torch-2.11.0-cu130"
 SHA = "ab" * 32

@@ -6,7 +6,7 @@ import pytest
 from tests.unit.test_verify_checks import run
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
-from pvegpu.unit import training_matcher
+from pvegpu.plan.unit import training_matcher
 from pvegpu.verification import FX_RACE, cleared_at_start, verify
 
 UNIT = "dflash-train.service"

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import FunctionCommand
 
-from pvegpu import boot
 from pvegpu.digests import text_digest
 from pvegpu.operations import proxmox, python_env, training
+from pvegpu.plan import boot
 from pvegpu.settings import Settings, defaults
 
 

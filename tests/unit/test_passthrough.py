@@ -1,5 +1,5 @@
-from pvegpu.lxc_raw import raw_lines_match, raw_lxc_lines, rewrite_config
-from pvegpu.passthrough import (
+from pvegpu.plan.lxc_raw import raw_lines_match, raw_lxc_lines, rewrite_config
+from pvegpu.plan.passthrough import (
     dev_set_args,
     modprobe_args,
     plan_passthrough,

@@ -3,7 +3,7 @@ found, fix); the cu128 compatibility band only warns."""
 
 import pytest
 
-from pvegpu.preflight import node_problems
+from pvegpu.run.preflight import node_problems
 from pvegpu.settings import Settings, defaults
 from pvegpu.verification import verify
 

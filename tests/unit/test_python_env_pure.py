@@ -12,17 +12,32 @@ import pytest
 
 from pvegpu import variants as variants_mod
 from pvegpu.locks import (
-    LockPlan, compile_argv, desired_pins, early_lock_error, index_args, lock_plan, make_lock,
-    parse_pins, requirements_in, training_pyproject, uv_error, uv_wheel_hashes,
+    LockPlan,
+    compile_argv,
+    desired_pins,
+    early_lock_error,
+    index_args,
+    lock_plan,
+    make_lock,
+    parse_pins,
+    requirements_in,
+    training_pyproject,
+    uv_error,
+    uv_wheel_hashes,
+)
+from pvegpu.plan.uv_commands import sync_argv, uv_env
+from pvegpu.plan.venv_build import build_script
+from pvegpu.plan.venvs import (
+    build_reasons,
+    drift,
+    drift_report,
+    effective_python_version,
+    marker,
+    prune_plan,
+    python_problem,
 )
 from pvegpu.settings import Settings, SettingsError, defaults
 from pvegpu.variants import VARIANTS, Variant
-from pvegpu.uv_commands import sync_argv, uv_env
-from pvegpu.venv_build import build_script
-from pvegpu.venvs import (
-    build_reasons, drift, drift_report, effective_python_version, marker, prune_plan,
-    python_problem,
-)
 
 ROOT = Path(__file__).resolve().parents[2]
 HASH = "--hash=sha256:" + "ab" * 32

@@ -1,5 +1,5 @@
 """The torch-variant traps, shown with the real uv against the loopback index, and defended by the
-exact command lines the deploy runs (pvegpu.uv_commands.sync_argv, pvegpu.locks.compile_argv).
+exact command lines the deploy runs (pvegpu.plan.uv_commands.sync_argv, pvegpu.locks.compile_argv).
 
 The loopback index is like the real pair: ``<url>/whl/<variant>/`` serves ``torch-2.11.0+<variant>``
 and older copies of some of torch's dependencies (filelock, typing-extensions), ``<url>/simple/``
@@ -18,13 +18,13 @@ import sys
 
 import pytest
 import uv as uv_package
-
-from pvegpu.locks import make_lock, parse_pins, training_pyproject
-from pvegpu.uv_commands import lock_requirements, sync_argv
-from pvegpu.settings import Settings, defaults
-from pvegpu.venvs import drift
 from sim.index import PackageIndex
 from sim.wheels import build_torch_wheels, build_wheel
+
+from pvegpu.locks import make_lock, parse_pins, training_pyproject
+from pvegpu.plan.uv_commands import lock_requirements, sync_argv
+from pvegpu.plan.venvs import drift
+from pvegpu.settings import Settings, defaults
 
 UV = uv_package.find_uv_bin()
 
@@ -240,7 +240,7 @@ def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelho
     index that needs basic auth: no token in their argv or in a host name to resolve; a wrong
     token is one line naming the variable, redacted."""
     from pvegpu.locks import index_problem, netrc_text
-    from pvegpu.uv_commands import reach_command
+    from pvegpu.plan.uv_commands import reach_command
 
     with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", "tok3n")) as ix:
         def s_with(token):

@@ -3,8 +3,8 @@ the parts callers reach, and the run context's one fact-cache rule."""
 
 import pytest
 
-from pvegpu.node_read import Request, covers
-from pvegpu.run_context import FactCache, run_context
+from pvegpu.run.node_read import Request, covers
+from pvegpu.run.run_context import FactCache, run_context
 from pvegpu.settings import Settings, SettingsError, data_keys, defaults
 from pvegpu.settings.kinds import (
     flag,

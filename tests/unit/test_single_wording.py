@@ -1,6 +1,6 @@
 """Messages the preflight and the operations share are worded in one place (issue 13): the
-restart blocker (pvegpu.passthrough.restart_blocker) and the missing NVIDIA installer
-(pvegpu.installer_tools.missing_installer_line)."""
+restart blocker (pvegpu.plan.passthrough.restart_blocker) and the missing NVIDIA installer
+(pvegpu.plan.installer_tools.missing_installer_line)."""
 
 from pathlib import Path
 
@@ -12,10 +12,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pvegpu"
 @pytest.mark.parametrize(
     "fragment, home",
     [
-        ("must restart to get its GPUs right", "passthrough.py"),
-        ("could not be read: check `pct exec", "passthrough.py"),
-        ("is not in {installer_dir} on the node", "installer_tools.py"),
-        ("NVIDIA userspace {driver} (", "installer_tools.py"),
+        ("must restart to get its GPUs right", "plan/passthrough.py"),
+        ("could not be read: check `pct exec", "plan/passthrough.py"),
+        ("is not in {installer_dir} on the node", "plan/installer_tools.py"),
+        ("NVIDIA userspace {driver} (", "plan/installer_tools.py"),
     ],
 )
 def test_a_shared_message_is_written_once(fragment, home):
@@ -24,7 +24,7 @@ def test_a_shared_message_is_written_once(fragment, home):
 
 
 def test_preflight_and_operation_word_the_restart_blocker_alike():
-    from pvegpu.passthrough import restart_blocker
+    from pvegpu.plan.passthrough import restart_blocker
 
     line = restart_blocker(200, "t.service", None, ["pending dev0 apply only at start"])
     assert line == (

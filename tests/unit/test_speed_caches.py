@@ -9,7 +9,7 @@ import stat
 import jinja2
 import pytest
 
-from pvegpu import boot, unit
+from pvegpu.plan import boot, unit
 from pvegpu.settings import Settings, defaults
 
 

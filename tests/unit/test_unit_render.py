@@ -12,12 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.all_settings import load_all
-from pvegpu.settings import Settings, SettingsError, defaults
-from pvegpu.unit import (
-    TEMPLATES, desired_start, digest, parse_started_record, pending_reasons, render_unit,
-    training_argv_prefix, training_matcher, unit_problems,
+from pvegpu.plan.unit import (
+    TEMPLATES,
+    desired_start,
+    digest,
+    parse_started_record,
+    pending_reasons,
+    render_unit,
+    training_argv_prefix,
+    training_matcher,
+    unit_problems,
 )
+from pvegpu.run.all_settings import load_all
+from pvegpu.settings import Settings, SettingsError, defaults
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -217,11 +224,11 @@ def test_a_unit_systemd_analyze_rejects_fails_the_settings_check(tmp_path):
 
 
 def test_load_all_reports_unit_problems_per_host(monkeypatch):
-    import pvegpu.unit
+    import pvegpu.plan.unit
 
     class Host:
         name, data = "@pct/127.0.0.1/200", defaults()
 
-    monkeypatch.setattr(pvegpu.unit, "unit_problems", lambda s: ["bad unit: fix it"])
+    monkeypatch.setattr(pvegpu.plan.unit, "unit_problems", lambda s: ["bad unit: fix it"])
     with pytest.raises(SettingsError, match=r"@pct/127.0.0.1/200: bad unit: fix it"):
         load_all([Host()])

@@ -3,7 +3,11 @@
 import copy
 
 import pytest
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
+from pvegpu.locks import parse_pins
+from pvegpu.plan.unit import digest, render_unit, training_matcher
+from pvegpu.settings import SettingsError
 from pvegpu.verification import (
     FX_RACE,
     arch_covers,
@@ -14,10 +18,6 @@ from pvegpu.verification import (
     required_closure,
     verify,
 )
-from pvegpu.locks import parse_pins
-from pvegpu.settings import SettingsError
-from pvegpu.unit import digest, render_unit, training_matcher
-from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 
 def run(s=None, node=None, ct=None, **kw):

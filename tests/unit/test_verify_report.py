@@ -2,9 +2,10 @@
 
 import json
 
-from pvegpu.verification import verify
-from pvegpu.report import report_document, table, verdict_line, write_report
 from tests.unit.verify_facts import ct_facts, node_facts, settings
+
+from pvegpu.output.report import report_document, table, verdict_line, write_report
+from pvegpu.verification import verify
 
 
 def verdict(**kw):

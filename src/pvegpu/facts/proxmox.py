@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from ..documents import NodeStateDoc
-from ..installer_tools import INSTALLER_TOOLS
+from ..plan.installer_tools import INSTALLER_TOOLS
 from .probe import ProbeFact, parse_probe_output
 
 
@@ -39,7 +39,7 @@ class NodeState(ProbeFact):
       code's paths on the node, checked by the preflight in the same read);
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
-      (:mod:`pvegpu.ct_reads`).
+      (:mod:`pvegpu.run.ct_reads`).
     """
 
     probe = "node_state"

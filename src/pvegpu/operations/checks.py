@@ -8,16 +8,16 @@ import gevent
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from .. import node_read
-from ..ct_reads import container_fact
 from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
-from ..report import report_document, table, verdict_line, write_report
-from ..run_context import run_context
+from ..output.report import report_document, table, verdict_line, write_report
+from ..plan.unit import started_record, unit_file
+from ..plan.uv_commands import uv_bin
+from ..run import node_read
+from ..run.ct_reads import container_fact
+from ..run.run_context import run_context
 from ..settings import GpuSettings, Settings, TorchSettings
-from ..unit import started_record, unit_file
-from ..uv_commands import uv_bin
 from ..verification import Verdict, torch_problems, verify
 from .util import fail
 
@@ -123,7 +123,7 @@ def verified(settings: Settings):
     # the node's read (reused from this run's preflight when nothing changed since) and the
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
-    # served from the preflight's node read when nothing ran since (pvegpu.ct_reads)
+    # served from the preflight's node read when nothing ran since (pvegpu.run.ct_reads)
     ct = container_fact(host, ContainerVerification, **verification_args(settings))
     node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..ct_reads import container_fact
 from ..facts.python_env import ContainerState
-from ..run_context import executed_operations, run_context
+from ..plan.unit import started_record, unit_file, unit_path
+from ..plan.uv_commands import uv_bin
+from ..run.ct_reads import container_fact
+from ..run.run_context import executed_operations, run_context
 from ..settings import Settings
-from ..unit import started_record, unit_file, unit_path
-from ..uv_commands import uv_bin
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
 #: venvs_dir: rebuild=venv deletes that).
@@ -43,8 +43,8 @@ def container_state_args(settings: Settings) -> dict:
 
 def container_state() -> dict:
     """The host's ``ContainerState`` document, read at most once between changes of this run
-    (the run context's fact cache, :mod:`pvegpu.run_context`; served from the preflight's node
-    read while nothing ran: :mod:`pvegpu.ct_reads`), with the paths of the host's settings in
+    (the run context's fact cache, :mod:`pvegpu.run.run_context`; served from the preflight's node
+    read while nothing ran: :mod:`pvegpu.run.ct_reads`), with the paths of the host's settings in
     this run (so an operation needs no settings to read it).
 
     .. code:: python

@@ -1,4 +1,4 @@
-"""The container reads the preflight folds into its read of a node (see :mod:`pvegpu.ct_reads`):
+"""The container reads the preflight folds into its read of a node (see :mod:`pvegpu.run.ct_reads`):
 the operations' own first reads of each training container, with their own arguments.
 
 .. code:: python
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from ..ct_reads import folded_commands, within_budget
 from ..facts.python_env import ContainerState
 from ..facts.verification import ContainerVerification
+from ..run.ct_reads import folded_commands, within_budget
 from .checks import verification_args
 from .container_fact import container_state_args
 

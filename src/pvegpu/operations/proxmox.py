@@ -1,7 +1,7 @@
 """Node-side operations: boot persistence, container lifecycle, GPU passthrough, driver parity.
 
 Each reads the node's composite ``NodeState`` fact (served from the run's last read while nothing
-changed since: pvegpu.node_read), when it runs (pyinfra 3 runs operation
+changed since: pvegpu.run.node_read), when it runs (pyinfra 3 runs operation
 bodies at execution time), asking only for what it compares (container status and the
 container's own view cost a `pct` call each on a real node), and yields commands only when the
 node or container differs from the desired state.
@@ -14,25 +14,26 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from .. import boot, node_read
-from ..ct_template import default_template
 from ..digests import text_digest
-from ..installer_tools import (
+from ..plan import boot
+from ..plan.ct_template import default_template
+from ..plan.installer_tools import (
     install_kmod_script,
     missing_installer_line,
     missing_tools_line,
     plan_tools,
 )
-from ..passthrough import plan_passthrough, restart_blocker
-from ..run_context import run_context
+from ..plan.passthrough import plan_passthrough, restart_blocker
+from ..plan.unit import unit_file
+from ..run import node_read
+from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
-from ..unit import unit_file
 from .util import fail, note, write_file_command
 
 
 def read_state(vmids=(), ct_detail: str = "none") -> dict:
     """The node's state: the run's last read of it (the preflight's, on a converged node) while
-    no operation of the run has run a command since, else read now (pvegpu.node_read) with the
+    no operation of the run has run a command since, else read now (pvegpu.run.node_read) with the
     probe arguments the preflight read this node with."""
     args = run_context(host.state).node_args.get(host.name)
     return node_read.node_state(host, vmids, ct_detail, args)

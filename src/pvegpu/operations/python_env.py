@@ -2,7 +2,7 @@
 
 pyinfra's stock ``uv.venv`` does not fit here: it takes no package list per venv and checks
 existence at another path than it creates. These own their fact (``ContainerState``); the layout
-they manage is described in :mod:`pvegpu.venvs`, the locks in :mod:`pvegpu.locks`.
+they manage is described in :mod:`pvegpu.plan.venvs`, the locks in :mod:`pvegpu.locks`.
 
 The stage, in order (tasks/python_env.py): ``uv_installed`` -> ``venv_built`` (a fresh build
 beside the live one, as ``<build>.next``, only when needed) -> ``compile_caches`` ->
@@ -10,12 +10,12 @@ beside the live one, as ``<build>.next``, only when needed) -> ``compile_caches`
 switch the links) -> ``venvs_pruned``. ``venv_matches_lock`` is the read-only drift check for
 verify.py.
 
-Where the parts live: uv command lines in :mod:`pvegpu.uv_commands` (every uv call
+Where the parts live: uv command lines in :mod:`pvegpu.plan.uv_commands` (every uv call
 ``--no-config``, the index-changing ``UV_*`` variables unset, torch bound to its explicit index,
-never ``--torch-backend``), the build script in :mod:`pvegpu.venv_build`, the pure decisions
-(what to build, drift, pruning) in :mod:`pvegpu.venvs`, the shared ``ContainerState`` document in
-:mod:`pvegpu.operations.container_fact`. The lock is made on the controller (locks on first use)
-and synced with ``--require-hashes``.
+never ``--torch-backend``), the build script in :mod:`pvegpu.plan.venv_build`, the pure decisions
+(what to build, drift, pruning) in :mod:`pvegpu.plan.venvs`, the shared ``ContainerState``
+document in :mod:`pvegpu.operations.container_fact`. The lock is made on the controller (locks
+on first use) and synced with ``--require-hashes``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from pyinfra.operations import files
 from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
 from ..locks import LockPlan, lock_plan, make_lock, netrc_text, split_credentials, uv_wheel_hashes
-from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
-from ..uv_commands import NETRC, has_credentials, uv_home
-from ..venv_build import build_script
-from ..venvs import (
+from ..plan.uv_commands import NETRC, has_credentials, uv_home
+from ..plan.venv_build import build_script
+from ..plan.venvs import (
     SELECTED_FILE,
     build_reasons,
     drift_report,
@@ -45,6 +44,7 @@ from ..venvs import (
     python_problem,
     real_name,
 )
+from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .checks import torch_runtime
 from .container_fact import container_state, remember
 from .remote_step import remote_step

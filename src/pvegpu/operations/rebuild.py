@@ -18,11 +18,11 @@ from pyinfra.api import StringCommand, operation
 from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
-from ..pollution_report import pollution_lines
+from ..plan.pollution_report import pollution_lines
+from ..plan.unit import RUNNING, unit_file
+from ..plan.uv_commands import uv_bin
+from ..plan.venvs import LOCK_FILE, prune_plan
 from ..settings import PythonEnvSettings, RunPolicy, TorchSettings, TrainingSettings
-from ..unit import RUNNING, unit_file
-from ..uv_commands import uv_bin
-from ..venvs import LOCK_FILE, prune_plan
 from .container_fact import BASELINE, container_state, remember
 from .util import fail, notice
 

@@ -5,7 +5,7 @@ A training run lasts weeks. When the unit file or the venv build changed while t
 deploy leaves it running and prints that a restart is pending (no change is reported, so a
 converged re-run still reports zero changes). The running unit's own start record tells what it
 runs: its ``ExecStartPre`` writes the unit file's digest, the venv link target and the build's
-time to ``/run/pvegpu-<unit>/started`` (see templates/training.service.j2 and pvegpu.unit); the
+time to ``/run/pvegpu-<unit>/started`` (see templates/training.service.j2 and pvegpu.plan.unit); the
 deploy compares that with what a start now would run.
 
 Every start the deploy makes (the first, after a failure, or a requested restart) is preceded by
@@ -26,8 +26,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import FactProcessError
 
 from ..facts.probe import parse_probe_output, probe_command
-from ..settings import Settings
-from ..unit import (
+from ..plan.unit import (
     RUNNING,
     digest,
     renamed_unit_line,
@@ -38,6 +37,7 @@ from ..unit import (
     unit_path,
     unit_plan,
 )
+from ..settings import Settings
 from .container_fact import container_state, remember
 from .util import fail, notice, write_file_command
 

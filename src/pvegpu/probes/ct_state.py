@@ -18,7 +18,7 @@ A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
 LOCK = ".pvegpu-lock.txt"
 SELECTED = ".pvegpu-selected"
-# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER).
+# First line of every training unit pvegpu renders (pvegpu.plan.unit.UNIT_MARKER).
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 
 
@@ -238,7 +238,7 @@ doc = {
     "unit_active": run(["systemctl", "is-active", unit])[1].strip() if unit else None,
     "unit_enabled": run(["systemctl", "is-enabled", unit])[1].strip() if unit else None,
     "other_units": other_units(A["unit_path"], unit) if A.get("unit_path") else {},
-    # what the running training unit started with (its ExecStartPre writes it; see pvegpu.unit)
+    # what the running training unit started with (its ExecStartPre writes it; see pvegpu.plan.unit)
     "unit_started": read(A["started_path"]) if A.get("started_path") else None,
     "cache_dir_exists": os.path.isdir(cache) if cache else None,
     # the apt package baseline recorded after creation (operations.rebuild.baseline_recorded)

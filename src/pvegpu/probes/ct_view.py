@@ -1,12 +1,12 @@
 # Prelude of the node probe (node_state.py, which pvegpu.facts.probe appends): a container's own
 # view, from ONE `pct exec` per container that also runs the container reads the controller folds
-# into it (pvegpu.ct_reads).
+# into it (pvegpu.run.ct_reads).
 import re
 import subprocess
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-# First line of every training unit pvegpu renders (pvegpu.unit.UNIT_MARKER): units that carry it
-# under another name are earlier training_unit_names (a rename must not run two trainers).
+# First line of every training unit pvegpu renders (pvegpu.plan.unit.UNIT_MARKER): units that
+# carry it under another name are earlier training_unit_names (a rename must not run two trainers).
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 
 

@@ -13,7 +13,7 @@
 # container sees them, the training unit's state). A stopped container answers that exec with
 # "container '<vmid>' not running!", which is its status; only an unexpected answer costs a second
 # call (`pct status`). That exec also runs, after the view, the container reads the controller
-# folds into it ("reads": {vmid: [shell command, ...]}, pvegpu.ct_reads): each one's stdout and
+# folds into it ("reads": {vmid: [shell command, ...]}, pvegpu.run.ct_reads): each one's stdout and
 # exit status come back under the container's "reads". The execs start before the node's own
 # commands and run beside them.
 import glob

@@ -1,5 +1,6 @@
 # Not a fact probe: the container-side check that the package and torch indexes answer, run by
-# pvegpu.uv_commands.reach_command as `python3 -c <this file> key=url ...` before an online sync.
+# pvegpu.plan.uv_commands.reach_command as `python3 -c <this file> key=url ...` before an online
+# sync.
 # The URLs carry no credentials: those come from $NETRC (as for uv), so no token is in an argv or
 # part of a host name to resolve. On failure it prints one line "pvegpu: ..." and exits 1.
 import base64

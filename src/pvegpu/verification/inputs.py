@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..facts.gpus import normalize_uuid
+from ..plan.unit import RUNNING, clears_leftovers, training_matcher, unit_plan
 from ..settings import Settings
-from ..unit import RUNNING, clears_leftovers, training_matcher, unit_plan
 
 
 def roles(settings: Settings) -> dict[int, str]:

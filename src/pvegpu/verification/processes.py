@@ -66,8 +66,8 @@ def app_argv(app: dict) -> list[str]:
 
 
 def is_training_command(argv: list[str], matcher: dict) -> bool:
-    """argv is the training command (:func:`pvegpu.unit.training_matcher`): argv[1] the training
-    script, argv[0] the python of ``venv_path`` or of a build under ``venvs_dir``.
+    """argv is the training command (:func:`pvegpu.plan.unit.training_matcher`): argv[1] the
+    training script, argv[0] the python of ``venv_path`` or of a build under ``venvs_dir``.
 
     >>> m = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"],
     ...      "python_under": ["/root/venvs/"]}

@@ -16,8 +16,8 @@ True
 
 from __future__ import annotations
 
-from .facts.training import PathKinds
-from .settings import Settings
+from ..facts.training import PathKinds
+from ..settings import Settings
 
 # (variable, what it must be)
 TRAINING_PATHS = (("training_script", "file"), ("training_workdir", "directory"))

@@ -7,7 +7,7 @@ Two modes, chosen by what the node supports:
 - ``lxc``: raw ``lxc.cgroup2.devices.allow`` + ``lxc.mount.entry ... bind,optional,create=file``
   lines for older nodes, with majors read from the node's /proc/devices (uvm and caps majors are
   dynamic). `pct set` cannot write ``lxc.*`` keys, so these lines are edited in the config file
-  (:mod:`pvegpu.lxc_raw`).
+  (:mod:`pvegpu.plan.lxc_raw`).
 
 >>> wanted_devices({"/dev/nvidia0": {}, "/dev/nvidiactl": {}, "/dev/nvidia-uvm": {},
 ...                 "/dev/nvidia-uvm-tools": {}, "/dev/nvidia-modeset": {}}, ())

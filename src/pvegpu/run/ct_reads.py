@@ -4,7 +4,7 @@ On a real node every ``pct exec`` pays Perl's start-up (a few hundred ms). The p
 read already enters each container once (its own view of the driver, ``NodeState``'s
 ``ct_detail="full"``); the container facts a converged run reads first (``ContainerState`` and
 ``ContainerVerification``) run in that same exec, after the view. A fact is served from there while
-the node read is current (no operation of the run has run a command since: pvegpu.node_read's
+the node read is current (no operation of the run has run a command since: pvegpu.run.node_read's
 rule) and its command is the very one folded in; otherwise, or when the folded run failed, it is
 read as usual over the @pct connector, with the same result.
 
@@ -21,8 +21,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
 from pyinfra.connectors.util import extract_control_arguments, make_unix_command_for_host
 
+from ..connectors.pct import pct_exec_argv
 from . import node_read
-from .connectors.pct import pct_exec_argv
 
 # The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
 # about 26 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One

@@ -10,17 +10,19 @@ from __future__ import annotations
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import boot, node_lock, node_read, summary
+from ..operations.folded_reads import preflight_reads
+from ..output import summary
+from ..plan import boot
+from ..plan.ct_template import default_template
+from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
+from ..plan.passthrough import plan_passthrough, restart_blocker, select_mode
+from ..plan.unit import renamed_unit_line, running_other_units, unit_file
+from ..settings import Settings
+from ..verification import Verdict, check_node_driver, check_node_gpus
+from . import node_lock, node_read
 from .all_settings import load_all
-from .ct_template import default_template
-from .installer_tools import missing_installer_line, missing_tools_line, plan_tools
-from .operations.folded_reads import preflight_reads
-from .passthrough import plan_passthrough, restart_blocker, select_mode
 from .run_context import run_context
-from .settings import Settings
 from .training_preflight import node_training_paths, training_path_problems
-from .unit import renamed_unit_line, running_other_units, unit_file
-from .verification import Verdict, check_node_driver, check_node_gpus
 
 
 class PreflightError(PyinfraError):
@@ -160,7 +162,7 @@ def container_problems(
 
 def check_fleet(state, inventory) -> dict[str, Settings]:
     """Validate settings of every host, take every node's deploy lock, and check the GPUs of
-    every node, once per run (kept in the run context, :mod:`pvegpu.run_context`).
+    every node, once per run (kept in the run context, :mod:`pvegpu.run.run_context`).
 
     pyinfra loads deploy.py for every host side by side (gevent greenlets): the first host runs
     the checks while the others wait on a lock for its result (or its error), so the node's facts
@@ -229,7 +231,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         # and verify reuse it until an operation runs a command
         paths = node_training_paths(inventory, settings, node_host.name)
         args = run_context(state).node_args[node_host.name] = node_read_args(s)
-        # each container's first reads ride on the node read's exec into it (pvegpu.ct_reads)
+        # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
         ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
         facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")

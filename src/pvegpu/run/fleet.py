@@ -91,7 +91,7 @@ def _int(name: str, value, where: str, low: int | None = None, high: int | None 
     >>> _int("PVE_SSH_PORT", "99999", "the environment", 1, 65535)
     Traceback (most recent call last):
     ...
-    pvegpu.fleet.FleetError: PVE_SSH_PORT=99999 in the environment is outside 1..65535: fix it
+    pvegpu.run.fleet.FleetError: PVE_SSH_PORT=99999 in the environment is outside 1..65535: fix it
     """
     try:
         if isinstance(value, (bool, float)):

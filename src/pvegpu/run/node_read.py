@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .facts.proxmox import NodeState
+from ..facts.proxmox import NodeState
 from .run_context import Entry, executed_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
@@ -35,7 +35,7 @@ class Request:
     ct_detail: str
     args: dict | None
     paths: tuple = ()
-    reads: dict | None = None  # {vmid: [container command, ...]} folded in (pvegpu.ct_reads)
+    reads: dict | None = None  # {vmid: [container command, ...]} folded in (pvegpu.run.ct_reads)
 
 
 def covers(have: Request, want: Request) -> bool:
@@ -56,7 +56,7 @@ def node_state(
     probe's other arguments; None: any earlier read will do, and a fresh read uses the probe's
     defaults; ``paths``: node paths whose kind the document must hold, under ``path_kinds``;
     ``ct_reads``: container commands to run in each container's exec of a fresh read, see
-    :mod:`pvegpu.ct_reads`)."""
+    :mod:`pvegpu.run.ct_reads`)."""
     state = node_host.state
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
 

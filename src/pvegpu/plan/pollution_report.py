@@ -1,7 +1,7 @@
 """The pollution report printed before a rebuild: what differs from the lock and the baseline.
 
 The venv is compared with the exact pins it was last synced to (its ``.pvegpu-lock.txt``, see
-pvegpu.venvs), with the same drift rules the python env stage repairs by; without that record,
+pvegpu.plan.venvs), with the same drift rules the python env stage repairs by; without that record,
 with the pins the settings ask for.
 
 >>> lines = pollution_lines({"packages": {"torch": "2.11.0+cu128", "sglang-junk": "0.1.0"},
@@ -15,7 +15,7 @@ venv: sglang-junk 0.1.0 is installed but not in the lock (extra)
 
 from __future__ import annotations
 
-from .locks import parse_pins
+from ..locks import parse_pins
 from .venvs import drift
 
 

@@ -3,7 +3,7 @@
 It starts from an empty ``<build>.building`` dir, syncs the lock offline from uv's cache when the
 cache has everything (no index contacted), else checks the indexes answer and syncs online, then
 records the marker and renames the finished venv to ``<build>.next``. The layout is described in
-:mod:`pvegpu.venvs`; the uv command lines come from :mod:`pvegpu.uv_commands`.
+:mod:`pvegpu.plan.venvs`; the uv command lines come from :mod:`pvegpu.plan.uv_commands`.
 
 >>> quoted(["uv", "venv", "/root/venvs/a b"])
 "uv venv '/root/venvs/a b'"
@@ -16,9 +16,9 @@ import gzip
 import json
 import shlex
 
-from .guard import delete_command
-from .locks import LockPlan, training_pyproject
-from .settings import Settings
+from ..guard import delete_command
+from ..locks import LockPlan, training_pyproject
+from ..settings import Settings
 from .uv_commands import (
     NETRC,
     has_credentials,

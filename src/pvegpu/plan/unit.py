@@ -28,9 +28,9 @@ from pathlib import Path
 
 import jinja2
 
-from .digests import text_digest as digest
-from .paths import TEMPLATES
-from .settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
+from ..digests import text_digest as digest
+from ..paths import TEMPLATES
+from ..settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jinja2
 
-from .paths import TEMPLATES
+from ..paths import TEMPLATES
 
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"

@@ -16,7 +16,7 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
-from .run_context import run_context
+from ..run.run_context import run_context
 
 
 def node_line(node: str, preflight: list[str], failed_ops: dict[str, str]) -> str:
@@ -57,7 +57,7 @@ class _FailedOps(BaseStateCallback):
 
 def node_failures(state) -> dict[str, list[str]]:
     """{node name: problem lines} of the nodes that must not be touched in this run (written by
-    :func:`pvegpu.preflight.check_fleet`; here, below it, so the summary can read them)."""
+    :func:`pvegpu.run.preflight.check_fleet`; here, below it, so the summary can read them)."""
     return run_context(state).node_failures
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .locks import LockPlan, normalize
-from .settings import PythonEnvSettings
+from ..locks import LockPlan, normalize
+from ..settings import PythonEnvSettings
 
 MARKER = ".pvegpu-build.json"
 LOCK_FILE = ".pvegpu-lock.txt"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import shlex
 
-from .facts.probe import probe_source
-from .locks import index_args, parse_pins, split_credentials
-from .settings import PythonEnvSettings, Settings, TorchSettings
+from ..facts.probe import probe_source
+from ..locks import index_args, parse_pins, split_credentials
+from ..settings import PythonEnvSettings, Settings, TorchSettings
 
 #: Environment variables that would change what uv installs or from where; unset for every call.
 UV_UNSET = (

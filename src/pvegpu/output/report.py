@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from .verification import Verdict
+from ..verification import Verdict
 
 COLUMNS = [
     ("GPU", "gpu", ">"),

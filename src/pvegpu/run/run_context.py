@@ -34,7 +34,7 @@ from weakref import WeakKeyDictionary
 from gevent.lock import Semaphore
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from ..settings import Settings
 
 
 @dataclass

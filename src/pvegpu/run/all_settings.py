@@ -1,13 +1,13 @@
 """Every host's settings, validated together with the training unit each renders.
 
-Above both :mod:`pvegpu.settings` (one host's data) and :mod:`pvegpu.unit` (which renders from
+Above both :mod:`pvegpu.settings` (one host's data) and :mod:`pvegpu.plan.unit` (which renders from
 settings), so neither imports the other back.
 """
 
 from __future__ import annotations
 
-from . import unit  # looked up at call time: tests replace unit.unit_problems
-from .settings import Settings, SettingsError
+from ..plan import unit  # looked up at call time: tests replace unit.unit_problems
+from ..settings import Settings, SettingsError
 
 
 def load_all(hosts) -> dict[str, Settings]:
