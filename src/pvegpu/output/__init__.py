@@ -1,0 +1,1 @@
+"""What a run prints and writes for the user: the verification report and the end-of-run summary."""
