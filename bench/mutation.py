@@ -87,7 +87,8 @@ def module_of(path: str) -> str:
 def choose(args: list[str], paths: list[str]) -> list[str]:
     """The configured paths the arguments name, in the order given; exits on an unknown one.
 
-    >>> choose(["variants", "pvegpu.plan.boot"], ["src/pvegpu/plan/boot.py", "src/pvegpu/variants.py"])
+    >>> choose(["variants", "pvegpu.plan.boot"],
+    ...        ["src/pvegpu/plan/boot.py", "src/pvegpu/variants.py"])
     ['src/pvegpu/variants.py', 'src/pvegpu/plan/boot.py']
     """
     chosen = []
