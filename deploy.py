@@ -1,7 +1,7 @@
 # The whole converge, in order: node -> container -> python env -> verify -> training unit.
 #   pyinfra inventory.py deploy.py [--data torch_variant=cu128] [--data rebuild=venv|container] [-y]
-# Settings of every host are checked first (pvegpu.run.preflight): a bad value stops the run before
-# anything changes. Then each node's deploy lock is taken (one deploy at a time per node, held
+# Settings of every host are checked first (pvegpu.startup.preflight): a bad value stops the run
+# before anything changes. Then each node's deploy lock is taken (one deploy at a time per node, held
 # until the run ends) and its GPUs are checked: an unfit or busy node stops only its own hosts.
 #
 # pyinfra runs the ready operations of different hosts side by side, so the stages of different
@@ -11,7 +11,7 @@ from pyinfra import host, local
 
 from pvegpu.operations.fleet import node_ready
 from pvegpu.operations.util import barrier
-from pvegpu.run.deploy_context import begin, node_problems
+from pvegpu.startup.deploy_context import begin, node_problems
 
 s = begin(host, "deploy")
 # A node that failed its preflight, or whose deploy lock another deploy holds, stops here with its

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from pvegpu.quick_exit import register as skip_final_collection
-from pvegpu.run.fleet import inventory_groups, load_fleet
+from pvegpu.startup.fleet import inventory_groups, load_fleet
 
 skip_final_collection()  # the run's end: no last garbage collection of its objects (0.1-0.5 s)
 

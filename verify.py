@@ -5,7 +5,7 @@
 # in each container's table with everything else.
 from pyinfra import host, local
 
-from pvegpu.run.deploy_context import begin
+from pvegpu.startup.deploy_context import begin
 
 begin(host, "verify")  # read-only: prints the verdict in the preview too (without -y)
 

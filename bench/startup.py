@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VERIFY = "import pvegpu.operations.checks"
 DEPLOY = (
-    "import pvegpu.run.deploy_context, pvegpu.operations.checks, pvegpu.operations.python_env, "
+    "import pvegpu.startup.deploy_context, pvegpu.operations.checks, pvegpu.operations.python_env, "
     "pvegpu.operations.proxmox, pvegpu.operations.training, pvegpu.operations.rebuild"
 )
 SCANS = (

@@ -4,7 +4,7 @@
 from pyinfra import host
 
 from pvegpu.operations import proxmox
-from pvegpu.run.deploy_context import settings
+from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 

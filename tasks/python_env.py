@@ -4,8 +4,8 @@ from pyinfra import host
 
 from pvegpu.locks import early_lock_error
 from pvegpu.operations import python_env
-from pvegpu.run.deploy_context import settings
 from pvegpu.settings import SettingsError
+from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 build = s.torch.build_name

@@ -3,7 +3,7 @@
 from pyinfra import host
 
 from pvegpu.operations import rebuild
-from pvegpu.run.deploy_context import settings
+from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 

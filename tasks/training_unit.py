@@ -5,7 +5,7 @@ from pyinfra import host
 
 from pvegpu.operations import training
 from pvegpu.plan.unit import unit_file
-from pvegpu.run.deploy_context import settings
+from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 unit = unit_file(s.training)

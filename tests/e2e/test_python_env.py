@@ -22,7 +22,7 @@ UNIT = "dflash-train.service"
 COMPILE = "import torch; f = torch.compile(lambda x: x + 1); f(1)"
 DRIFT_CHECK = """\
 from pyinfra import host
-from pvegpu.run.deploy_context import settings
+from pvegpu.startup.deploy_context import settings
 from pvegpu.operations import python_env
 if "training_cts" in host.groups:
     python_env.venv_matches_lock(name="Check the live venv has exactly its lock", settings=settings(host))

@@ -11,7 +11,7 @@ from tests.unit.test_preflight import node, settings
 from tests.unit.verify_facts import ct_facts, node_facts
 from tests.unit.verify_facts import settings as verify_settings
 
-from pvegpu.run.preflight import node_problems
+from pvegpu.startup.preflight import node_problems
 from pvegpu.variants import VARIANTS, driver_fit
 from pvegpu.verification import verify
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.run.fleet import FleetError, inventory_groups, load_fleet
+from pvegpu.startup.fleet import FleetError, inventory_groups, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 

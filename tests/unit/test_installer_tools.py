@@ -5,7 +5,7 @@ import pytest
 from tests.unit.test_preflight import node, running_ct, settings
 
 from pvegpu.plan.installer_tools import INSTALLER_TOOLS, missing_tools_line, plan_tools
-from pvegpu.run.preflight import node_problems
+from pvegpu.startup.preflight import node_problems
 
 KMOD = ["modprobe", "rmmod", "lsmod", "depmod"]
 

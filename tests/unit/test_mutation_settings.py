@@ -4,9 +4,9 @@ found unpinned: the system-tree test behind data_dir_ct/node paths and load_all'
 import pytest
 
 import pvegpu.plan.unit
-from pvegpu.run.all_settings import load_all
 from pvegpu.settings import SettingsError, defaults
 from pvegpu.settings.placement import in_tree as _in_tree
+from pvegpu.startup.all_settings import load_all
 
 
 @pytest.mark.parametrize("path, inside", [

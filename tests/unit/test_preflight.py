@@ -3,8 +3,8 @@ found, fix); the cu128 compatibility band only warns."""
 
 import pytest
 
-from pvegpu.run.preflight import node_problems
 from pvegpu.settings import Settings, defaults
+from pvegpu.startup.preflight import node_problems
 from pvegpu.verification import verify
 
 NODE = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(8)}

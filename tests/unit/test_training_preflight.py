@@ -2,13 +2,13 @@
 for, and one clear line per problem."""
 
 from pvegpu.facts.training import PathKinds
-from pvegpu.run.training_preflight import (
+from pvegpu.settings import Settings, defaults
+from pvegpu.startup.training_preflight import (
     node_path,
     node_training_paths,
     path_problems,
     training_path_problems,
 )
-from pvegpu.settings import Settings, defaults
 
 
 def settings(**over):

@@ -23,8 +23,8 @@ from pvegpu.plan.unit import (
     training_matcher,
     unit_problems,
 )
-from pvegpu.run.all_settings import load_all
 from pvegpu.settings import Settings, SettingsError, defaults
+from pvegpu.startup.all_settings import load_all
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -1,5 +1,5 @@
 """Per-node outcome of a fleet run: a node that failed its preflight (or whose deploy lock is
-held) stops only its own hosts; the others go on. See pvegpu.run.preflight.check_fleet."""
+held) stops only its own hosts; the others go on. See pvegpu.startup.preflight.check_fleet."""
 
 from __future__ import annotations
 

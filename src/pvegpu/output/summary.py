@@ -57,7 +57,7 @@ class _FailedOps(BaseStateCallback):
 
 def node_failures(state) -> dict[str, list[str]]:
     """{node name: problem lines} of the nodes that must not be touched in this run (written by
-    :func:`pvegpu.run.preflight.check_fleet`; here, below it, so the summary can read them)."""
+    :func:`pvegpu.startup.preflight.check_fleet`; here, below it, so the summary can read them)."""
     return run_context(state).node_failures
 
 

@@ -1,2 +1,2 @@
-"""One deploy run: the fleet, all settings, the per-run context and cached node reads, the node
-lock and the preflight that refuses bad input before any change."""
+"""What one pyinfra run keeps and shares: the run context (settings, verdicts, the fact cache) and
+the node's and containers' cached reads that the operations use."""

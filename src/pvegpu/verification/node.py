@@ -1,6 +1,6 @@
 """The node's facts: readable, an NVIDIA driver new enough for the build, nvidia-smi listing
-``expected_gpu_count`` GPUs. Deploy's preflight (:func:`pvegpu.run.preflight.node_problems`) runs
-the same driver and GPU-count checks, so both word these problems alike.
+``expected_gpu_count`` GPUs. Deploy's preflight (:func:`pvegpu.startup.preflight.node_problems`)
+runs the same driver and GPU-count checks, so both word these problems alike.
 
 >>> from pvegpu.settings import Settings, defaults
 >>> v = Verdict("n1")

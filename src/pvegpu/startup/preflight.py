@@ -17,11 +17,12 @@ from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from ..plan.passthrough import plan_passthrough, restart_blocker, select_mode
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
+from ..run import node_read
+from ..run.run_context import run_context
 from ..settings import Settings
 from ..verification import Verdict, check_node_driver, check_node_gpus
-from . import node_lock, node_read
+from . import node_lock
 from .all_settings import load_all
-from .run_context import run_context
 from .training_preflight import node_training_paths, training_path_problems
 
 

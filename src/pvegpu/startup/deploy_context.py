@@ -8,9 +8,9 @@ the settings of the host a deploy file runs for, and its node's preflight outcom
 from __future__ import annotations
 
 from ..output.summary import node_failures
+from ..run.run_context import run_context
 from ..settings import Settings
 from .preflight import check_fleet, validate_fleet
-from .run_context import run_context
 
 MODES = ("deploy", "verify")
 

@@ -2,8 +2,8 @@
 
 Two deploys at once (a swap and a new requirement, say) would interleave their builds and switches
 and both report VERIFIED. So deploy.py takes ``/run/lock/pvegpu-deploy.lock`` on every node before
-it reads anything (pvegpu.run.preflight), through the node's own SSH connection, for the node and
-all its containers (their commands all run on the node).
+it reads anything (pvegpu.startup.preflight), through the node's own SSH connection, for the node
+and all its containers (their commands all run on the node).
 
 How a lock outlives one command: a second SSH channel runs a small holder on the node, which
 takes the flock and then ``exec``s ``cat`` on the channel's stdin. The lock lives exactly as long

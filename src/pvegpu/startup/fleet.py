@@ -88,10 +88,10 @@ def record_new_host_keys_once() -> None:
 def _int(name: str, value, where: str, low: int | None = None, high: int | None = None) -> int:
     """``value`` as an integer in ``low..high``, else one FleetError line naming it.
 
-    >>> _int("PVE_SSH_PORT", "99999", "the environment", 1, 65535)
+    >>> _int("PVE_SSH_PORT", "0", "the environment", 1, 65535)
     Traceback (most recent call last):
     ...
-    pvegpu.run.fleet.FleetError: PVE_SSH_PORT=99999 in the environment is outside 1..65535: fix it
+    pvegpu.startup.fleet.FleetError: PVE_SSH_PORT=0 in the environment is outside 1..65535: fix it
     """
     try:
         if isinstance(value, (bool, float)):
