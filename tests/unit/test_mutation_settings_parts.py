@@ -521,3 +521,29 @@ def test_positive_edges_and_override_value():
     assert t.value("token_budget", "cu130") == 49152
     assert t.value("token_budget", "cu128") == 65536
     assert t.value("max_batch_size", "cu999") == 64
+
+
+def test_an_unknown_variants_override_is_checked_too_in_variant_order():
+    assert lines(variant_overrides={"cu129": {"max_batch_size": 0}, "cu128": {"token_budget": 0}}) \
+        == [
+        "token_budget=0 (for cu128) must be a positive integer: fix it in group_data/all.py "
+        "or --data",
+        "max_batch_size=0 (for cu129) must be a positive integer: fix it in group_data/all.py "
+        "or --data",
+        "variant_overrides has unknown variant 'cu129': use one of cu128, cu130",
+    ]
+
+
+def test_joined_values_keep_a_last_letter_that_is_not_a_slash():
+    s = make(venvs_dir="/srv/venvsX", data_dir_ct="/dataX", training_script="/dataX/t.py",
+             training_workdir="/dataX", dataset_dir="/dataX/d", checkpoint_dir="/dataX/c")
+    assert s.build_venv == "/srv/venvsX/torch-2.11.0-cu130"
+    assert s.compile_cache_dir == "/dataX/cache/torch-2.11.0-cu130"
+    assert make(torch_index_base="https://m/whlX").torch.index_url == "https://m/whlX/cu130"
+
+
+def test_one_gpu_is_a_count_the_node_may_have():
+    # one GPU cannot be both a target and a drafter, but the count itself is fine
+    assert lines(expected_gpu_count=1, target_gpus=[0], drafter_gpus=[0]) == [
+        "target_gpus and drafter_gpus overlap on [0]: a GPU is either a target or a drafter"
+    ]
