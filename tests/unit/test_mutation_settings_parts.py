@@ -48,12 +48,27 @@ def lines(**over):
 
 
 # --- kinds --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind, raw", [
-    (gpu_list, [True]), (gpu_list, [1.0]), (gpu_list, "01"), (gpu_list, None),
-    (text_list, [b"x"]), (text_list, {"a": 1}), (flag, 2), (flag, -1), (flag, "true"),
-    (flag, 1.0), (integer, 1.5), (integer, None), (mapping, "a"), (mapping, [("a", 1)]),
-    (text, {}), (text, []),
-])
+@pytest.mark.parametrize(
+    "kind, raw",
+    [
+        (gpu_list, [True]),
+        (gpu_list, [1.0]),
+        (gpu_list, "01"),
+        (gpu_list, None),
+        (text_list, [b"x"]),
+        (text_list, {"a": 1}),
+        (flag, 2),
+        (flag, -1),
+        (flag, "true"),
+        (flag, 1.0),
+        (integer, 1.5),
+        (integer, None),
+        (mapping, "a"),
+        (mapping, [("a", 1)]),
+        (text, {}),
+        (text, []),
+    ],
+)
 def test_each_kind_refuses_what_it_cannot_hold(kind, raw):
     with pytest.raises(ValueError):
         kind("k", raw)
@@ -131,8 +146,10 @@ def test_from_data_reads_attributes_of_an_object_without_get():
 def test_paths_by_where():
     s = make()
     assert s.python_env.paths() == {
-        "python_interpreter": "/usr/bin/python3", "venv_path": "/root/venv",
-        "venvs_dir": "/root/venvs", "uv_cache_dir": "/root/.cache/uv",
+        "python_interpreter": "/usr/bin/python3",
+        "venv_path": "/root/venv",
+        "venvs_dir": "/root/venvs",
+        "uv_cache_dir": "/root/.cache/uv",
     }
     assert s.container.paths() == {"data_dir_node": "/tank/dflash", "data_dir_ct": "/data"}
     assert s.container.paths("ct") == {"data_dir_ct": "/data"}
@@ -144,25 +161,44 @@ def test_paths_by_where():
 def test_items_are_each_field_with_its_value_in_order():
     p = RunPolicy("venv", True, 5)
     assert [(f.name, v) for f, v in p.items()] == [
-        ("rebuild", "venv"), ("restart_training", True), ("lock_wait_s", 5),
+        ("rebuild", "venv"),
+        ("restart_training", True),
+        ("lock_wait_s", 5),
     ]
 
 
-@pytest.mark.parametrize("over, line", [
-    ({"venvs_dir": "/root/a b/../venvs"}, "venvs_dir='/root/a b/../venvs' is not normalised: "
-                                          "write /root/venvs" + FIX),
-    ({"venvs_dir": "/root/a b"}, "venvs_dir='/root/a b' has a character outside letters, digits "
-                                 "and / . _ - + @" + FIX),
-    ({"venvs_dir": "venvs"}, "venvs_dir='venvs' must be an absolute path: start it with /" + FIX),
-    ({"data_dir_node": "/"}, "data_dir_node='/' is the root directory /" + FIX),
-    ({"training_script": "/data/t\n.py"}, "training_script='/data/t\\n.py' contains a newline or "
-                                          "control character: remove it" + FIX),
-    ({"ct_features": "nesting=1\x7f"}, "ct_features='nesting=1\\x7f' contains a newline or "
-                                       "control character: remove it"),
-    ({"passthrough_extra_devices": ["nvidia-caps\n"]},
-     "passthrough_extra_devices=('nvidia-caps\\n',) contains a newline or control character: "
-     "remove it"),
-])
+@pytest.mark.parametrize(
+    "over, line",
+    [
+        (
+            {"venvs_dir": "/root/a b/../venvs"},
+            "venvs_dir='/root/a b/../venvs' is not normalised: write /root/venvs" + FIX,
+        ),
+        (
+            {"venvs_dir": "/root/a b"},
+            "venvs_dir='/root/a b' has a character outside letters, digits and / . _ - + @" + FIX,
+        ),
+        (
+            {"venvs_dir": "venvs"},
+            "venvs_dir='venvs' must be an absolute path: start it with /" + FIX,
+        ),
+        ({"data_dir_node": "/"}, "data_dir_node='/' is the root directory /" + FIX),
+        (
+            {"training_script": "/data/t\n.py"},
+            "training_script='/data/t\\n.py' contains a newline or "
+            "control character: remove it" + FIX,
+        ),
+        (
+            {"ct_features": "nesting=1\x7f"},
+            "ct_features='nesting=1\\x7f' contains a newline or control character: remove it",
+        ),
+        (
+            {"passthrough_extra_devices": ["nvidia-caps\n"]},
+            "passthrough_extra_devices=('nvidia-caps\\n',) contains a newline or control "
+            "character: remove it",
+        ),
+    ],
+)
 def test_field_problems_word_for_word(over, line):
     assert line in lines(**over)
 
@@ -187,12 +223,21 @@ def test_integers_and_flags_are_not_searched_for_control_characters():
 
 
 # --- placement ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("path, trees, inside", [
-    ("/usr", ("/usr",), True), ("/usr/lib", ("/usr",), True), ("/usrx", ("/usr",), False),
-    ("/lib", ("/lib*",), True), ("/lib64/x/y", ("/lib*",), True), ("/data", ("/lib*",), False),
-    ("/x/lib", ("/lib*",), False), ("/etc", ("/usr", "/etc"), True), ("/etc", (), False),
-    ("/var/lib/vz/x", ("/lib*", "/var/lib/vz"), True),
-])
+@pytest.mark.parametrize(
+    "path, trees, inside",
+    [
+        ("/usr", ("/usr",), True),
+        ("/usr/lib", ("/usr",), True),
+        ("/usrx", ("/usr",), False),
+        ("/lib", ("/lib*",), True),
+        ("/lib64/x/y", ("/lib*",), True),
+        ("/data", ("/lib*",), False),
+        ("/x/lib", ("/lib*",), False),
+        ("/etc", ("/usr", "/etc"), True),
+        ("/etc", (), False),
+        ("/var/lib/vz/x", ("/lib*", "/var/lib/vz"), True),
+    ],
+)
 def test_in_tree(path, trees, inside):
     assert in_tree(path, trees) is inside
 
@@ -244,21 +289,36 @@ def test_mutual_overlaps_each_pair_once_and_not_beside_a_system_dir():
         {"venv_path": "/srv", "venvs_dir": "/srv/v", "uv_cache_dir": "/root/.cache/uv"},
         {"venv_path": "/srv/v", "venvs_dir": "/srv", "uv_cache_dir": "/root/.cache/uv"},
     ):
-        assert [e for e in placement_problems("/data", "/tank/dflash", reach) if "overlap" in e] \
-            == []
+        assert [
+            e for e in placement_problems("/data", "/tank/dflash", reach) if "overlap" in e
+        ] == []
 
 
-@pytest.mark.parametrize("node, bad", [
-    ("/var/lib/vz", True), ("/var/lib/vz/d", True), ("/etc/pve", True), ("/usr/d", True),
-    ("/lib64", True), ("/root", True), ("/tank/d", False), ("/var/lib/vzx", False),
-    ("/srv/d", False), ("/root/d", False),
-])
+@pytest.mark.parametrize(
+    "node, bad",
+    [
+        ("/var/lib/vz", True),
+        ("/var/lib/vz/d", True),
+        ("/etc/pve", True),
+        ("/usr/d", True),
+        ("/lib64", True),
+        ("/root", True),
+        ("/tank/d", False),
+        ("/var/lib/vzx", False),
+        ("/srv/d", False),
+        ("/root/d", False),
+    ],
+)
 def test_data_dir_node(node, bad):
     errs = placement_problems("/data", node, REACH)
-    assert errs == ([
-        f"data_dir_node={node!r} is a system directory of the node (it would be bind-mounted "
-        "into the container): use a data directory, e.g. /tank/dflash"
-    ] if bad else [])
+    assert errs == (
+        [
+            f"data_dir_node={node!r} is a system directory of the node (it would be bind-mounted "
+            "into the container): use a data directory, e.g. /tank/dflash"
+        ]
+        if bad
+        else []
+    )
 
 
 def test_settings_place_each_reach_path_by_its_own_key():
@@ -302,8 +362,13 @@ def test_joined_values_strip_a_trailing_slash():
 def test_parts_are_each_part_in_order():
     s = make()
     assert [type(p) for p in s.parts()] == [
-        TorchSettings, PythonEnvSettings, GpuSettings, ContainerSettings, RunPolicy,
-        VerificationSettings, TrainingSettings,
+        TorchSettings,
+        PythonEnvSettings,
+        GpuSettings,
+        ContainerSettings,
+        RunPolicy,
+        VerificationSettings,
+        TrainingSettings,
     ]
 
 
@@ -317,9 +382,13 @@ def test_defaults_read_a_project_dirs_group_data(tmp_path):
 
 # --- torch --------------------------------------------------------------------------------------
 def test_torch_lines_word_for_word():
-    assert lines(torch_variant="cu129", torch_version="2.11", torch_index_base="ftp://x",
-                 training_requirements=["a>=1", "Torch==2.11.0", "torch[opt]==2"],
-                 locks_dir=" ") == [
+    assert lines(
+        torch_variant="cu129",
+        torch_version="2.11",
+        torch_index_base="ftp://x",
+        training_requirements=["a>=1", "Torch==2.11.0", "torch[opt]==2"],
+        locks_dir=" ",
+    ) == [
         "torch_variant='cu129' is not a known variant: set torch_variant to one of cu128, cu130",
         "torch_version='2.11' is not a full X.Y.Z version: set torch_version=2.11.0 (the install "
         "pins torch==<version>+<variant> exactly)",
@@ -333,21 +402,34 @@ def test_torch_lines_word_for_word():
     ]
 
 
-@pytest.mark.parametrize("over", [
-    {"torch_version": "2.11.0.1"}, {"torch_version": "v2.11.0"}, {"torch_version": "2.11.x"},
-    {"torch_index_base": "https://"}, {"package_index_url": "https://a b"},
-    {"package_index_url": "xhttps://a"}, {"training_requirements": ["a==1 "]},
-    {"training_requirements": ["a[b]==1", "-a==1"]}, {"locks_dir": ""},
-])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"torch_version": "2.11.0.1"},
+        {"torch_version": "v2.11.0"},
+        {"torch_version": "2.11.x"},
+        {"torch_index_base": "https://"},
+        {"package_index_url": "https://a b"},
+        {"package_index_url": "xhttps://a"},
+        {"training_requirements": ["a==1 "]},
+        {"training_requirements": ["a[b]==1", "-a==1"]},
+        {"locks_dir": ""},
+    ],
+)
 def test_torch_refuses(over):
     assert len(lines(**over)) == 1
 
 
-@pytest.mark.parametrize("over", [
-    {"torch_index_base": "http://127.0.0.1:8/whl/"}, {"package_index_url": "file:///srv/simple"},
-    {"training_requirements": ["torchvision==0.26.0", "transformers[torch]==5.6.0"]},
-    {"training_requirements": "a==1"}, {"torch_version": "10.0.12"},
-])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"torch_index_base": "http://127.0.0.1:8/whl/"},
+        {"package_index_url": "file:///srv/simple"},
+        {"training_requirements": ["torchvision==0.26.0", "transformers[torch]==5.6.0"]},
+        {"training_requirements": "a==1"},
+        {"torch_version": "10.0.12"},
+    ],
+)
 def test_torch_accepts(over):
     assert lines(**over) == []
 
@@ -368,10 +450,19 @@ def test_python_env_lines_word_for_word():
     ]
 
 
-@pytest.mark.parametrize("version, ok", [
-    ("3.11", True), ("3.9", True), ("none", True), ("2.7", False), ("3", False),
-    ("3.11.2", False), ("x3.11", False), ("3.", False),
-])
+@pytest.mark.parametrize(
+    "version, ok",
+    [
+        ("3.11", True),
+        ("3.9", True),
+        ("none", True),
+        ("2.7", False),
+        ("3", False),
+        ("3.11.2", False),
+        ("x3.11", False),
+        ("3.", False),
+    ],
+)
 def test_python_version(version, ok):
     assert (lines(python_version=version) == []) is ok
 
@@ -387,8 +478,13 @@ def test_keep_venvs_one_is_enough_and_an_unset_uv_version_is_one_line():
 
 # --- GPUs ---------------------------------------------------------------------------------------
 def test_gpu_lines_word_for_word():
-    assert lines(expected_gpu_count=0, target_gpus=[], drafter_gpus=[-1, -1],
-                 passthrough_extra_devices=["nvidia-uvm"], passthrough_mode="auto ") == [
+    assert lines(
+        expected_gpu_count=0,
+        target_gpus=[],
+        drafter_gpus=[-1, -1],
+        passthrough_extra_devices=["nvidia-uvm"],
+        passthrough_mode="auto ",
+    ) == [
         "expected_gpu_count=0 must be >= 1: set the number of GPUs on the node",
         "target_gpus is empty: list its GPU indices, e.g. --data target_gpus=[0,1]",
         "drafter_gpus has GPU -1, outside 0..-1 (expected_gpu_count=0): fix the index or the count",
@@ -400,15 +496,19 @@ def test_gpu_lines_word_for_word():
     ]
 
 
-@pytest.mark.parametrize("over, ok", [
-    ({"expected_gpu_count": 1, "target_gpus": [0], "drafter_gpus": [0]}, False),
-    ({"expected_gpu_count": 2, "target_gpus": [0], "drafter_gpus": [1]}, True),
-    ({"expected_gpu_count": 2, "target_gpus": [0], "drafter_gpus": [2]}, False),
-    ({"target_gpus": [0, 0], "drafter_gpus": [7]}, False),
-    ({"target_gpus": [0], "drafter_gpus": []}, False),
-    ({"passthrough_extra_devices": ["nvidia-modeset", "nvidia-caps"]}, True),
-    ({"passthrough_mode": "dev"}, True), ({"passthrough_mode": "lxc"}, True),
-])
+@pytest.mark.parametrize(
+    "over, ok",
+    [
+        ({"expected_gpu_count": 1, "target_gpus": [0], "drafter_gpus": [0]}, False),
+        ({"expected_gpu_count": 2, "target_gpus": [0], "drafter_gpus": [1]}, True),
+        ({"expected_gpu_count": 2, "target_gpus": [0], "drafter_gpus": [2]}, False),
+        ({"target_gpus": [0, 0], "drafter_gpus": [7]}, False),
+        ({"target_gpus": [0], "drafter_gpus": []}, False),
+        ({"passthrough_extra_devices": ["nvidia-modeset", "nvidia-caps"]}, True),
+        ({"passthrough_mode": "dev"}, True),
+        ({"passthrough_mode": "lxc"}, True),
+    ],
+)
 def test_gpu_edges(over, ok):
     assert (lines(**over) == []) is ok
 
@@ -423,12 +523,19 @@ def test_an_overlap_is_one_sorted_line():
 
 
 # --- container ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, ok", [
-    (".".join(["a" * 63] * 3 + ["a" * 61]), True),  # 253 characters
-    (".".join(["a" * 63] * 3 + ["a" * 62]), False),  # 254
-    ("a" * 63, True), ("a-b", True), ("a-", False), ("a..b", False), ("a_b", False),
-    ("9", True),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        (".".join(["a" * 63] * 3 + ["a" * 61]), True),  # 253 characters
+        (".".join(["a" * 63] * 3 + ["a" * 62]), False),  # 254
+        ("a" * 63, True),
+        ("a-b", True),
+        ("a-", False),
+        ("a..b", False),
+        ("a_b", False),
+        ("9", True),
+    ],
+)
 def test_host_name_lengths_and_labels(name, ok):
     assert (lines(ct_hostname=name) == []) is ok
 
@@ -447,10 +554,14 @@ def test_container_lines_word_for_word():
 # --- policy, verification -----------------------------------------------------------------------
 @pytest.mark.parametrize("wait, ok", [(0, True), (86400, True), (-1, False), (86401, False)])
 def test_lock_wait_range(wait, ok):
-    expected = [] if ok else [
-        f"deploy_lock_wait_s={wait} must be 0..86400: the seconds a deploy waits for another one "
-        "on the same node"
-    ]
+    expected = (
+        []
+        if ok
+        else [
+            f"deploy_lock_wait_s={wait} must be 0..86400: the seconds a deploy waits for another "
+            "one on the same node"
+        ]
+    )
     assert lines(deploy_lock_wait_s=wait) == expected
 
 
@@ -465,10 +576,14 @@ def test_policy_and_verification_lines_word_for_word():
 
 # --- training -----------------------------------------------------------------------------------
 def test_training_lines_word_for_word():
-    assert lines(training_unit_name="a b", pytorch_cuda_alloc_conf="a=b",
-                 variant_overrides={"cu129": {"token_budget": 1, "lr": 2}},
-                 training_stop_timeout_s=0, training_restart_delay_s=-1,
-                 training_restart_burst=0) == [
+    assert lines(
+        training_unit_name="a b",
+        pytorch_cuda_alloc_conf="a=b",
+        variant_overrides={"cu129": {"token_budget": 1, "lr": 2}},
+        training_stop_timeout_s=0,
+        training_restart_delay_s=-1,
+        training_restart_burst=0,
+    ) == [
         "training_unit_name='a b' is not a valid unit name: use letters, digits, - _ . @ "
         "(not first)",
         "pytorch_cuda_alloc_conf='a=b' has characters outside letters, digits and _ . : , [ ]: "
@@ -482,13 +597,16 @@ def test_training_lines_word_for_word():
     ]
 
 
-@pytest.mark.parametrize("overrides, bad", [
-    ({"cu130": {"token_budget": True}}, ["token_budget=True (for cu130)"]),
-    ({"cu130": {"token_budget": "8"}}, ["token_budget='8' (for cu130)"]),
-    ({"cu130": {"max_batch_size": 0}}, ["max_batch_size=0 (for cu130)"]),
-    ({"cu128": {"max_batch_size": 1.5}}, ["max_batch_size=1.5 (for cu128)"]),
-    ({"cu130": {"token_budget": 1, "max_batch_size": 1}}, []),
-])
+@pytest.mark.parametrize(
+    "overrides, bad",
+    [
+        ({"cu130": {"token_budget": True}}, ["token_budget=True (for cu130)"]),
+        ({"cu130": {"token_budget": "8"}}, ["token_budget='8' (for cu130)"]),
+        ({"cu130": {"max_batch_size": 0}}, ["max_batch_size=0 (for cu130)"]),
+        ({"cu128": {"max_batch_size": 1.5}}, ["max_batch_size=1.5 (for cu128)"]),
+        ({"cu130": {"token_budget": 1, "max_batch_size": 1}}, []),
+    ],
+)
 def test_overrides_must_be_positive_integers(overrides, bad):
     assert lines(variant_overrides=overrides) == [
         f"{b} must be a positive integer: fix it in group_data/all.py or --data" for b in bad
@@ -506,17 +624,26 @@ def test_a_bad_default_is_named_for_each_variant_it_reaches():
     ]
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("_a", True), ("a@b.c-d_e", True), ("a" * 200, True), ("a" * 201, False), ("@a", False),
-    (".a", False), ("a/b", False),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("_a", True),
+        ("a@b.c-d_e", True),
+        ("a" * 200, True),
+        ("a" * 201, False),
+        ("@a", False),
+        (".a", False),
+        ("a/b", False),
+    ],
+)
 def test_unit_name(name, ok):
     assert (lines(training_unit_name=name) == []) is ok
 
 
 def test_positive_edges_and_override_value():
-    assert lines(training_stop_timeout_s=1, training_restart_delay_s=1,
-                 training_restart_burst=1) == []
+    assert (
+        lines(training_stop_timeout_s=1, training_restart_delay_s=1, training_restart_burst=1) == []
+    )
     t = make().training
     assert t.value("token_budget", "cu130") == 49152
     assert t.value("token_budget", "cu128") == 65536
@@ -524,8 +651,9 @@ def test_positive_edges_and_override_value():
 
 
 def test_an_unknown_variants_override_is_checked_too_in_variant_order():
-    assert lines(variant_overrides={"cu129": {"max_batch_size": 0}, "cu128": {"token_budget": 0}}) \
-        == [
+    assert lines(
+        variant_overrides={"cu129": {"max_batch_size": 0}, "cu128": {"token_budget": 0}}
+    ) == [
         "token_budget=0 (for cu128) must be a positive integer: fix it in group_data/all.py "
         "or --data",
         "max_batch_size=0 (for cu129) must be a positive integer: fix it in group_data/all.py "
@@ -535,8 +663,14 @@ def test_an_unknown_variants_override_is_checked_too_in_variant_order():
 
 
 def test_joined_values_keep_a_last_letter_that_is_not_a_slash():
-    s = make(venvs_dir="/srv/venvsX", data_dir_ct="/dataX", training_script="/dataX/t.py",
-             training_workdir="/dataX", dataset_dir="/dataX/d", checkpoint_dir="/dataX/c")
+    s = make(
+        venvs_dir="/srv/venvsX",
+        data_dir_ct="/dataX",
+        training_script="/dataX/t.py",
+        training_workdir="/dataX",
+        dataset_dir="/dataX/d",
+        checkpoint_dir="/dataX/c",
+    )
     assert s.build_venv == "/srv/venvsX/torch-2.11.0-cu130"
     assert s.compile_cache_dir == "/dataX/cache/torch-2.11.0-cu130"
     assert make(torch_index_base="https://m/whlX").torch.index_url == "https://m/whlX/cu130"
