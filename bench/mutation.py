@@ -80,8 +80,9 @@ def configured_paths() -> list[str]:
 
 
 def module_of(path: str) -> str:
-    """``src/pvegpu/variants.py`` -> ``pvegpu.variants`` (mutmut's mutant name prefix)."""
-    return path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    """``src/pvegpu/variants.py`` -> ``pvegpu.variants`` (mutmut's mutant name prefix; a
+    package's ``__init__.py`` is the package: ``pvegpu.settings``)."""
+    return path.removeprefix("src/").removesuffix(".py").replace("/", ".").removesuffix(".__init__")
 
 
 def choose(args: list[str], paths: list[str]) -> list[str]:
