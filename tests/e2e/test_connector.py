@@ -161,3 +161,61 @@ def test_put_file_and_get_file_round_trip_unusual_names(ct, node, name):
     back = io.BytesIO()
     assert ct.get_file(f"/tmp/putbox/{name}", back)
     assert back.getvalue() == data
+
+
+def count_handshakes(monkeypatch) -> list:
+    """Every SSH handshake pyinfra's connector starts (its SSHClient.connect), by address."""
+    from pyinfra.connectors.sshuserclient import SSHClient
+
+    handshakes: list = []
+    real = SSHClient.connect
+
+    def counting(self, hostname, *args, **kwargs):
+        handshakes.append(hostname)
+        return real(self, hostname, *args, **kwargs)
+
+    monkeypatch.setattr(SSHClient, "connect", counting)
+    return handshakes
+
+
+@pytest.mark.parametrize("order", ["node first", "container first"])
+def test_container_host_shares_its_node_hosts_ssh_connection(node, monkeypatch, order):
+    handshakes = count_handshakes(monkeypatch)
+    names = ["127.0.0.1", "@pct/127.0.0.1/200"]
+    state, hosts = connect(node, *(names if order == "node first" else names[::-1]))
+    node_host, ct_host = sorted(hosts, key=lambda h: h.name.startswith("@pct"))
+    assert handshakes == ["127.0.0.1"]
+    assert node_host.connected and ct_host.connected
+    assert ct_host.connector.ssh.client is node_host.connector.client
+    assert run(ct_host, StringCommand("hostname"))[1].stdout == "t"
+    back = io.BytesIO()
+    assert ct_host.put_file(io.BytesIO(b"shared"), "/tmp/shared") and ct_host.get_file(
+        "/tmp/shared", back)
+    assert back.getvalue() == b"shared"
+    # the container host's disconnect leaves the node's connection (not its own) open
+    ct_host.disconnect()
+    assert node_host.connector.client.get_transport().is_active()
+    assert run(node_host, StringCommand("hostname"))[1].stdout == "pve1"
+
+
+def test_container_host_with_other_ssh_data_connects_on_its_own(node, monkeypatch, tmp_path):
+    handshakes = count_handshakes(monkeypatch)
+    copy = tmp_path / "known_hosts"
+    copy.write_text(open(node.known_hosts_path).read())
+    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
+            "ssh_known_hosts_file": node.known_hosts_path}
+    inventory = Inventory(([("127.0.0.1", dict(data)),
+                            ("@pct/127.0.0.1/200", {**data, "ssh_known_hosts_file": str(copy)})], {}))
+    state = State(inventory, Config())
+    connect_all(state)
+    ct_host = inventory.get_host("@pct/127.0.0.1/200")
+    assert handshakes == ["127.0.0.1", "127.0.0.1"]
+    assert ct_host.connector.ssh.client is not inventory.get_host("127.0.0.1").connector.client
+    assert run(ct_host, StringCommand("hostname"))[1].stdout == "t"
+
+
+def test_container_host_alone_makes_its_own_one_connection(node, monkeypatch):
+    handshakes = count_handshakes(monkeypatch)
+    state, (ct_host,) = connect(node, "@pct/127.0.0.1/200")
+    assert handshakes == ["127.0.0.1"] and not ct_host.connector.shares_node
+    assert run(ct_host, StringCommand("hostname"))[1].stdout == "t"

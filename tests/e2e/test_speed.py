@@ -39,6 +39,12 @@ def counted(site, script="deploy.py", *data):
     return run, container, execs, other, node
 
 
+def handshakes(run) -> list[str]:
+    """The SSH connections a run opened, by address: pyinfra's --debug log names each handshake
+    of its SSH connector ("Connecting to: <address> (...)"), the @pct hosts' own included."""
+    return re.findall(r"Connecting to: (\S+) \(", run.stderr)
+
+
 def describe(command: str) -> str:
     """A readable form of a command: a probe by its first comment line, else its start."""
     m = re.search(r"b64decode\(\W*([A-Za-z0-9+/=]{40,})", command)
@@ -75,6 +81,8 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     assert run.changed == 0, run.json
     assert len(container) == 0 and len(execs) <= 1, why
     assert len(node) <= 1 and other == [], why
+    # one SSH connection to the node: the container host shares the node host's
+    assert handshakes(run) == ["127.0.0.1"], why
 
     # Verify only: one container command, one node read (side by side).
     run, container, execs, other, node = counted(site, "verify.py")
@@ -82,6 +90,7 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     assert run.rc == 0, run.output[-4000:]
     assert len(container) <= 1 and len(execs) <= 1, why
     assert len(node) <= 1 and other == [], why
+    assert handshakes(run) == ["127.0.0.1"], why
 
     # Swap to a new variant (downloads its torch). The package baseline, deleted by hand first, is
     # recorded again in the same run: its existence comes with the composite container fact.

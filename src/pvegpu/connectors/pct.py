@@ -1,10 +1,11 @@
 """The ``@pct`` connector: run operations inside a Proxmox LXC container over SSH to its node.
 
 Hosts are named ``@pct/<node address>/<vmid>``. Every command travels over one SSH connection
-to the node and enters the container with ``pct exec``; files stream through ``pct exec ... cat``
-instead of ``pct push``/``pct pull``, because those exit 0 even when the copy fails inside the
-container (pve-container, src/PVE/CLI/pct.pm: the copy runs in a forked child whose status is
-ignored) and push does not create parent directories.
+to the node (the node host's own when the inventory has it: pvegpu.connectors.shared_ssh) and
+enters the container with ``pct exec``; files stream through ``pct exec ... cat`` instead of
+``pct push``/``pct pull``, because those exit 0 even when the copy fails inside the container
+(pve-container, src/PVE/CLI/pct.pm: the copy runs in a forked child whose status is ignored) and
+push does not create parent directories.
 
 Example inventory entry::
 
@@ -31,6 +32,8 @@ from pyinfra.connectors.util import (
     extract_control_arguments,
     make_unix_command_for_host,
 )
+
+from .shared_ssh import announce_node, connect_shared
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -146,6 +149,9 @@ class PctConnector(BaseConnector):
         self.ssh = SSHConnector(state, host)
         self.node = host.data.pct_node
         self.vmid = int(host.data.pct_vmid)
+        #: whether the SSH connection is the node host's (pvegpu.connectors.shared_ssh)
+        self.shares_node = False
+        announce_node(state, self.node)
 
     @staticmethod
     def make_names_data(name: str):
@@ -157,10 +163,16 @@ class PctConnector(BaseConnector):
         )
 
     def connect(self) -> None:
-        # Only the node must answer: the container may not exist yet.
-        self.ssh.connect()
+        # Only the node must answer: the container may not exist yet. One handshake per node:
+        # the node host's connection when the inventory has it, else one of our own.
+        self.shares_node = connect_shared(self.state, self.host, self.ssh)
+        if not self.shares_node:
+            self.ssh.connect()
 
     def disconnect(self) -> None:
+        if self.shares_node:
+            self.ssh.client = None  # the node host's: it is not ours to close
+            return
         self.ssh.disconnect()
 
     def run_shell_command(
