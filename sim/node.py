@@ -396,7 +396,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile none
-MaxSessions 200
+MaxSessions 10
 MaxStartups 200:30:400
 LoginGraceTime 30
 PrintMotd no

@@ -219,3 +219,16 @@ def test_container_host_alone_makes_its_own_one_connection(node, monkeypatch):
     state, (ct_host,) = connect(node, "@pct/127.0.0.1/200")
     assert handshakes == ["127.0.0.1"] and not ct_host.connector.shares_node
     assert run(ct_host, StringCommand("hostname"))[1].stdout == "t"
+
+
+def test_at_most_six_container_hosts_share_one_node_connection(node, monkeypatch):
+    # sshd's MaxSessions (10 by default, as the sim's) caps channels per connection: the node
+    # keeps up to 3 open itself, so a seventh container host connects on its own.
+    from pvegpu.connectors.shared_ssh import MAX_SHARERS
+
+    handshakes = count_handshakes(monkeypatch)
+    names = ["127.0.0.1", *(f"@pct/127.0.0.1/{vmid}" for vmid in range(300, 300 + MAX_SHARERS + 1))]
+    state, hosts = connect(node, *names)
+    assert all(h.connected for h in hosts)
+    assert handshakes == ["127.0.0.1", "127.0.0.1"]
+    assert [h.connector.shares_node for h in hosts[1:]].count(True) == MAX_SHARERS == 6
