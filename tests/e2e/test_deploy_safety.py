@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from sim.__main__ import site_env
+from tests.e2e import test_rebuild as rebuild_data  # a module: its tests are not collected
 from tests.e2e.stall_proxy import StallProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,8 +54,8 @@ def unit_commands(calls):
 def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(deployed):
     site, node = deployed, deployed.node
     trainer = node.spawn_gpu_process(0, TRAINING, used_mib=40000, cgroup=CGROUP.format(UNIT))
-    started = (show(site, "MainPID", UNIT), show(site, "ExecMainStartTimestamp", UNIT),
-               site.ct("cat", RECORD).stdout)
+    started = (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT),
+               show(site, "ExecMainStartTimestamp", UNIT), site.ct("cat", RECORD).stdout)
     before = node.tree_digest()
 
     # Without consent: one line naming both units, before anything changes.
@@ -64,8 +65,8 @@ def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(de
              if f"{UNIT} is running, but training_unit_name=dflash-train2" in ln]
     assert lines and NEW in lines[0] and "restart_training=true" in lines[0], refused.output[-3000:]
     assert node.tree_digest() == before
-    assert (show(site, "MainPID", UNIT), show(site, "ExecMainStartTimestamp", UNIT),
-            site.ct("cat", RECORD).stdout) == started
+    assert (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT),
+            show(site, "ExecMainStartTimestamp", UNIT), site.ct("cat", RECORD).stdout) == started
     assert alive(site, trainer)
 
     # With consent: the old unit is stopped (its leftover ended) and disabled, then the new starts.
@@ -98,6 +99,9 @@ def test_deploy_killed_mid_rebuild_leaves_the_previous_build_live(deployed, tmp_
     torch_of = ["/root/venv/bin/python", "-c", "import torch; print(torch.__version__)"]
     live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
     assert site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
+    rebuild_data.put_data(node)  # checkpoints, a dataset, a compile cache under /tank/dflash
+    training, data = show(site, "InvocationID", UNIT), rebuild_data.data_sums(node)
+    assert training and data
     # Without uv's cache the fresh build downloads torch: the proxy holds that download, and the
     # deploy is SIGKILLed while it waits (mid-rebuild, after the old code deleted every build).
     site.ct("rm", "-rf", "/root/.cache/uv")
@@ -122,12 +126,15 @@ def test_deploy_killed_mid_rebuild_leaves_the_previous_build_live(deployed, tmp_
         assert site.ct("readlink", "-f", "/root/venv").stdout.strip() == live
         assert site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
         assert show(site, "ActiveState", UNIT) == "active"
+        assert show(site, "InvocationID", UNIT) == training  # the same run of the training
+        assert rebuild_data.data_sums(node) == data
         # The next deploy (the held download still hanging) finishes the rebuild and switches.
         run = site.deploy("rebuild=venv", "restart_training=true")
         assert run.rc == 0, run.output[-4000:]
         new = site.ct("readlink", "-f", "/root/venv").stdout.strip()
         assert new != live and site.ct(*torch_of).stdout.strip() == "2.11.0+cu130"
         assert site.ct("test", "-e", live).returncode != 0  # replaced: deleted after the switch
+        assert rebuild_data.data_sums(node) == data
 
 
 LOCK = "/run/lock/pvegpu-deploy.lock"

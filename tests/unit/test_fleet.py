@@ -113,3 +113,21 @@ def test_a_bad_port_stops_pyinfra_with_one_line_and_no_traceback(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "PVE_SSH_PORT=99999 in the environment is outside 1..65535" in out
     assert "Traceback" not in out and "Connecting" not in out
+
+
+def test_a_known_hosts_file_from_the_env_or_the_fleet_file_makes_checking_strict(tmp_path, key):
+    pinned = tmp_path / "known_hosts"
+    pinned.write_text("[127.0.0.1]:2222 ssh-ed25519 AAAA\n")
+    f = tmp_path / "fleet.yaml"
+    f.write_text(f"nodes:\n  - address: 127.0.0.2\n    ssh_known_hosts_file: {pinned}\n"
+                 "  - address: 127.0.0.3\n")
+    for env in ({"PVE_HOST": "127.0.0.1", "PVE_SSH_KNOWN_HOSTS": str(pinned)}, {"PVE_FLEET": str(f)}):
+        pve, cts = inventory_groups(load_fleet(env, tmp_path))
+        for data in (pve[0][1], cts[0][1]):  # the node and its container host alike
+            assert data["ssh_known_hosts_file"] == str(pinned), data
+            assert data["ssh_strict_host_key_checking"] == "yes", data
+    # a node without one records its first key (pyinfra's default policy), not strict
+    assert "ssh_strict_host_key_checking" not in pve[1][1]
+    f.write_text("nodes:\n  - address: 127.0.0.2\n    ssh_known_hosts_file: /no/such/file\n")
+    with pytest.raises(FleetError, match="ssh_known_hosts_file=/no/such/file is not a readable"):
+        load_fleet({}, tmp_path)

@@ -68,6 +68,11 @@ def test_missing_variable_names_the_defaults_file():
     ({"venv_path": "/root"}, "venv_path='/root' is a system directory"),
     ({"venvs_dir": "/usr"}, "venvs_dir='/usr' is a system directory"),
     ({"uv_cache_dir": "/etc"}, "uv_cache_dir='/etc' is a system directory"),
+    # inside a system tree: the switch would move /usr/bin or /etc/ssh aside (issue 11 item 1)
+    ({"venv_path": "/usr/bin"}, "venv_path='/usr/bin' is a system directory"),
+    ({"venv_path": "/etc/ssh"}, "venv_path='/etc/ssh' is a system directory"),
+    ({"venvs_dir": "/usr/local/venvs"}, "venvs_dir='/usr/local/venvs' is a system directory"),
+    ({"uv_cache_dir": "/lib64/uv"}, "uv_cache_dir='/lib64/uv' is a system directory"),
     ({"venvs_dir": "/"}, "venvs_dir='/' is the root directory"),
     ({"venv_path": "/root/venvs/live"}, "venv_path='/root/venvs/live' and venvs_dir='/root/venvs' overlap"),
     ({"uv_cache_dir": "/root/venvs/cache"}, "venvs_dir='/root/venvs' and uv_cache_dir='/root/venvs/cache' overlap"),

@@ -49,7 +49,8 @@ def placement_problems(data_ct: str, data_node: str, reach: Mapping[str, str]) -
             f"would hide it): use a directory of its own, e.g. /data"
         )
     for key, path in reach.items():
-        if system_dir(path):
+        # inside a system tree too: the switch moves a directory at venv_path aside (/usr/bin)
+        if system_dir(path) or in_tree(path, SYSTEM_TREES):
             errs.append(
                 f"{key}={path!r} is a system directory: use a directory of its own, "
                 f"e.g. the default {DEFAULT_HINT[key]}"
