@@ -232,3 +232,20 @@ def test_at_most_six_container_hosts_share_one_node_connection(node, monkeypatch
     assert all(h.connected for h in hosts)
     assert handshakes == ["127.0.0.1", "127.0.0.1"]
     assert [h.connector.shares_node for h in hosts[1:]].count(True) == MAX_SHARERS == 6
+
+
+def test_a_node_that_refuses_fails_both_hosts_with_one_handshake(node, monkeypatch, tmp_path):
+    # The container host fails with the node's own error (a wrong pinned key here), not a retry.
+    handshakes = count_handshakes(monkeypatch)
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text("")
+    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
+            "ssh_known_hosts_file": str(wrong), "ssh_strict_host_key_checking": "yes"}
+    inventory = Inventory(([("127.0.0.1", dict(data)), ("@pct/127.0.0.1/200", dict(data))], {}))
+    state = State(inventory, Config())
+    errors = []
+    for host in inventory:
+        host.connect(show_errors=False, raise_exceptions=False)
+        errors.append(host.connected)
+    assert errors == [False, False]
+    assert handshakes == ["127.0.0.1"]

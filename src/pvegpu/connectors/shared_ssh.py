@@ -53,9 +53,11 @@ class ConnectOnce:
         self.sharers = 0
 
     def connected(self) -> bool:
+        """Whether the node's client has a live, authenticated transport. Authenticated too: a
+        refused host key leaves paramiko's transport active but never authenticated."""
         client = self.connector.client
         transport = client.get_transport() if client is not None else None
-        return transport is not None and transport.is_active()
+        return transport is not None and transport.is_active() and transport.is_authenticated()
 
     def __call__(self) -> None:
         # A gevent lock: connect_all runs each host's connect in its own greenlet.
