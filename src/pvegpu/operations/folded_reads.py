@@ -29,8 +29,14 @@ def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[st
         if ct_host.data.get("pct_node") != node_name or vmid not in wanted:
             continue
         s = settings[ct_host.name]
-        reads: list[tuple[type[FactBase], dict]] = [(ContainerState, container_state_args(s))]
-        if s.verification.level != "compile":
-            reads.append((ContainerVerification, verification_args(s)))
+        reads = [(ContainerState, container_state_args(s)), *verification_reads(s)]
         found[vmid] = folded_commands(ct_host, reads)
     return within_budget(found)
+
+
+def verification_reads(settings) -> list[tuple[type[FactBase], dict]]:
+    """The verify stage's read of a training container, to fold into a command that runs anyway
+    (none with ``verify_level=compile``: its check may run for minutes)."""
+    if settings is None or settings.verification.level == "compile":
+        return []
+    return [(ContainerVerification, verification_args(settings))]
