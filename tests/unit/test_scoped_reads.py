@@ -144,16 +144,22 @@ def test_change_then_read_keeps_the_reads_for_the_next_operation(monkeypatch):
     state.is_executing, state.print_output, state.print_input = True, False, False
     host = ShellHost(state)
     command = ct_reads.change_then_read(host, "true", [("fact", {})])
-    assert command.execute(state, host, {}) is True and len(host.ran) == 1  # one exec for both
+    assert command.execute(state, host, {})[0] is True and len(host.ran) == 1  # one exec for both
     run_op(state, host.name, "switch", container_only=True)
     assert ct_reads.read_after_change(host, "echo '{\"a\": 1}'") == ['{"a": 1}']
 
 
 def test_a_failed_change_fails_its_operation_and_keeps_no_read(monkeypatch):
     monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: ["echo '{}'"])
-    monkeypatch.setattr(ct_reads, "print_host_combined_output", lambda host, output: None)
     state = FakeState()
     state.is_executing, state.print_output, state.print_input = True, False, False
     host = ShellHost(state)
-    assert ct_reads.change_then_read(host, "false", [("fact", {})]).execute(state, host, {}) is False
+    command = ct_reads.change_then_read(host, "false", [("fact", {})])
+    assert command.execute(state, host, {})[0] is False
     assert ("after", host.name) not in run_context(state).facts.entries
+
+
+def test_without_reads_the_change_runs_alone(monkeypatch):
+    monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: [])
+    command = ct_reads.change_then_read(None, "mv -T a b", [])
+    assert type(command).__name__ == "StringCommand" and command.get_raw_value() == "mv -T a b"

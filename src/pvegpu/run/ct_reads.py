@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase, FunctionCommand, StringCommand
+from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.exceptions import FactProcessError
-from pyinfra.api.util import print_host_combined_output
 from pyinfra.connectors.util import extract_control_arguments, make_unix_command_for_host
 
 from ..connectors.pct import pct_exec_argv
@@ -149,9 +148,28 @@ def split_reads(stdout: list[str], lines: list[str]) -> dict[str, list[str]]:
     return done
 
 
+class ChangeThenRead(StringCommand):
+    """A change's shell text followed by reads (``change_then_read_script``): run as any command
+    of its operation (its global arguments, pyinfra's output on failure), then keeps the reads'
+    answers for the operation that comes next (``read_after_change``)."""
+
+    def __init__(self, script: str, lines: list[str]):
+        super().__init__(script)
+        self.lines = lines
+
+    def execute(self, state, host, connector_arguments):
+        status, output = super().execute(state, host, connector_arguments)
+        if status and state.is_executing:
+            # valid once this operation counts as run (it does not yet: +1), as remember() does
+            done = split_reads(list(output.stdout_lines), self.lines)
+            point = executed_operations(state) + 1
+            run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
+        return status, output
+
+
 def change_then_read(ct_host, change: str, reads: list[tuple[type[FactBase], dict]]):
     """A command that runs ``change`` in ``ct_host``'s container and, in the same ``pct exec``,
-    the ``reads`` ((fact class, kwargs) each) the next operations make; their answers serve
+    the ``reads`` ((fact class, kwargs) each) the next operation makes; their answers serve
     ``container_fact`` once this operation has run, while no other operation ran since. Call it
     in an operation's body; it fails the host as the change alone would.
 
@@ -162,24 +180,7 @@ def change_then_read(ct_host, change: str, reads: list[tuple[type[FactBase], dic
     lines = folded_commands(ct_host, reads)
     if not lines:
         return StringCommand(change)
-    script = change_then_read_script(change, lines)
-
-    def run(state, host):
-        status, output = host.run_shell_command(
-            StringCommand(script), print_output=state.print_output, print_input=state.print_input
-        )
-        if not status:
-            if not state.print_output:
-                print_host_combined_output(host, output)
-            return False
-        if state.is_executing:
-            # valid once this operation counts as run (it has not yet: +1), as remember() does
-            done = split_reads(list(output.stdout_lines), lines)
-            point = executed_operations(state) + 1
-            run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
-        return True
-
-    return FunctionCommand(run, (), {})
+    return ChangeThenRead(change_then_read_script(change, lines), lines)
 
 
 def read_after_change(ct_host, command: str) -> list[str] | None:
