@@ -12,6 +12,8 @@ deploy locks, the verdicts printed and reported, and the one cache of composite 
 The fact cache has one rule: a document read when N operations of the run had run commands
 serves every request it covers while that count is still N; an operation that knows exactly what
 its commands changed updates the document and carries it past its own commands (``remember``).
+A read of the node alone (verify's) also serves past operations that changed only their own
+container (``mark_container_only``; :func:`pvegpu.run.node_read.current`).
 
 >>> cache, reads = FactCache(), []
 >>> read = lambda: reads.append(1) or {"venvs": 1}
