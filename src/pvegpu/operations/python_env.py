@@ -45,11 +45,11 @@ from ..plan.venvs import (
     real_name,
 )
 from ..run.ct_reads import change_then_read
-from ..run.run_context import mark_container_only, run_context
+from ..run.run_context import mark_container_only
 from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .checks import torch_runtime
 from .container_fact import container_state, remember
-from .folded_reads import verification_reads
+from .folded_reads import verification_reads_of
 from .remote_step import remote_step
 from .util import fail, note
 
@@ -282,8 +282,7 @@ def venv_selected(torch: TorchSettings, python_env: PythonEnvSettings):
     if not cmds:
         return
     # verify reads the container next: in the same pct exec, right after the switch
-    settings = (run_context(host.state).settings or {}).get(host.name)
-    yield change_then_read(host, " && ".join(cmds), verification_reads(settings))
+    yield change_then_read(host, " && ".join(cmds), verification_reads_of(host))
 
     def update(doc):
         vs = doc.setdefault("venvs", {})
