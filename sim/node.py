@@ -75,7 +75,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
                "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order", "template_kmod", "apt_mirror", "pct_startup_s")
+               "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -255,7 +255,8 @@ class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
                  gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1", minor_order="pci", template_kmod=True, apt_mirror=None,
+                 hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
+                 apt_mirror=None,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
                  cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
@@ -294,6 +295,9 @@ class SimNode:
             "cgroup_layout": cgroup_layout,
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
+            # GPUs the kernel module probed but excluded (NVreg_ExcludedGpus): before the listed
+            # ones in PCI order, each with a minor and a /proc entry, none in nvidia-smi
+            "excluded_gpus": int(excluded_gpus),
             # containers created from now on: kmod in the template or not; the apt mirror URL
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,

@@ -32,19 +32,50 @@ PROC_DEVICES_BASE = "/run/pve-sim/proc-devices.base"
 BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
 
 
-def gpu_minor(cfg, index):
-    """The device minor (N of /dev/nvidiaN) of the GPU nvidia-smi numbers ``index`` (PCI order).
+# Excluded GPUs (NVreg_ExcludedGpus) sit before the listed ones in PCI order, on these buses.
+EXCLUDED_BUS = 0x07
+
+
+def kernel_minor(cfg, position):
+    """The device minor of the kernel's GPU at ``position`` in PCI order (excluded GPUs first).
 
     The kernel module numbers minors in its own probe order, which need not be PCI order (a
     public report shows nvidia-smi index 3 with Device Minor 0): ``minor_order`` "reverse"
-    gives index 0 the highest minor, so code that takes the index for the minor fails.
+    gives the first GPU the highest minor.
     """
     order = cfg.get("minor_order", "pci")
+    total = int(cfg["gpus"]) + int(cfg.get("excluded_gpus", 0))
     if order == "reverse":
-        return int(cfg["gpus"]) - 1 - index
+        return total - 1 - position
     if order != "pci":
         raise SystemExit(f"minor_order={order!r}: use 'pci' or 'reverse'")
-    return index
+    return position
+
+
+def gpu_minor(cfg, index):
+    """The device minor (N of /dev/nvidiaN) of the GPU nvidia-smi numbers ``index`` (PCI order
+    among the GPUs NVML lists). With every GPU listed the minors are a permutation of 0..N-1,
+    which a confusion of index and minor leaves the same as a set; an excluded GPU keeps its
+    minor and leaves a gap (nv_pci_probe numbers it before nv_check_and_exclude_gpu), so code
+    that takes the index for the minor misses a GPU there."""
+    return kernel_minor(cfg, int(cfg.get("excluded_gpus", 0)) + index)
+
+
+def excluded_list(cfg):
+    """The GPUs the kernel module probed but excluded: a minor and a /proc entry each, no
+    nvidia-smi row (NVML counts them apart: nvmlGetExcludedDeviceCount)."""
+    out = []
+    for j in range(int(cfg.get("excluded_gpus", 0))):
+        h = "%08x" % (0x5a1ee000 + j)
+        out.append({
+            "index": None,
+            "minor": kernel_minor(cfg, j),
+            "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0c0ffeee0000 + j:012x}",
+            "pci_bus_id": f"00000000:{EXCLUDED_BUS + j:02X}:00.0",
+            "name": cfg["gpu_name"],
+            "excluded": True,
+        })
+    return out
 
 
 def gpu_list(cfg):
@@ -70,7 +101,7 @@ def gpu_information(g, bus, driver):
     "GPU Firmware" appears with GSP firmware (H100/H200 and newer), whose version is the driver's.
     """
     return (f"Model: \t\t {g['name']}\n"
-            f"IRQ:   \t\t {200 + g['index']}\n"
+            f"IRQ:   \t\t {200 + g['minor']}\n"
             f"GPU UUID: \t {g['uuid']}\n"
             "Video BIOS: \t 96.00.a5.00.01\n"
             "Bus Type: \t PCIe\n"
@@ -79,7 +110,7 @@ def gpu_information(g, bus, driver):
             f"Bus Location: \t {bus}\n"
             f"Device Minor: \t {g['minor']}\n"
             f"GPU Firmware: \t {driver}\n"
-            "GPU Excluded:\t No\n")
+            f"GPU Excluded:\t {'Yes' if g.get('excluded') else 'No'}\n")
 
 
 def load_cfg():
@@ -135,7 +166,7 @@ def apply(boot=False):
 
     # --- /dev ---
     for name in os.listdir("/dev"):
-        minors = {g["minor"] for g in gpus}
+        minors = {g["minor"] for g in gpus + excluded_list(cfg)}
         stray = name.startswith("nvidia") and name[6:].isdigit() and int(name[6:]) not in minors
         if stray or (not loaded and name.startswith("nvidia") and name[6:].isdigit()):
             _rm("/dev/" + name)
@@ -174,7 +205,7 @@ def apply(boot=False):
         _write(pdn + "/version",
                f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  Tue Sep 23 10:14:39 UTC 2025\n"
                "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n")
-        want = {g["pci_bus_id"][4:].lower(): g for g in gpus}
+        want = {g["pci_bus_id"][4:].lower(): g for g in gpus + excluded_list(cfg)}
         os.makedirs(pdn + "/gpus", exist_ok=True)
         for d in os.listdir(pdn + "/gpus"):
             if d not in want:

@@ -52,6 +52,9 @@ def assert_refused_without_change(site, rows, running=False):
             assert invocation(site) == training, data
 
 
+@pytest.mark.parametrize("node_options", [{"minor_order": "reverse", "profile": "pve8"},
+                                          {"minor_order": "reverse", "profile": "pve9"}],
+                         ids=["pve8", "pve9"])
 def test_bad_settings_on_a_fresh_node_change_nothing(site):
     assert_refused_without_change(site, FRESH_NODE_ROWS)
 

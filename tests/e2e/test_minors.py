@@ -1,10 +1,12 @@
 """The lifecycle on a node whose device minors are NOT in nvidia-smi's index order.
 
 A real kernel module numbers /dev/nvidiaN in its own probe order (a public report shows nvidia-smi
-index 3 with ``Device Minor: 0``). Here ``minor_order="reverse"``: nvidia-smi's GPU 0 (PCI order,
-bus 18) is /dev/nvidia7, GPU 7 (bus DB) is /dev/nvidia0. Passthrough and the boot unit work with
-minors; CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID), roles, verification and the leftover cleanup work with
-PCI order. Code that takes one for the other fails here.
+index 3 with ``Device Minor: 0``). Here ``minor_order="reverse"``, on both Proxmox VE profiles:
+nvidia-smi's GPU 0 (PCI order, bus 18) is /dev/nvidia7, GPU 7 (bus DB) is /dev/nvidia0.
+Passthrough and the boot unit work with minors; CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID), roles,
+verification and the leftover cleanup work with PCI order. As long as every GPU is listed the
+minors are a permutation of the indexes, so the set of nodes passed through is the same either
+way; the last test leaves a gap (an excluded GPU), where taking one for the other fails.
 """
 
 import json
@@ -18,9 +20,10 @@ TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "
             "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
 
 
-@pytest.fixture
-def node_options():
-    return {"minor_order": "reverse"}
+@pytest.fixture(params=["pve8", "pve9"])
+def node_options(request):
+    """Both Proxmox VE profiles: PVE 9 passes the GPUs through under devN hot-plug rules."""
+    return {"minor_order": "reverse", "profile": request.param}
 
 
 def smi_uuids(site):
@@ -90,3 +93,36 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
     assert f"ended leftover training process {own} on GPU 0" in cleared.output
     assert not alive(site, leftover) and not alive(site, own)
     assert site.ct("systemctl", "is-active", UNIT).stdout == "active\n"
+
+
+@pytest.mark.parametrize("node_options", [{"excluded_gpus": 1}])
+def test_an_excluded_gpu_leaves_a_gap_in_the_minors_that_passthrough_follows(site, tmp_path):
+    """With every GPU listed, minors are a permutation of nvidia-smi's indexes, so taking one for
+    the other passes the same set of nodes through. A GPU excluded by NVreg_ExcludedGpus keeps
+    its minor and /proc entry (nv_pci_probe numbers it before nv_check_and_exclude_gpu) while
+    NVML does not list it: here it is first in PCI order with /dev/nvidia0, nvidia-smi's GPUs
+    0-7 are /dev/nvidia1-8, and code that takes the index for the minor passes the excluded GPU
+    through and misses /dev/nvidia8 (verify then finds 7 GPUs and one it does not know)."""
+    node = site.node
+    info = node.read("/proc/driver/nvidia/gpus/0000:07:00.0/information")
+    assert "Device Minor: \t 0\n" in info and "GPU Excluded:\t Yes\n" in info
+    assert "Device Minor: \t 1\n" in node.read("/proc/driver/nvidia/gpus/0000:18:00.0/information")
+    assert sorted(smi_uuids(site)) == list(range(8))
+
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    for m in range(1, 9):
+        assert site.ct("stat", "-c", "%t:%T", f"/dev/nvidia{m}").stdout.strip() == f"c3:{m:x}"
+    assert site.ct("test", "-e", "/dev/nvidia0").returncode == 1
+    boot = node.read("/etc/systemd/system/nvidia-uvm-init.service")
+    assert "-c 1 -c 2 -c 3 -c 4 -c 5 -c 6 -c 7 -c 8 -c 255" in boot, boot
+
+    report = tmp_path / "verify.json"
+    ok = site.pyinfra("verify.py", f"verify_report={report}")
+    assert ok.rc == 0, ok.output[-4000:]
+    host = json.loads(report.read_text())["hosts"]["@pct/127.0.0.1/200"]
+    uuids = smi_uuids(site)
+    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == [
+        uuids[i].removeprefix("GPU-") for i in range(8)
+    ]
+    assert site.deploy().changed == 0

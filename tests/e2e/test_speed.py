@@ -95,24 +95,31 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     # Swap to a new variant (downloads its torch). The package baseline, deleted by hand first, is
     # recorded again in the same run: its existence comes with the composite container fact.
     site.ct("rm", "-f", BASELINE)
-    swap = site.deploy("torch_variant=cu128")
+    swap, container, execs, other, node = counted(site, "deploy.py", "torch_variant=cu128")
+    why = report("swap to a new build", container, execs, other, node)
     assert swap.rc == 0, swap.output[-4000:]
+    # the baseline, the build, the state after it, the caches, the new build's torch check, the
+    # switch with verify's read, the unit; the node read again by verify after the build
+    assert len(container) <= 7 and len(execs) <= 8, why
+    assert len(node) <= 2 and other == [], why
     assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU128}.b")
     assert site.ct("test", "-s", BASELINE).returncode == 0
     assert "dflash-train.service keeps running; restart pending" in swap.output
 
-    # Swap back to the build that is already there, the index stopped: <= 3 container commands
-    # (the python-env state comes with the preflight's node read), the node read by the
-    # preflight (reused by the node stage) and again by verify after the python env stage changed
-    # things, nothing downloaded. The unit is rewritten; its pending restart is gone (it runs
-    # cu130).
+    # Swap back to the build that is already there, the index stopped: one node read (the
+    # preflight's, with the python-env state folded in; the node stage and verify reuse it: the
+    # switch and the unit file change only the container, see
+    # pvegpu.run.run_context.mark_container_only) and two container commands: the switch with
+    # verify's read of the container right after it in the same exec (pvegpu.run.ct_reads
+    # change_then_read: verify sees the new build), then the unit file with systemd's reload.
+    # Nothing downloaded. The unit is rewritten; its pending restart is gone (it runs cu130).
     site.index.stop()
     downloads = site.index.downloads()
     run, container, execs, other, node = counted(site)
     why = report("swap back", container, execs, other, node)
     assert run.rc == 0, run.output[-4000:]
-    assert len(container) <= 3 and len(execs) <= 4, why
-    assert len(node) <= 2 and other == [], why
+    assert len(container) <= 2 and len(execs) <= 3, why
+    assert len(node) <= 1 and other == [], why
     assert site.index.downloads() == downloads
     assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU130}.b")
     assert "restart pending" not in run.output
@@ -122,3 +129,11 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     # What the swap back reused from its one read of the container left nothing undone.
     again = site.deploy()
     assert again.rc == 0 and again.changed == 0, again.output[-4000:]
+
+    # Swap to the other build, now also there: the same as a swap back.
+    run, container, execs, other, node = counted(site, "deploy.py", "torch_variant=cu128")
+    why = report("swap to a built variant", container, execs, other, node)
+    assert run.rc == 0, run.output[-4000:]
+    assert len(container) <= 2 and len(execs) <= 3, why
+    assert len(node) <= 1 and other == [], why
+    assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU128}.b")

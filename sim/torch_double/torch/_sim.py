@@ -162,6 +162,8 @@ def _proc_gpus() -> list[dict]:
             key, sep, value = line.partition(":")
             if sep:
                 info[key.strip()] = value.strip()
+        if info.get("GPU Excluded") == "Yes":
+            continue  # NVreg_ExcludedGpus: the driver keeps it away from CUDA and NVML
         location = info.get("Bus Location", bus)
         gpu = {
             "name": info.get("Model", "NVIDIA Graphics Device"),

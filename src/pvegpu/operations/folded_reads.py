@@ -14,6 +14,7 @@ from pyinfra.api import FactBase
 from ..facts.python_env import ContainerState
 from ..facts.verification import ContainerVerification
 from ..run.ct_reads import folded_commands, within_budget
+from ..run.run_context import run_context
 from .checks import verification_args
 from .container_fact import container_state_args
 
@@ -29,8 +30,22 @@ def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[st
         if ct_host.data.get("pct_node") != node_name or vmid not in wanted:
             continue
         s = settings[ct_host.name]
-        reads: list[tuple[type[FactBase], dict]] = [(ContainerState, container_state_args(s))]
-        if s.verification.level != "compile":
-            reads.append((ContainerVerification, verification_args(s)))
+        reads = [(ContainerState, container_state_args(s)), *verification_reads(s)]
         found[vmid] = folded_commands(ct_host, reads)
     return within_budget(found)
+
+
+def verification_reads_of(ct_host) -> list[tuple[type[FactBase], dict]]:
+    """``verification_reads`` with ``ct_host``'s settings in this run (none outside a run)."""
+    state = getattr(ct_host, "state", None)
+    if state is None:
+        return []
+    return verification_reads((run_context(state).settings or {}).get(ct_host.name))
+
+
+def verification_reads(settings) -> list[tuple[type[FactBase], dict]]:
+    """The verify stage's read of a training container, to fold into a command that runs anyway
+    (none with ``verify_level=compile``: its check may run for minutes)."""
+    if settings is None or settings.verification.level == "compile":
+        return []
+    return [(ContainerVerification, verification_args(settings))]

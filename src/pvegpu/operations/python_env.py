@@ -44,9 +44,12 @@ from ..plan.venvs import (
     python_problem,
     real_name,
 )
+from ..run.ct_reads import change_then_read
+from ..run.run_context import mark_container_only
 from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .checks import torch_runtime
 from .container_fact import container_state, remember
+from .folded_reads import verification_reads_of
 from .remote_step import remote_step
 from .util import fail, note
 
@@ -83,6 +86,7 @@ def uv_installed(python_env: PythonEnvSettings, torch: TorchSettings):
 
         python_env.uv_installed(name="Install uv 0.13.9", python_env=s.python_env, torch=s.torch)
     """
+    mark_container_only(host)
     state = container_state()
     if state.get("uv_version") == python_env.uv_version:
         return
@@ -205,6 +209,7 @@ def compile_caches(cache_dir: str):
         python_env.compile_caches(name="Compile caches for torch-2.11.0-cu130",
                                   cache_dir=s.compile_cache_dir)
     """
+    mark_container_only(host)
     state = container_state()
     dirs = state.get("compile_cache_dirs") or {}
     if dirs.get("inductor") and dirs.get("triton"):
@@ -251,6 +256,7 @@ def venv_selected(torch: TorchSettings, python_env: PythonEnvSettings):
         python_env.venv_selected(name="Switch /root/venv to torch-2.11.0-cu130", torch=s.torch,
                                  python_env=s.python_env)
     """
+    mark_container_only(host)
     state = container_state()
     venvs = state.get("venvs") or {}
     build = torch.build_name
@@ -275,7 +281,8 @@ def venv_selected(torch: TorchSettings, python_env: PythonEnvSettings):
         cmds.append(f"mv -T {shlex.quote(link + '.pvegpu-tmp')} {shlex.quote(link)}")
     if not cmds:
         return
-    yield StringCommand(" && ".join(cmds))
+    # verify reads the container next: in the same pct exec, right after the switch
+    yield change_then_read(host, " && ".join(cmds), verification_reads_of(host))
 
     def update(doc):
         vs = doc.setdefault("venvs", {})
@@ -299,6 +306,7 @@ def venvs_pruned(torch: TorchSettings, python_env: PythonEnvSettings):
 
         python_env.venvs_pruned(name="Keep 2 venv builds", torch=s.torch, python_env=s.python_env)
     """
+    mark_container_only(host)
     state = container_state()
     remove, in_use = prune_plan(state, torch.build_name, python_env.keep_venvs)
     for name in in_use:

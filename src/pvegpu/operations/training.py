@@ -37,6 +37,7 @@ from ..plan.unit import (
     unit_path,
     unit_plan,
 )
+from ..run.run_context import mark_container_only
 from ..settings import Settings
 from .container_fact import container_state, remember
 from .util import fail, notice, write_file_command
@@ -162,6 +163,7 @@ def unit_installed(settings: Settings):
     again. A unit file that was missing may change what ``systemctl is-enabled`` says: then the
     fact is read again.
     """
+    mark_container_only(host)
     text = render_unit(settings)
     state = container_state()
     if state.get("unit_digest") == digest(text):

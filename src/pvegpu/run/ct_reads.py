@@ -8,6 +8,10 @@ the node read is current (no operation of the run has run a command since: pvegp
 rule) and its command is the very one folded in; otherwise, or when the folded run failed, it is
 read as usual over the @pct connector, with the same result.
 
+An operation that changes the container can likewise run the reads that come next in the same
+``pct exec``, right after its change (``change_then_read``: the python env stage's venv switch
+runs verify's read of the container); their output serves while no other operation ran since.
+
 >>> shell_command(200, "python3 -c 'print(1)'").split()[:2]
 ['env', '-i']
 """
@@ -23,6 +27,7 @@ from pyinfra.connectors.util import extract_control_arguments, make_unix_command
 
 from ..connectors.pct import pct_exec_argv
 from . import node_read
+from .run_context import Entry, executed_operations, run_context
 
 # The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
 # about 26 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
@@ -80,16 +85,111 @@ def folded_output(ct_host, command: str) -> list[str] | None:
 
 def container_fact(ct_host, cls: type[FactBase], **kwargs):
     """``ct_host.get_fact(cls, **kwargs)``, served from the node read's exec when it ran exactly
-    this read and nothing ran since (see the module's docstring)."""
+    this read and nothing ran since, or from the exec of the change that ran just before
+    (``change_then_read``); see the module's docstring."""
     fact = cls()
     command = container_command(ct_host, fact, kwargs)
-    lines = folded_output(ct_host, command) if command is not None else None
+    lines = None
+    if command is not None:
+        lines = folded_output(ct_host, command) or read_after_change(ct_host, command)
     if lines:
         try:
             return fact.process(lines)
         except FactProcessError:
             pass  # read it again through the connector: it reports the failure as usual
     return ct_host.get_fact(cls, **kwargs)
+
+
+# Each read after a change: in a subshell (an `exit` in it ends only itself), its stdout between
+# markers (the extra echo ends a last line without a newline; one empty line is dropped), then
+# its exit status; the same layout as the node probe's folded reads (probes/ct_view.py).
+READ_AFTER = 'echo "pvegpu-read {i}"\n(\n{line}\n)\nrc=$?; echo; echo "pvegpu-read-end {i} $rc"\n'
+
+
+def change_then_read_script(change: str, lines: list[str]) -> str:
+    """The shell text that runs ``change`` and, only when it succeeded, each of ``lines``; its
+    exit status is the change's (a failed read is read again later, through the connector).
+
+    >>> print(change_then_read_script("mv -T a b", ["cat x"]))
+    { mv -T a b
+    } || exit $?
+    echo "pvegpu-read 0"
+    (
+    cat x
+    )
+    rc=$?; echo; echo "pvegpu-read-end 0 $rc"
+    exit 0
+    """
+    reads = "".join(READ_AFTER.format(i=i, line=line) for i, line in enumerate(lines))
+    return f"{{ {change}\n}} || exit $?\n{reads}exit 0"
+
+
+def split_reads(stdout: list[str], lines: list[str]) -> dict[str, list[str]]:
+    """{read's line: its stdout} of the reads in ``stdout`` that ran to the end and exited 0.
+
+    >>> split_reads(["pvegpu-read 0", "{}", "", "pvegpu-read-end 0 0", "pvegpu-read 1", "x",
+    ...              "pvegpu-read-end 1 2"], ["a", "b"])
+    {'a': ['{}']}
+    """
+    done: dict[str, list[str]] = {}
+    i = 0
+    current: list[str] | None = None  # the stdout of read i so far (None: between reads)
+    for text in stdout:
+        if current is None:
+            current = [] if text == f"pvegpu-read {i}" else None
+        elif text.startswith(f"pvegpu-read-end {i} "):
+            if current and current[-1] == "":
+                current.pop()
+            if text.rsplit(" ", 1)[1] == "0" and i < len(lines):
+                done[lines[i]] = current
+            i, current = i + 1, None
+        else:
+            current.append(text)
+    return done
+
+
+class ChangeThenRead(StringCommand):
+    """A change's shell text followed by reads (``change_then_read_script``): run as any command
+    of its operation (its global arguments, pyinfra's output on failure), then keeps the reads'
+    answers for the operation that comes next (``read_after_change``)."""
+
+    def __init__(self, script: str, lines: list[str]):
+        super().__init__(script)
+        self.lines = lines
+
+    def execute(self, state, host, connector_arguments):
+        status, output = super().execute(state, host, connector_arguments)
+        if status and state.is_executing:
+            # valid once this operation counts as run (it does not yet: +1), as remember() does
+            done = split_reads(list(output.stdout_lines), self.lines)
+            point = executed_operations(state) + 1
+            run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
+        return status, output
+
+
+def change_then_read(ct_host, change: str, reads: list[tuple[type[FactBase], dict]]):
+    """A command that runs ``change`` in ``ct_host``'s container and, in the same ``pct exec``,
+    the ``reads`` ((fact class, kwargs) each) the next operation makes; their answers serve
+    ``container_fact`` once this operation has run, while no other operation ran since. Call it
+    in an operation's body; it fails the host as the change alone would.
+
+    .. code:: python
+
+        yield change_then_read(host, "mv -T /root/venv.tmp /root/venv", [(Fact, kwargs)])
+    """
+    lines = folded_commands(ct_host, reads)
+    if not lines:
+        return StringCommand(change)
+    return ChangeThenRead(change_then_read_script(change, lines), lines)
+
+
+def read_after_change(ct_host, command: str) -> list[str] | None:
+    """The stdout of ``command`` as the last operation's ``change_then_read`` ran it, while no
+    other operation ran since; else None."""
+    entry = run_context(ct_host.state).facts.entries.get(("after", ct_host.name))
+    if entry is None or entry.point != executed_operations(ct_host.state):
+        return None
+    return entry.doc.get(command) or None
 
 
 def within_budget(reads: dict[str, list[str]], budget: int = FOLD_BUDGET) -> dict[str, list[str]]:

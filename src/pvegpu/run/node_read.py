@@ -1,5 +1,6 @@
 """One read of a node's composite state per run, shared by the preflight, the node stage and
-verify's node parity; read again only after an operation of the run ran commands.
+verify's node parity; read again only after an operation of the run ran commands (for the node
+alone, as verify asks: only after one that may have changed the node, see :func:`current`).
 
 A real node pays an SSH session for every read, and a ``pct exec`` (Perl start-up) for each
 container's own view in it, so a converged run reads the node once: the preflight's read (every
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..facts.proxmox import NodeState
-from .run_context import Entry, executed_operations, run_context
+from .run_context import Entry, executed_operations, node_changing_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
 
@@ -51,30 +52,41 @@ def covers(have: Request, want: Request) -> bool:
 def node_state(
     node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=(), ct_reads=None
 ) -> dict:
-    """The node's ``NodeState`` document, from this run's fact cache (its last read, when no
-    operation ran a command since and it covers the request), else read now (``args``: the
-    probe's other arguments; None: any earlier read will do, and a fresh read uses the probe's
-    defaults; ``paths``: node paths whose kind the document must hold, under ``path_kinds``;
-    ``ct_reads``: container commands to run in each container's exec of a fresh read, see
+    """The node's ``NodeState`` document, from this run's fact cache (its last read, when it is
+    current, see :func:`current`, and covers the request), else read now (``args``: the probe's
+    other arguments; None: any earlier read will do, and a fresh read uses the probe's defaults;
+    ``paths``: node paths whose kind the document must hold, under ``path_kinds``; ``ct_reads``:
+    container commands to run in each container's exec of a fresh read, see
     :mod:`pvegpu.run.ct_reads`)."""
     state = node_host.state
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
+    facts, key = run_context(state).facts, ("node", node_host.name)
+    entry = facts.entries.get(key)
+    if entry is not None and covers(entry.request, want) and current(state, entry, want):
+        return entry.doc
+    # counted before the read: an operation that ends during it makes the next request read again
+    point, node_point = executed_operations(state), node_changing_operations(state)
+    fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
+    if ct_reads:
+        fact_args["reads"] = ct_reads
+    doc = node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
+    if doc:
+        # kept with what it was read with: the probe's defaults when no arguments were given
+        stored = Request(want.vmids, ct_detail, dict(args or {}), want.paths, ct_reads)
+        facts.entries[key] = Entry(point, doc, stored, node_point)
+    return doc
 
-    def read() -> dict:
-        fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
-        if ct_reads:
-            fact_args["reads"] = ct_reads
-        return node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
 
-    # kept with what it was read with: the probe's defaults when no arguments were given
-    stored = Request(want.vmids, ct_detail, dict(args or {}), want.paths, ct_reads)
-    return run_context(state).facts.get(
-        ("node", node_host.name),
-        executed_operations(state),
-        read,
-        stored,
-        lambda have: covers(have, want),
-    )
+def current(state, entry: Entry, want: Request) -> bool:
+    """Whether a cached node read still holds what ``want`` asks for: while no operation of the
+    run ran commands since it was read; for the node alone (no container, no path), also past
+    operations that changed only their own container (a venv switch, a unit file: they change
+    neither the node's GPUs, driver and processes nor its containers' config, see
+    :func:`pvegpu.run.run_context.mark_container_only`)."""
+    if entry.point == executed_operations(state):
+        return True
+    node_only = not want.vmids and not want.paths
+    return node_only and entry.node_point == node_changing_operations(state)
 
 
 def last_read(state, node_name: str) -> Entry | None:

@@ -12,6 +12,8 @@ deploy locks, the verdicts printed and reported, and the one cache of composite 
 The fact cache has one rule: a document read when N operations of the run had run commands
 serves every request it covers while that count is still N; an operation that knows exactly what
 its commands changed updates the document and carries it past its own commands (``remember``).
+A read of the node alone (verify's) also serves past operations that changed only their own
+container (``mark_container_only``; :func:`pvegpu.run.node_read.current`).
 
 >>> cache, reads = FactCache(), []
 >>> read = lambda: reads.append(1) or {"venvs": 1}
@@ -44,6 +46,8 @@ class Entry:
     point: int
     doc: dict
     request: Any = None
+    #: a node read's count of node-changing operations when read (``node_changing_operations``)
+    node_point: int | None = None
 
 
 @dataclass
@@ -109,6 +113,9 @@ class RunContext:
     verdicts: dict[str, Any] = field(default_factory=dict)
     printed: dict[str, list[str]] = field(default_factory=dict)
     facts: FactCache = field(default_factory=FactCache)
+    #: (host name, operation hash) of the operations that change only their own container
+    #: (``mark_container_only``)
+    container_only: set[tuple[str, str]] = field(default_factory=set)
 
 
 _RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()
@@ -128,4 +135,40 @@ def executed_operations(state) -> int:
     training process on the node's GPUs)."""
     return sum(
         1 for ops in state.ops.values() for data in ops.values() if data.operation_meta.executed
+    )
+
+
+def mark_container_only(host) -> None:
+    """Called in an operation's body: its commands change only files of its own container (a venv
+    link, a unit file and systemd's reload of it), never what a node read holds about the node
+    itself (its devices, driver, GPUs and their processes), so such a read stays current past it
+    (``node_changing_operations``). An operation that runs GPU code or starts, stops or restarts
+    a unit must not call this.
+
+    .. code:: python
+
+        mark_container_only(host)  # first thing in the operation's body
+    """
+    if host.current_op_hash:
+        run_context(host.state).container_only.add((host.name, host.current_op_hash))
+
+
+def node_changing_operations(state) -> int:
+    """How many operations of the run have run commands that may change what a node read holds
+    about the node itself: ``executed_operations`` less the container-only ones.
+
+    >>> from types import SimpleNamespace as NS
+    >>> ran = NS(operation_meta=NS(executed=True))
+    >>> class FakeState: ops = {"ct": {"switch": ran, "restart": ran}}
+    >>> st = FakeState()
+    >>> run_context(st).container_only.add(("ct", "switch"))
+    >>> executed_operations(st), node_changing_operations(st)
+    (2, 1)
+    """
+    only = run_context(state).container_only
+    return sum(
+        1
+        for h, ops in state.ops.items()
+        for op_hash, data in ops.items()
+        if data.operation_meta.executed and (getattr(h, "name", h), op_hash) not in only
     )
