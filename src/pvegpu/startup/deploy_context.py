@@ -7,10 +7,13 @@ the settings of the host a deploy file runs for, and its node's preflight outcom
 
 from __future__ import annotations
 
+import sys
+
 from ..output.summary import node_failures
 from ..run.run_context import run_context
 from ..settings import Settings
 from .preflight import check_fleet, validate_fleet
+from .stack_files import deploy_files, register_deploy_files
 
 MODES = ("deploy", "verify")
 
@@ -21,6 +24,8 @@ def begin(host, mode: str = "deploy") -> Settings:
     preflights it (``preflight.check_fleet``); a verify changes nothing and prints its verdict in
     the preview too (without -y)."""
     assert mode in MODES, mode
+    # the calling deploy file and its tasks: pyinfra's stack walk per operation skips module scans
+    register_deploy_files(deploy_files(sys._getframe(1).f_code.co_filename))
     run = run_context(host.state)
     run.mode = mode
     if mode == "verify":
