@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 
-from pvegpu.probes.prelude import mtime, read, run  # sent as the prelude
+from pvegpu.probes.prelude import mtime, read, run, start_early  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -76,7 +76,7 @@ def unit_state():
     unit = A.get("unit_name")
     if not unit:
         return None
-    r = run_doc(["systemctl", "is-active", unit])
+    r = run_doc(unit_argv(unit))
     build = A.get("build_venv")
     return {
         "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
@@ -91,9 +91,27 @@ def resolved(path):
     return os.path.basename(os.path.realpath(path)) if os.path.exists(path) else None
 
 
+def unit_argv(unit):
+    return ["systemctl", "is-active", unit]
+
+
+def pip_check_argv(uv, python):
+    return [uv, "pip", "check", "--python", python]
+
+
+SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
+UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
 venv = A["venv"]
 python = os.path.join(venv, "bin", "python")
 real = os.path.realpath(venv)
+uv = A.get("uv_bin")
+checks_packages = os.path.exists(python) and bool(uv) and os.path.exists(uv)
+# Started together, each one's start-up beside the others': nvidia-smi and the unit's state, and
+# `uv pip check` (it only reads the venv). nvidia-smi is collected before torch starts: its
+# memory figures must not count the torch probe's own CUDA contexts.
+start_early(SMI, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
+if checks_packages:
+    start_early(pip_check_argv(uv, python), env=UV_ENV)
 doc = {
     "venv": venv,
     "venv_real": real if os.path.isdir(real) else None,
@@ -103,9 +121,7 @@ doc = {
     "libs": {
         name: resolved(os.path.join(LIBDIR, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")
     },
-    "smi": run_doc(
-        ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
-    ),
+    "smi": run_doc(SMI),
     "torch": None,
     "compile": None,
     "packages": None,
@@ -121,12 +137,8 @@ if doc["present"]:
         doc["marker"] = json.loads(marker) if marker else None
     except ValueError:
         doc["marker"] = {"unreadable": True}
-    uv = A.get("uv_bin")
-    if uv and os.path.exists(uv):
-        r = run_doc(
-            [uv, "pip", "check", "--python", python],
-            env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
-        )
+    if checks_packages:
+        r = run_doc(pip_check_argv(uv, python), env=UV_ENV)
         doc["pip_check"] = {"rc": r["rc"], "output": (r["stdout"] + r["stderr"]).strip()}
     if A.get("compile_inner") and doc["torch"].get("available"):
         # A fresh, private compile cache: the check really compiles (a warm cache would hide the
