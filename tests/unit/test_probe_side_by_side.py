@@ -87,3 +87,17 @@ def test_verification_starts_smi_the_unit_state_and_pip_check_together(tmp_path)
     assert doc["smi"]["stdout"].strip() == "No devices were found"
     assert doc["unit"]["active"] == "active"
     assert doc["pip_check"] == {"rc": 0, "output": "Checked 1 package"}
+
+
+def test_the_node_probe_starts_the_boot_units_state_with_nvidia_smi(tmp_path):
+    unit = "systemd-journald.service"  # a unit file this machine has (the probe reads it)
+    smi_flag, systemctl_flag = tmp_path / "smi-started", tmp_path / "systemctl-started"
+    bindir = tmp_path / "bin"
+    # nvidia-smi answers only once `systemctl is-active` runs, and the other way round
+    tool(bindir / "nvidia-smi", systemctl_flag, "", touch=smi_flag, tail="exit 9\n")
+    tool(bindir / "systemctl", smi_flag, "active", touch=systemctl_flag)
+    args = {"vmids": [], "units": [unit], "boot_files": [], "data_dir": str(tmp_path)}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    doc = run_probe("node_state", args, env)
+    assert doc["units"][unit]["active"] == "active"
+    assert doc["gpu_error"] == []  # nvidia-smi saw systemctl start (it printed nothing, exit 9)
