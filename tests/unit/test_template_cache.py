@@ -65,3 +65,29 @@ def test_an_unwritable_cache_renders_as_without_one(compiles, tmp_path):
     (tmp_path / "pvegpu").write_text("a file where the cache directory would go")
     s = Settings.from_data(defaults())
     assert unit.render_unit(s).startswith(unit.UNIT_MARKER) and compiles["n"] == 1
+
+
+def test_the_units_cache_directory_is_the_same_in_every_run(tmp_path):
+    """Its key is stable across interpreters (a key with an address in it would never hit)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pvegpu.plan import template_cache, unit; "
+        "print(template_cache.options_dir(unit._unit_env(unit.TEMPLATES), '/x'))"
+    )
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)}
+    assert len(runs) == 1
+
+
+def test_a_changed_finalize_function_gets_its_own_directory(tmp_path):
+    def one(value):
+        return value
+
+    def other(value):
+        return str(value).strip()
+
+    assert template_cache.options_dir(
+        jinja2.Environment(finalize=one), tmp_path
+    ) != template_cache.options_dir(jinja2.Environment(finalize=other), tmp_path)

@@ -4,8 +4,9 @@ Every run renders the boot units and the training unit; compiling their four tem
 about 40 ms of the controller's CPU, loading them compiled about 7 ms. jinja2 keeps each one
 under ``~/.cache/pvegpu/jinja/<options>/`` (``$XDG_CACHE_HOME`` when set): jinja2 checks each
 entry against its template's source and the Python version, and ``<options>`` is a digest of
-jinja2's version and the Environment's options that shape the compiled code (its own cache key
-holds neither), so an edited template or a changed option compiles again. A cache that cannot
+jinja2's version and the Environment's options that shape the compiled code, its finalize
+function's code included (jinja2's own key holds none of them), so an edited template, a changed
+option or finalize compiles again. A cache that cannot
 be read or written is skipped: the template is compiled as without it.
 
 >>> import tempfile; d = tempfile.mkdtemp()
@@ -16,6 +17,7 @@ be read or written is skipped: the template is compiled as without it.
 
 from __future__ import annotations
 
+import marshal
 import os
 from pathlib import Path
 
@@ -72,6 +74,9 @@ def options_dir(env: jinja2.Environment, base: str | Path | None = None) -> Path
     key = [jinja2.__version__, *(repr(getattr(env, o, None)) for o in CODE_OPTIONS)]
     key += [repr(sorted(env.extensions)), repr(finalize is not None)]
     key += [repr(getattr(finalize, "jinja_pass_arg", None))]
+    # jinja2 applies finalize to constant output at compile time: its code is part of the key
+    code = getattr(finalize, "__code__", None)
+    key += [marshal.dumps(code).hex() if code is not None else ""]
     return (Path(base) if base is not None else default_dir()) / text_digest("\0".join(key))[:16]
 
 
