@@ -101,3 +101,33 @@ def test_the_node_probe_starts_the_boot_units_state_with_nvidia_smi(tmp_path):
     doc = run_probe("node_state", args, env)
     assert doc["units"][unit]["active"] == "active"
     assert doc["gpu_error"] == []  # nvidia-smi saw systemctl start (it printed nothing, exit 9)
+
+
+# A torch that says when its import ran and finds CUDA only once nvidia-smi has finished.
+GATED_TORCH = """import os, types
+open(os.path.join(os.environ["FLAGS"], "torch-imported"), "w").close()
+__version__ = "2.11.0+cu130"
+version = types.SimpleNamespace(cuda="13.0")
+cuda = types.SimpleNamespace(
+    is_available=lambda: os.path.exists(os.path.join(os.environ["FLAGS"], "smi-done")))
+"""
+
+
+def test_verification_imports_torch_beside_nvidia_smi_and_calls_cuda_after_it(tmp_path):
+    site, bindir = tmp_path / "site", tmp_path / "bin"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(GATED_TORCH)
+    # nvidia-smi answers once torch's import ran (side by side), and marks its end
+    tool(bindir / "nvidia-smi", tmp_path / "torch-imported", "No devices were found",
+         tail=f"touch {tmp_path / 'smi-done'}\nexit 6\n")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    args = {"venv": str(venv), "uv_bin": "", "torch_inner": probe_source("torch_inner"),
+            "compile_inner": None, "smi_query": "index,name", "timeout": 60}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(site),
+           "FLAGS": str(tmp_path)}
+    doc = run_probe("verification", args, env)
+    assert doc["smi"]["stdout"].strip() == "No devices were found"
+    assert doc["torch"]["version"] == "2.11.0+cu130"
+    assert doc["torch"]["available"] is True  # its first CUDA call came after nvidia-smi's end
