@@ -57,7 +57,9 @@ if [ -n "$pvegpu_d" ]; then wait; cat "$pvegpu_d/%(i)d"; rc=$(cat "$pvegpu_d/%(i
 else pvegpu_read_%(i)d; rc=$?; fi
 echo; echo "pvegpu-read-end %(i)d $rc"
 """
-READS_END = '[ -z "$pvegpu_d" ] || rm -rf "$pvegpu_d"\n'
+# Its files by name, then the empty directory: no recursive delete (pvegpu.guard's rule).
+READ_FILES_END = '[ -z "$pvegpu_d" ] || rm -f "$pvegpu_d/%(i)d" "$pvegpu_d/%(i)d.rc"\n'
+READS_END = '[ -z "$pvegpu_d" ] || rmdir "$pvegpu_d"\n'
 # "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
 # does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
 
@@ -69,7 +71,8 @@ def with_reads(view, reads):
         return view
     parts = [READ_FUNCTION % {"i": i, "command": c} for i, c in enumerate(reads)]
     parts += [READS_START, *(READ_START % {"i": i} for i in range(len(reads))), view]
-    parts += [*(READ_RESULT % {"i": i} for i in range(len(reads))), READS_END]
+    parts += [READ_RESULT % {"i": i} for i in range(len(reads))]
+    parts += [*(READ_FILES_END % {"i": i} for i in range(len(reads))), READS_END]
     return "".join(parts)
 
 
