@@ -5,6 +5,7 @@ served from there only while that read is current, ran exactly its command, and 
 import ast
 import os
 import stat
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,36 @@ def test_a_view_without_reads_is_as_before(fake_pct):
     p = probe_functions()
     status, view, done = p["container_view"](p["start_view"](200, None, []))
     assert status == "running" and view["missing_tools"] == [] and done == []
+
+
+def reads_dirs() -> set[str]:
+    return {p.name for p in Path("/tmp").glob("pvegpu-reads.*")}
+
+
+def test_the_folded_reads_run_side_by_side_and_leave_nothing_behind(fake_pct, tmp_path):
+    p = probe_functions()
+    flag = tmp_path / "flag"
+    # the first read sees the second one's file only when they run side by side (one after the
+    # other, it gives up after 10 s and prints "alone")
+    reads = [f"i=0; while [ ! -e {flag} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+             f"[ -e {flag} ] && echo seen || echo alone", f"touch {flag}; echo done"]
+    before = reads_dirs()
+    status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
+    assert status == "running" and view is not None
+    assert done == [{"rc": 0, "stdout": ["seen"]}, {"rc": 0, "stdout": ["done"]}]
+    assert reads_dirs() <= before  # the reads' private directory is gone
+
+
+def test_without_a_scratch_directory_the_reads_run_one_after_the_other(fake_pct, tmp_path):
+    p = probe_functions()
+    tool = tmp_path / "mktemp"  # found first on PATH (fake_pct put tmp_path there)
+    tool.write_text("#!/bin/sh\necho 'mktemp: No space left on device' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    reads = ["printf 'a\\nb\\n'", "echo out; exit 3", "true"]
+    status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
+    assert status == "running" and view is not None
+    assert done == [{"rc": 0, "stdout": ["a", "b"]}, {"rc": 3, "stdout": ["out"]},
+                    {"rc": 0, "stdout": []}]
 
 
 def test_a_read_cut_short_is_left_out():

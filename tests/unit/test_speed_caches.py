@@ -14,8 +14,9 @@ from pvegpu.settings import Settings, defaults
 
 
 @pytest.fixture
-def compiles(monkeypatch):
-    """Counts jinja2 template compilations."""
+def compiles(monkeypatch, tmp_path):
+    """Counts jinja2 template compilations (in a run with no compiled templates kept yet)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
     real = jinja2.Environment.compile
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from ..paths import TEMPLATES
+from .template_cache import with_cache
 
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"
@@ -29,13 +30,14 @@ UNIT_DIR = "/etc/systemd/system"
 
 @functools.lru_cache(maxsize=8)  # one Environment per run: it keeps the compiled templates
 def _env(templates: Path = TEMPLATES) -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    return with_cache(env)  # compiled templates kept between runs
 
 
 def render_modules(extras=()) -> str:

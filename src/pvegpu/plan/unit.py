@@ -31,6 +31,7 @@ import jinja2
 from ..digests import text_digest as digest
 from ..paths import TEMPLATES
 from ..settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
+from .template_cache import with_cache
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
 # asked, stops it (deactivating: someone is stopping it, maybe checkpointing for 15 minutes).
@@ -124,12 +125,13 @@ def unit_value(value):
 
 @functools.lru_cache(maxsize=8)  # one Environment per run: it keeps the compiled template
 def _unit_env(templates: Path) -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         finalize=unit_value,  # every {{ value }} passes the check, whatever its source
     )
+    return with_cache(env)  # compiled templates kept between runs
 
 
 def render_unit(settings: Settings, templates: Path = TEMPLATES) -> str:

@@ -12,7 +12,7 @@
 import json
 import os
 
-from pvegpu.probes.prelude import digest, mtime, read, run  # sent as the prelude
+from pvegpu.probes.prelude import STARTED, digest, mtime, read, run, start_early  # the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
@@ -96,13 +96,14 @@ def users(root):
         if path and path.startswith(prefix):
             found.setdefault(path[len(prefix) :].split("/", 1)[0], set()).add(pid)
 
-    me = os.getpid()
+    # this probe and the commands it started (they run while /proc is read)
+    mine = {os.getpid(), *(p.pid for p in STARTED.values())}
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return {}
     for pid in pids:
-        if pid == me:
+        if pid in mine:
             continue
         base = f"/proc/{pid}"
         for link in ("exe", "cwd"):
@@ -176,8 +177,12 @@ def venvs(root):
     return found
 
 
+def python_version_argv(interp):
+    return [interp, "-c", "import platform; print(platform.python_version())"]
+
+
 def python_info(interp):
-    code, out, _ = run([interp, "-c", "import platform; print(platform.python_version())"])
+    code, out, _ = run(python_version_argv(interp))
     return {"path": interp, "version": out.strip() if code == 0 else None}
 
 
@@ -216,9 +221,15 @@ def other_units(unit_path, unit_name):
 
 
 uv_bin = A["uv_bin"]
-code, out, _ = run([uv_bin, "--version"]) if os.path.exists(uv_bin) else (127, "", "")
 link = A["venv_path"]
 unit = A.get("unit_name")
+# the read-only commands below, started together: each one's start-up runs beside the others'
+start_early(
+    *([[uv_bin, "--version"]] if os.path.exists(uv_bin) else []),
+    *([python_version_argv(A["python"])] if A.get("python") else []),
+    *([["systemctl", "is-active", unit], ["systemctl", "is-enabled", unit]] if unit else []),
+)
+code, out, _ = run([uv_bin, "--version"]) if os.path.exists(uv_bin) else (127, "", "")
 cache = A.get("cache_dir")
 locks_cache = A.get("locks_cache")
 doc = {

@@ -37,30 +37,55 @@ for f in /etc/systemd/system/*.service; do
 done
 echo "end"
 """
-# After the view: one folded read in a subshell (an `exit` in it ends only itself), its stdout
-# between the markers (the extra echo ends a last line without a newline; one empty line is
-# dropped), then its exit status.
-READ_SCRIPT = """echo "pvegpu-read %(i)d"
-(
+# The folded reads run side by side, each beside the view: each one is a shell function (its
+# command in a subshell: an `exit` in it ends only itself), started in the background with its
+# stdout and exit status going to a private directory under /tmp (removed at the end). After the
+# view, each one's stdout is printed between the markers (the extra echo ends a last line
+# without a newline; one empty line is dropped), then its exit status. Without that directory
+# (mktemp failed) they run one after the other, as the same functions. The view's own variables
+# (d, f, t, ...) are its own: the reads' directory is $pvegpu_d.
+READ_FUNCTION = """pvegpu_read_%(i)d() (
 %(command)s
 )
-rc=$?; echo; echo "pvegpu-read-end %(i)d $rc"
 """
+READS_START = "pvegpu_d=$(mktemp -d /tmp/pvegpu-reads.XXXXXX 2>/dev/null) || pvegpu_d=\n"
+READ_START = """[ -z "$pvegpu_d" ] || {
+  pvegpu_read_%(i)d > "$pvegpu_d/%(i)d"; echo $? > "$pvegpu_d/%(i)d.rc"; } &
+"""
+READ_RESULT = """echo "pvegpu-read %(i)d"
+if [ -n "$pvegpu_d" ]; then wait; cat "$pvegpu_d/%(i)d"; rc=$(cat "$pvegpu_d/%(i)d.rc")
+else pvegpu_read_%(i)d; rc=$?; fi
+echo; echo "pvegpu-read-end %(i)d $rc"
+"""
+# Its files by name, then the empty directory: no recursive delete (pvegpu.guard's rule).
+READ_FILES_END = '[ -z "$pvegpu_d" ] || rm -f "$pvegpu_d/%(i)d" "$pvegpu_d/%(i)d.rc"\n'
+READS_END = '[ -z "$pvegpu_d" ] || rmdir "$pvegpu_d"\n'
 # "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
 # does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
+
+
+def with_reads(view, reads):
+    """The exec's script: ``view`` with the folded ``reads`` started before it (side by side)
+    and their results printed after it; ``view`` alone when there are none."""
+    if not reads:
+        return view
+    parts = [READ_FUNCTION % {"i": i, "command": c} for i, c in enumerate(reads)]
+    parts += [READS_START, *(READ_START % {"i": i} for i in range(len(reads))), view]
+    parts += [READ_RESULT % {"i": i} for i in range(len(reads))]
+    parts += [*(READ_FILES_END % {"i": i} for i in range(len(reads))), READS_END]
+    return "".join(parts)
 
 
 def start_view(vmid, unit, reads, installer_tools=()):
     """Start the container's one ``pct exec`` (the view, then ``reads``); None: no pct."""
     tools = " ".join(t for t in installer_tools if re.fullmatch(r"[\w.-]+", t))
-    script = CT_SCRIPT % {
+    view = CT_SCRIPT % {
         "lib": LIBDIR,
         "unit": unit or "pvegpu-none.service",
         "tools": tools,
         "marker": UNIT_MARKER,
     }
-    for i, command in enumerate(reads):
-        script += READ_SCRIPT % {"i": i, "command": command}
+    script = with_reads(view, reads)
     argv = ["pct", "exec", str(vmid), "--", "sh", "-c", script]
     try:
         return subprocess.Popen(

@@ -261,12 +261,18 @@ def unit_state(name):
     return {"path": path, "paths": paths, "enabled": enabled, "active": None}
 
 
-def units(names):
-    found = {n: unit_state(n) for n in names}
-    present = [n for n in names if found[n]["path"]]
-    if present:
-        _, out, _ = run(["systemctl", "is-active", *present])
-        for name, state in zip(present, out.split()):
+def is_active_argv(found):
+    """The one `systemctl is-active` of the units whose files exist, else None."""
+    present = [n for n, state in found.items() if state["path"]]
+    return ["systemctl", "is-active", *present] if present else None
+
+
+def units(found):
+    """``found`` (unit_state of each name) with each present unit's activity."""
+    argv = is_active_argv(found)
+    if argv:
+        _, out, _ = run(argv)
+        for name, state in zip(argv[2:], out.split()):
             found[name]["active"] = state
     return found
 
@@ -285,7 +291,8 @@ views = {
     for v in A.get("vmids", [])
     if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
 }
-start_early(PVEVERSION, SMI_GPUS, SMI_APPS)
+unit_files = {n: unit_state(n) for n in A.get("units", [])}
+start_early(PVEVERSION, SMI_GPUS, SMI_APPS, *filter(None, [is_active_argv(unit_files)]))
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
 doc = {
@@ -303,7 +310,7 @@ doc = {
     "installer": None,
     "data_dir_exists": os.path.isdir(A.get("data_dir", "/nonexistent")),
     "boot_files": {p: file_digest(p) for p in A.get("boot_files", [])},
-    "units": units(A.get("units", [])),
+    "units": units(unit_files),
     "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},
     "templates": sorted(os.listdir("/var/lib/vz/template/cache"))
     if os.path.isdir("/var/lib/vz/template/cache")

@@ -11,12 +11,13 @@ import subprocess
 STARTED: dict = {}
 
 
-def start_early(*argvs):
-    """Start read-only ``argvs`` now, to be collected by ``run(argv)`` later."""
+def start_early(*argvs, env=None):
+    """Start read-only ``argvs`` now (with ``env``, else this process's), to be collected by
+    ``run(argv)`` later."""
     for argv in argvs:
         try:
             STARTED[tuple(argv)] = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
             )
         except OSError:
             pass

@@ -2,6 +2,7 @@
 # probes): what torch really sees, printed as one JSON line. Any failure is data, never a crash:
 # an import error ends early with "import_error"; a CUDA init error is "init_error".
 import json
+import os
 import sys
 import warnings
 
@@ -22,6 +23,10 @@ def first_line(e):
 doc["version"] = torch.__version__
 doc["variant"] = torch.__version__.partition("+")[2] or None
 doc["cuda"] = torch.version.cuda
+if os.environ.get("PVEGPU_CUDA_GATE") == "1":
+    # started beside nvidia-smi (the verification probe): no CUDA call, so no context of this
+    # process in its memory figures, before it has answered and the probe says go
+    sys.stdin.readline()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:

@@ -13,9 +13,10 @@
 import glob
 import json
 import os
+import subprocess
 import tempfile
 
-from pvegpu.probes.prelude import mtime, read, run  # sent as the prelude
+from pvegpu.probes.prelude import mtime, read, run, start_early  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -27,17 +28,19 @@ def run_doc(argv, timeout=120, env=None):
     return {"rc": rc, "stdout": out, "stderr": err}
 
 
-def run_inner(python, source, args=None, timeout=600, extra_env=None):
-    """Run `source` under the venv's python; its last JSON line, or an error document.
-    Observes only: no bytecode written into the venv, every GPU visible."""
+def inner_env(extra_env=None):
+    """The environment of a torch probe: every GPU visible, no bytecode written into the venv."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     # CUDA numbers GPUs as the training unit does (PCI order, like nvidia-smi's index); its
     # default FASTEST_FIRST leaves the order of equal GPUs unspecified.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra_env or {})
-    argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
-    r = run_doc(argv, timeout=timeout, env=env)
+    return env
+
+
+def inner_doc(r):
+    """A torch probe's last JSON line from its run_doc ``r``, or an error document."""
     for line in reversed(r["stdout"].splitlines()):
         if line.startswith("{"):
             try:
@@ -46,6 +49,44 @@ def run_inner(python, source, args=None, timeout=600, extra_env=None):
                 break
     tail = (r["stderr"].strip().splitlines() or ["no output"])[-1]
     return {"import_error": f"exit {r['rc']}: {tail}", "error": f"exit {r['rc']}: {tail}"}
+
+
+def run_inner(python, source, args=None, timeout=600, extra_env=None):
+    """Run `source` under the venv's python; its last JSON line, or an error document.
+    Observes only: no bytecode written into the venv, every GPU visible."""
+    argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
+    return inner_doc(run_doc(argv, timeout=timeout, env=inner_env(extra_env)))
+
+
+def start_torch(python):
+    """torch_inner started now, so that its import of torch (seconds on a real node) runs beside
+    nvidia-smi; with PVEGPU_CUDA_GATE it makes no CUDA call before finish_torch says go. None
+    when it cannot be started (finish_torch then runs it as run_inner does)."""
+    try:
+        return subprocess.Popen(
+            [python, "-c", A["torch_inner"]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=inner_env({"PVEGPU_CUDA_GATE": "1"}),
+        )
+    except OSError:
+        return None
+
+
+def finish_torch(proc, timeout):
+    """Let the started torch_inner go on to its CUDA calls; its document (as run_inner's)."""
+    if proc is None:
+        return run_inner(python, A["torch_inner"], timeout=timeout)
+    try:
+        out, err = proc.communicate("go\n", timeout=timeout)
+        r = {"rc": proc.returncode, "stdout": out, "stderr": err}
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        r = {"rc": 124, "stdout": "", "stderr": f"{python}: timed out after {timeout} s"}
+    return inner_doc(r)
 
 
 def packages(venv):
@@ -76,7 +117,7 @@ def unit_state():
     unit = A.get("unit_name")
     if not unit:
         return None
-    r = run_doc(["systemctl", "is-active", unit])
+    r = run_doc(unit_argv(unit))
     build = A.get("build_venv")
     return {
         "active": (r["stdout"].strip() or None) if r["rc"] != 127 else None,
@@ -91,21 +132,39 @@ def resolved(path):
     return os.path.basename(os.path.realpath(path)) if os.path.exists(path) else None
 
 
+def unit_argv(unit):
+    return ["systemctl", "is-active", unit]
+
+
+def pip_check_argv(uv, python):
+    return [uv, "pip", "check", "--python", python]
+
+
+SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
+UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
 venv = A["venv"]
 python = os.path.join(venv, "bin", "python")
 real = os.path.realpath(venv)
+uv = A.get("uv_bin")
+present = os.path.exists(python)
+checks_packages = present and bool(uv) and os.path.exists(uv)
+# Started together, each one's start-up beside the others': nvidia-smi and the unit's state,
+# `uv pip check` (it only reads the venv) and torch's import. nvidia-smi is collected before
+# torch makes a CUDA call: its memory figures must not count the torch probe's own contexts.
+start_early(SMI, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
+if checks_packages:
+    start_early(pip_check_argv(uv, python), env=UV_ENV)
+torch_proc = start_torch(python) if present else None
 doc = {
     "venv": venv,
     "venv_real": real if os.path.isdir(real) else None,
     "python": python,
-    "present": os.path.exists(python),
+    "present": present,
     "module_text": (read("/proc/driver/nvidia/version") or "").strip().splitlines()[:1],
     "libs": {
         name: resolved(os.path.join(LIBDIR, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")
     },
-    "smi": run_doc(
-        ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
-    ),
+    "smi": run_doc(SMI),
     "torch": None,
     "compile": None,
     "packages": None,
@@ -114,19 +173,15 @@ doc = {
     "unit": unit_state(),
 }
 if doc["present"]:
-    doc["torch"] = run_inner(python, A["torch_inner"], timeout=A.get("timeout", 600))
+    doc["torch"] = finish_torch(torch_proc, A.get("timeout", 600))  # nvidia-smi has answered
     doc["packages"] = packages(real)
     marker = read(os.path.join(real, ".pvegpu-build.json"))
     try:
         doc["marker"] = json.loads(marker) if marker else None
     except ValueError:
         doc["marker"] = {"unreadable": True}
-    uv = A.get("uv_bin")
-    if uv and os.path.exists(uv):
-        r = run_doc(
-            [uv, "pip", "check", "--python", python],
-            env={**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
-        )
+    if checks_packages:
+        r = run_doc(pip_check_argv(uv, python), env=UV_ENV)
         doc["pip_check"] = {"rc": r["rc"], "output": (r["stdout"] + r["stderr"]).strip()}
     if A.get("compile_inner") and doc["torch"].get("available"):
         # A fresh, private compile cache: the check really compiles (a warm cache would hide the

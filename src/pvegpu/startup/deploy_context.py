@@ -7,10 +7,13 @@ the settings of the host a deploy file runs for, and its node's preflight outcom
 
 from __future__ import annotations
 
+import sys
+
 from ..output.summary import node_failures
 from ..run.run_context import run_context
 from ..settings import Settings
 from .preflight import check_fleet, validate_fleet
+from .stack_files import deploy_files, register_deploy_files
 
 MODES = ("deploy", "verify")
 
@@ -20,6 +23,12 @@ def begin(host, mode: str = "deploy") -> Settings:
     are validated first, once per run; a deploy also takes each node's deploy lock and
     preflights it (``preflight.check_fleet``); a verify changes nothing and prints its verdict in
     the preview too (without -y)."""
+    # the calling deploy file and its tasks: pyinfra's stack walk per operation skips module scans
+    register_deploy_files(deploy_files(sys._getframe(1).f_code.co_filename))
+    return _begin(host, mode)
+
+
+def _begin(host, mode: str) -> Settings:
     assert mode in MODES, mode
     run = run_context(host.state)
     run.mode = mode
@@ -32,7 +41,7 @@ def settings(host) -> Settings:
     """Settings of ``host`` in this run (a run not begun yet begins as a deploy)."""
     run = run_context(host.state)
     if run.settings is None:
-        return begin(host)
+        return _begin(host, "deploy")
     return run.settings[host.name]
 
 
