@@ -18,6 +18,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,6 +41,18 @@ PROFILES = {
     "pve8": {"pve_version": "8.4.1"},
     "pve9": {"pve_version": "9.1.1"},
 }
+# pve-container as installed with each pve-manager release (an up-to-date node): the newest
+# pve-container release on the day of that pve-manager release (the `bump version to ...` commits
+# of proxmox/pve-manager and proxmox/pve-container; see docs/real-tools.md). A version takes the
+# pair of the newest pve-manager at or below it. devN entries came with pve-container 5.0.7.
+PVE_CONTAINER_BY_MANAGER = (
+    ("8.0.0", "5.0.3"), ("8.0.4", "5.0.4"), ("8.0.7", "5.0.5"), ("8.1.0", "5.0.8"),
+    ("8.1.7", "5.0.9"), ("8.1.11", "5.0.10"), ("8.2.3", "5.1.10"), ("8.2.4", "5.1.11"),
+    ("8.2.5", "5.2.0"), ("8.2.9", "5.2.1"), ("8.2.10", "5.2.2"), ("8.3.3", "5.2.3"),
+    ("8.3.4", "5.2.4"), ("8.3.6", "5.2.6"), ("9.0.0", "6.0.9"), ("9.0.8", "6.0.10"),
+    ("9.0.9", "6.0.11"), ("9.0.11", "6.0.13"), ("9.0.12", "6.0.14"), ("9.0.16", "6.0.15"),
+    ("9.0.17", "6.0.17"), ("9.0.18", "6.0.18"), ("9.1.5", "6.0.19"), ("9.1.6", "6.1.2"),
+)
 TEMPLATES = {  # by PVE major: (file name in local storage, Debian release of its tree)
     8: ("debian-12-standard_12.7-1_amd64.tar.zst", None),
     9: ("debian-13-standard_13.1-2_amd64.tar.zst", "trixie"),
@@ -64,6 +77,18 @@ def profile_template(pve_version: str) -> tuple[str, str | None]:
     return TEMPLATES[max(m for m in TEMPLATES if m <= major)] if major >= 8 else TEMPLATES[8]
 
 
+def release_pve_container(pve_version: str) -> str:
+    """The pve-container a node of that pve-manager version has (PVE_CONTAINER_BY_MANAGER).
+
+    >>> [release_pve_container(v) for v in ("8.0.4", "8.1.4", "8.4.1", "9.1.1")]
+    ['5.0.4', '5.0.8', '5.2.6', '6.0.18']
+    """
+    def key(v):
+        return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    found = [c for m, c in PVE_CONTAINER_BY_MANAGER if key(m) <= key(pve_version)]
+    return found[-1] if found else PVE_CONTAINER_BY_MANAGER[0][1]
+
+
 def template_text(cfg: dict) -> str:
     """The simulated template file: a marker naming the tree `pct create` unpacks (its lower)."""
     text = f"SIMULATED LXC TEMPLATE {cfg['template_name'].split('_')[0]}\n"
@@ -73,8 +98,8 @@ def template_text(cfg: dict) -> str:
 NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
             "USER": "root", "LOGNAME": "root"}
 
-CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "gpu_name", "gpu_memory_mib", "compute_cap",
-               "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
+CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
+               "gpu_memory_mib", "compute_cap", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
                "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
@@ -253,15 +278,17 @@ def _remove_cgroups(dirs: list[Path], timeout=10.0) -> list[str]:
 
 class SimNode:
     def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
-                 gpu_name="NVIDIA H200", gpu_memory_mib=143771, compute_cap="9.0", uvm_major=508,
+                 pve_container=None, gpu_name="NVIDIA H200", gpu_memory_mib=143771,
+                 compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
                  apt_mirror=None,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
                  cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
-        (the template follows the version's major). ct_init: "systemd" (the containers boot real
-        systemd) or "exec" (see CT_INITS); default $PVE_SIM_CT_INIT, else "systemd". pct_startup_s: a
+        (the template follows the version's major); pve_container overrides the pve-container that
+        goes with it (release_pve_container; pct's devN and hot-plug follow it). ct_init:
+        "systemd" (the containers boot real systemd) or "exec" (see CT_INITS); default $PVE_SIM_CT_INIT, else "systemd". pct_startup_s: a
         sleep at every `pct` start, standing in for real pct's Perl start-up (the benchmark's
         latency knob; 0 = none). cgroup_layout: "host" (this machine's cgroup mounts) or "v2"
         (the node mounts the unified hierarchy alone at /sys/fs/cgroup, as a cgroup v2 node
@@ -286,7 +313,9 @@ class SimNode:
         self.state = Path(state_dir).resolve()
         self.cfg = {
             "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
-            "pve_version": pve_version, "gpu_name": gpu_name, "gpu_memory_mib": int(gpu_memory_mib),
+            "pve_version": pve_version,
+            "pve_container": pve_container or release_pve_container(pve_version),
+            "gpu_name": gpu_name, "gpu_memory_mib": int(gpu_memory_mib),
             "compute_cap": compute_cap, "nvidia_major": 195, "uvm_major": int(uvm_major),
             "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
             "template": bool(template), "template_name": template_name,
@@ -731,10 +760,11 @@ def main(argv=None):
     up.add_argument("--driver-version", default="580.95.05")
     up.add_argument("--profile", default="pve8", choices=sorted(PROFILES))
     up.add_argument("--pve-version", default=None)
+    up.add_argument("--pve-container", default=None)
     a = ap.parse_args(argv)
     state = a.state or tempfile.mkdtemp(prefix="pve-sim-")
     with SimNode(state, gpus=a.gpus, driver_version=a.driver_version, pve_version=a.pve_version,
-                 profile=a.profile) as node:
+                 pve_container=a.pve_container, profile=a.profile) as node:
         for k, v in node.inventory_env().items():
             print(f"export {k}={v}")
         print(f"# ssh: {' '.join(node.ssh_argv())}", flush=True)

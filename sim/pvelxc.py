@@ -59,6 +59,16 @@ def pve_version():
         return "8.4.1"
 
 
+def pve_container():
+    """The node's pve-container version (node.json; the sim's node writes it), which pct's
+    behaviour follows: devN entries from 5.0.7, devN hot-plug from 6.0.4."""
+    try:
+        with open(GPU_DIR + "/node.json") as f:
+            return json.load(f)["pve_container"]
+    except (OSError, ValueError, KeyError):
+        return "6.0.18" if version_tuple(pve_version()) >= (9,) else "5.2.6"
+
+
 def version_tuple(v):
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 

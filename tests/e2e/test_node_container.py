@@ -59,9 +59,12 @@ def assert_failed_without_change(site, run, before, *lines):
     assert site.node.tree_digest() == before
 
 
-@pytest.mark.parametrize("node_options", [{"pve_version": "8.4.1", "uvm_nodes_at_boot": False}])
+# PVE 8.1 with its pve-container 5.0.8: devN entries exist there (pve-container 5.0.7), so auto
+# mode uses them; the other PVE 8 tests run 8.4.1.
+@pytest.mark.parametrize("node_options", [{"pve_version": "8.1.4", "uvm_nodes_at_boot": False}])
 def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_preflighted(site):
     node = site.node
+    assert "pve-container: 5.0.8" in node.run(["pveversion", "-v"]).stdout.splitlines()
     assert node.run(["test", "-e", "/dev/nvidia-uvm"]).returncode == 1  # as after a cold boot
 
     first = site.deploy()
@@ -115,16 +118,19 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     probe_pct = [c["argv"][0] for c in node.pct_calls() if c["argv"][1:2] == ["200"]]
     print(f"no-op re-run: {len(node_commands)} node commands, pct calls {probe_pct}")
 
-    # Preflight: an unfit node stops the run with one line per problem, and nothing changes.
-    node.configure(gpus=7, driver_version="570.86.10")
+    # Preflight: an unfit node stops the run with one line per problem, and nothing changes
+    # (a forced devN mode on a pve-container older than 5.0.7 among them).
+    node.configure(gpus=7, driver_version="570.86.10", pve_container="5.0.6")
     before = node.tree_digest()
-    run = site.deploy()
+    run = site.deploy("passthrough_mode=dev")
     assert_failed_without_change(
         site, run, before,
         "node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi",
         "driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node",
+        "passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the node has "
+        "pve-container 5.0.6: upgrade pve-container or set passthrough_mode=lxc",
     )
-    node.configure(gpus=8, driver_version="580.95.05")
+    node.configure(gpus=8, driver_version="580.95.05", pve_container="5.0.8")
 
     # The uvm module comes back with another major while training runs: the container's nodes
     # are stale and it must restart, which the preflight refuses without restart_training.
@@ -151,9 +157,11 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     assert node.read("/tank/dflash/checkpoints/last") == "step-1\n"
 
 
-@pytest.mark.parametrize("node_options", [{"pve_version": "8.1.2"}])
-def test_raw_lxc_mode_on_pve_8_1_and_a_changed_uvm_major_is_repaired(site):
+# PVE 8.0.4 with its pve-container 5.0.4: no devN entries yet (they came with 5.0.7).
+@pytest.mark.parametrize("node_options", [{"pve_version": "8.0.4"}])
+def test_raw_lxc_mode_on_pve_8_0_and_a_changed_uvm_major_is_repaired(site):
     node = site.node
+    assert "pve-container: 5.0.4" in node.run(["pveversion", "-v"]).stdout.splitlines()
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
     conf = node.read("/etc/pve/lxc/200.conf")

@@ -370,12 +370,23 @@ def test_driver_userspace_in_container(sim_node):
     assert node.run(["nvidia-smi", "-L"]).returncode == 0  # node userspace follows its driver
 
 
-def test_devn_needs_pve_8_2(sim_node):
-    node = sim_node(pve_version="8.1.4", gpus=1)
+def test_devn_follows_the_nodes_pve_container(sim_node):
+    """devN came with pve-container 5.0.7 (PVE 8.1 ships 5.0.8); before, Getopt::Long does not
+    know `--dev0` and pve-common's get_options fails with `400 unable to parse option`."""
+    node = sim_node(pve_version="8.0.4", gpus=1)
+    assert "pve-container: 5.0.4" in node.run(["pveversion", "-v"]).stdout.splitlines()
     make_ct(node, 200, start=False)
     r = pct(node, "set", "200", "--dev0", "/dev/nvidia0")
-    assert r.returncode == 255 and "Unknown option: dev0" in r.stderr
+    assert r.returncode == 255
+    assert r.stderr.startswith("Unknown option: dev0\n400 unable to parse option\npct set <vmid>")
+    assert "dev0" not in node.read("/etc/pve/lxc/200.conf")
+    node.configure(pve_version="8.1.4", pve_container="5.0.8")
     assert node.run(["pveversion"]).stdout.startswith("pve-manager/8.1.4/")
+    assert "pve-container: 5.0.8" in node.run(["pveversion", "-v"]).stdout.splitlines()
+    assert pct(node, "set", "200", "--dev0", "/dev/nvidia0").returncode == 0
+    assert "dev0: /dev/nvidia0" in node.read("/etc/pve/lxc/200.conf").splitlines()
+    node.configure(pve_container="5.0.6")
+    assert "Unknown option: dev1" in pct(node, "set", "200", "--dev1", "/dev/nvidia0").stderr
 
 
 def test_systemctl_double_on_the_node_records_calls(shared_sim_node):

@@ -215,9 +215,15 @@ def test_sections_are_kept_byte_for_byte_even_empty_or_with_blank_lines():
 
 # --- PVE version and a running container's devices ----------------------------------------------
 
-def test_mode_from_a_two_part_pve_version():
-    assert select_mode("auto", "8.2") == "dev"
-    assert select_mode("auto", "8.1") == "lxc"
+def test_mode_from_versions_of_two_or_three_parts():
+    assert select_mode("auto", {"pve_version": "8.2"}) == "lxc"  # 8.2.0 < 8.2.4
+    assert select_mode("auto", {"pve_version": "8.3"}) == "dev"
+    assert select_mode("auto", {"pve_version": "9"}) == "dev"
+    assert select_mode("auto", {"pve_container": "5.1"}) == "dev"
+    assert select_mode("auto", {"pve_container": "5.0"}) == "lxc"
+    assert select_mode("auto", {"pve_container": "5.0.10"}) == "dev"  # numbers, not text
+    assert select_mode("auto", {"pve_container": "", "pve_version": "8.4.1"}) == "dev"
+    assert select_mode("auto", {"pve_container": None, "pve_version": "8.2.3"}) == "lxc"
 
 
 def test_running_container_devices_missing_or_extra_are_named():

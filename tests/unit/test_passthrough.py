@@ -94,12 +94,26 @@ def ct(config=None, status="running", live=None, raw=(), text="arch: amd64\n", p
             "live": live}
 
 
-def test_mode_follows_the_pve_version_unless_forced():
-    assert select_mode("auto", "8.1.2") == "lxc"
-    assert select_mode("auto", "8.2.2") == "dev"
-    assert select_mode("auto", "9.0.3") == "dev"
-    assert select_mode("auto", None) == "lxc"
-    assert select_mode("dev", "8.1.2") == "dev"
+def test_mode_follows_the_pve_container_version_unless_forced():
+    # devN came with pve-container 5.0.7 (PVE 8.1 shipped 5.0.8); pve-manager guarantees such a
+    # pve-container only from 8.2.4 (its d/control: pve-container >= 5.1.11).
+    assert select_mode("auto", {"pve_version": "8.0.4", "pve_container": "5.0.4"}) == "lxc"
+    assert select_mode("auto", {"pve_version": "8.1.0", "pve_container": "5.0.6"}) == "lxc"
+    assert select_mode("auto", {"pve_version": "8.1.0", "pve_container": "5.0.7"}) == "dev"
+    assert select_mode("auto", {"pve_version": "9.0.3", "pve_container": "6.0.9"}) == "dev"
+    assert select_mode("auto", {"pve_version": "8.2.3"}) == "lxc"
+    assert select_mode("auto", {"pve_version": "8.2.4"}) == "dev"
+    assert select_mode("auto", {}) == "lxc"
+    assert select_mode("dev", {"pve_container": "5.0.4"}) == "dev"
+    assert select_mode("lxc", {"pve_container": "6.0.18"}) == "lxc"
+
+
+def test_pve_8_1_with_its_pve_container_gets_devn_entries():
+    on_8_1 = dict(state("8.1.4"), pve_container="5.0.8")
+    plan = plan_passthrough("auto", (), on_8_1, ct({}, status="stopped"))
+    assert plan.mode == "dev" and plan.set_args[:2] == ["--dev0", "/dev/nvidia0"]
+    old = dict(state("8.1.4"), pve_container="5.0.6")  # pve-manager 8.1 allows >= 5.0.5
+    assert plan_passthrough("auto", (), old, ct({}, status="stopped")).mode == "lxc"
 
 
 def test_converged_running_container_needs_nothing():
@@ -151,12 +165,12 @@ def test_raw_mode_rewrites_a_stale_major_and_keeps_the_rest():
     text = "arch: amd64\nhostname: t\nlxc.apparmor.profile: unconfined\n" + "".join(
         f"{k}: {v}\n" for k, v in old)
     raw = [["lxc.apparmor.profile", "unconfined"]] + [list(x) for x in old]
-    assert not plan_passthrough("auto", (), state("8.1.2"), ct({}, raw=raw, text=text,
+    assert not plan_passthrough("auto", (), state("8.0.4"), ct({}, raw=raw, text=text,
                                 live=live_view())).changes_config
     node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
                           "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
     majors2 = dict(MAJORS, **{"nvidia-uvm": 509})
-    plan = plan_passthrough("auto", (), state("8.1.2", node2, majors2),
+    plan = plan_passthrough("auto", (), state("8.0.4", node2, majors2),
                             ct({}, raw=raw, text=text, live=live_view(NODE)))
     assert plan.mode == "lxc" and plan.set_args == []
     assert "c 509:* rwm" in plan.new_text and "508" not in plan.new_text

@@ -106,10 +106,23 @@ def test_cu128_minimum_and_its_reduced_features_band():
                                   "525.60.12 on node n1")
 
 
-def test_devn_mode_forced_on_an_old_node():
-    problems, _ = node_problems(settings(passthrough_mode="dev"), node(pve_version="8.1.2"), "n1")
-    assert problems == ["n1: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
-                        "8.1.2: set passthrough_mode=auto or lxc"]
+def test_devn_mode_forced_on_an_old_pve_container():
+    old = node(pve_version="8.0.4", pve_container="5.0.4")
+    problems, _ = node_problems(settings(passthrough_mode="dev"), old, "n1")
+    assert problems == ["n1: passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the "
+                        "node has pve-container 5.0.4: upgrade pve-container or set "
+                        "passthrough_mode=lxc"]
+    unknown = node(pve_version="8.2.2")
+    problems, _ = node_problems(settings(passthrough_mode="dev"), unknown, "n1")
+    assert problems == ["n1: passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the "
+                        "node has no known pve-container (pve-manager 8.2.2): upgrade pve-container "
+                        "or set passthrough_mode=lxc"]
+    assert node_problems(settings(passthrough_mode="lxc"), old, "n1") == ([], [])
+
+
+def test_devn_mode_forced_on_pve_8_1_with_its_pve_container_is_accepted():
+    on_8_1 = node(pve_version="8.1.4", pve_container="5.0.8")
+    assert node_problems(settings(passthrough_mode="dev"), on_8_1, "n1") == ([], [])
 
 
 def test_stale_uvm_major_while_training_runs_needs_restart_training():

@@ -281,11 +281,11 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
                                 gpus=s.gpus, policy=s.policy, training=s.training)
 
     Missing device nodes are created first (`nvidia-modprobe`): a devN path that does not exist
-    blocks the container's start. ``devN:`` entries are set with `pct set` (PVE >= 8.2); raw
-    ``lxc.*`` lines (older nodes) are edited in the config file, everything else kept. Devices of
-    a running container are fixed at its start: when the passthrough changed, or the container's
-    nodes no longer match the node's (a reloaded uvm module gets a new major), it is restarted —
-    never while the training unit runs, unless ``restart_training`` is true.
+    blocks the container's start. ``devN:`` entries are set with `pct set` (pve-container >=
+    5.0.7); raw ``lxc.*`` lines (older nodes) are edited in the config file, everything else
+    kept. Devices of a running container are fixed at its start: when the passthrough changed, or
+    the container's nodes no longer match the node's (a reloaded uvm module gets a new major), it
+    is restarted — never while the training unit runs, unless ``restart_training`` is true.
     """
     state, ct = node_state(vmid, "full")
     if not ct.get("exists"):

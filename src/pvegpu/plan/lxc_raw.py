@@ -1,9 +1,10 @@
 """The ``lxc`` passthrough mode: raw ``lxc.*`` lines in the container's config file (pure).
 
-`pct set` cannot write ``lxc.*`` keys, so on nodes without ``devN`` entries (PVE < 8.2) pvegpu edits
-the config file: one ``lxc.cgroup2.devices.allow`` per major and one ``lxc.mount.entry ...
-bind,optional,create=file`` per device node, with majors read from the node's /proc/devices. Only
-the lines pvegpu owns are replaced; everything else, snapshots included, is kept byte for byte.
+`pct set` cannot write ``lxc.*`` keys, so on nodes without ``devN`` entries (pve-container < 5.0.7)
+pvegpu edits the config file: one ``lxc.cgroup2.devices.allow`` per major and one
+``lxc.mount.entry ... bind,optional,create=file`` per device node, with majors read from the node's
+/proc/devices. Only the lines pvegpu owns are replaced; everything else, snapshots included, is
+kept byte for byte.
 
 >>> is_our_raw_line("lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind", {})
 True

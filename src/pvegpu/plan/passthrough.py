@@ -2,12 +2,12 @@
 
 Two modes, chosen by what the node supports:
 
-- ``dev``: ``devN: /dev/nvidia0`` entries (pve-container >= 5.0.7, PVE 8.2+), set with `pct set`;
+- ``dev``: ``devN: /dev/nvidia0`` entries (pve-container >= 5.0.7, PVE 8.1+), set with `pct set`;
   Proxmox re-reads each node's major:minor at every container start.
 - ``lxc``: raw ``lxc.cgroup2.devices.allow`` + ``lxc.mount.entry ... bind,optional,create=file``
-  lines for older nodes, with majors read from the node's /proc/devices (uvm and caps majors are
-  dynamic). `pct set` cannot write ``lxc.*`` keys, so these lines are edited in the config file
-  (:mod:`pvegpu.plan.lxc_raw`).
+  lines for older pve-container, with majors read from the node's /proc/devices (uvm and caps
+  majors are dynamic). `pct set` cannot write ``lxc.*`` keys, so these lines are edited in the
+  config file (:mod:`pvegpu.plan.lxc_raw`).
 
 >>> wanted_devices({"/dev/nvidia0": {}, "/dev/nvidiactl": {}, "/dev/nvidia-uvm": {},
 ...                 "/dev/nvidia-uvm-tools": {}, "/dev/nvidia-modeset": {}}, ())
@@ -286,17 +286,49 @@ def restart_blocker(vmid: int, unit: str, live: dict | None, reasons: list[str])
     return None
 
 
-def select_mode(setting: str, pve_version: str | None) -> str:
-    """``dev`` on PVE >= 8.2 (pve-container 5.0.7 brought devN), ``lxc`` before, unless forced.
+def version_tuple(text: str | None) -> tuple[int, int, int]:
+    """The first three numbers of a Debian package version, zero-padded.
 
-    >>> select_mode("auto", "8.1.4"), select_mode("auto", "8.4.1"), select_mode("lxc", "8.4.1")
-    ('lxc', 'dev', 'lxc')
+    >>> version_tuple("5.0.7"), version_tuple("8.2"), version_tuple("4.4-4"), version_tuple(None)
+    ((5, 0, 7), (8, 2, 0), (4, 4, 4), (0, 0, 0))
+    """
+    parts = [int(x) for x in re.findall(r"\d+", text or "")[:3]] + [0, 0, 0]
+    return parts[0], parts[1], parts[2]
+
+
+# pve-container 5.0.7 (2023-11-21, commit ce1976b "Add device passthrough") brought devN; PVE 8.1
+# shipped it. pve-manager only depends on a pve-container with devN from 8.2.4 (>= 5.1.11).
+DEVN_PVE_CONTAINER = (5, 0, 7)
+DEVN_PVE_MANAGER = (8, 2, 4)
+
+
+def devn_supported(state: dict) -> bool:
+    """Whether the node's pct takes ``devN`` entries: by its pve-container version; by the
+    pve-manager whose dependencies guarantee one when pve-container is unknown.
+
+    >>> devn_supported({"pve_version": "8.1.4", "pve_container": "5.0.8"})
+    True
+    >>> devn_supported({"pve_version": "8.0.4", "pve_container": "5.0.4"})
+    False
+    >>> devn_supported({"pve_version": "8.2.2"}), devn_supported({"pve_version": "8.4.1"})
+    (False, True)
+    """
+    if state.get("pve_container"):
+        return version_tuple(state["pve_container"]) >= DEVN_PVE_CONTAINER
+    return version_tuple(state.get("pve_version")) >= DEVN_PVE_MANAGER
+
+
+def select_mode(setting: str, state: dict) -> str:
+    """``dev`` where the node's pct takes devN entries, ``lxc`` before, unless forced.
+
+    >>> select_mode("auto", {"pve_version": "8.1.4", "pve_container": "5.0.8"})
+    'dev'
+    >>> select_mode("auto", {"pve_container": "5.0.6"}), select_mode("lxc", {"pve_version": "9.1"})
+    ('lxc', 'lxc')
     """
     if setting != "auto":
         return setting
-    parts = re.findall(r"\d+", pve_version or "")
-    version = tuple(int(x) for x in parts[:2]) if len(parts) >= 2 else (0, 0)
-    return "dev" if version >= (8, 2) else "lxc"
+    return "dev" if devn_supported(state) else "lxc"
 
 
 def device_hotplug(state: dict) -> bool:
@@ -325,7 +357,7 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
     majors = state.get("majors", {})
     minors = [g.get("minor") for g in state.get("gpus") or [] if g.get("minor") is not None]
     paths = wanted_devices(devices, extras, gpu_minors=minors)
-    mode = select_mode(setting, state.get("pve_version"))
+    mode = select_mode(setting, state)
     plan = Plan(
         mode=mode,
         paths=paths,

@@ -15,7 +15,7 @@ from ..output import summary
 from ..plan import boot
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
-from ..plan.passthrough import plan_passthrough, restart_blocker, select_mode
+from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -70,17 +70,40 @@ def node_problems(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
         )
-    mode = select_mode(settings.gpus.passthrough_mode, state.get("pve_version"))
-    if mode == "dev" and select_mode("auto", state.get("pve_version")) != "dev":
-        problems.append(
-            f"{node}: passthrough_mode=dev needs PVE >= 8.2 (devN entries), the node runs "
-            f"{state.get('pve_version') or 'an unknown version'}: set passthrough_mode=auto or lxc"
-        )
+    devn = devn_problem(settings, state, node)
+    if devn:
+        problems.append(devn)
     for vmid in vmids:
         p, w = container_problems(settings, state, node, vmid)
         problems += p
         warnings += w
     return problems, warnings
+
+
+def devn_problem(settings: Settings, state: dict, node: str) -> str | None:
+    """The refusal of a forced ``passthrough_mode=dev`` on a node whose pct has no devN entries.
+
+    >>> from pvegpu.settings import defaults
+    >>> s = Settings.from_data(dict(defaults(), passthrough_mode="dev"))
+    >>> devn_problem(s, {"pve_version": "8.1.4", "pve_container": "5.0.8"}, "n1") is None
+    True
+    >>> devn_problem(s, {"pve_version": "8.0.4", "pve_container": "5.0.4"}, "n1")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'n1: passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the node has
+    pve-container 5.0.4: upgrade pve-container or set passthrough_mode=lxc'
+    """
+    if settings.gpus.passthrough_mode != "dev" or devn_supported(state):
+        return None
+    found = state.get("pve_container")
+    has = (
+        f"pve-container {found}"
+        if found
+        else (f"no known pve-container (pve-manager {state.get('pve_version') or 'unknown'})")
+    )
+    return (
+        f"{node}: passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the node "
+        f"has {has}: upgrade pve-container or set passthrough_mode=lxc"
+    )
 
 
 def node_driver_problems(settings: Settings, state: dict, node: str) -> tuple[list[str], list[str]]:
