@@ -10,7 +10,8 @@
 # a lock and warming each device in turn. When the concurrent phase fails, a second phase tries
 # the second workaround (a fresh compiled function, one device at a time under a lock) so the
 # report says whether it works here.
-# argv[1] the probe mark, argv[2] (JSON): {"gpus": [0, 1, ...] or null (all visible), "seq": 256, "timeout": 600}
+# argv[1] the probe mark (pvegpu-probe), argv[2] (JSON):
+# {"gpus": [0, 1, ...] or null (all visible), "seq": 256, "timeout": 600}
 import json
 import sys
 import threading

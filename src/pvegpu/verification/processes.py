@@ -22,7 +22,6 @@ from ..facts.gpus import normalize_uuid
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
-
 # argv[3] of pvegpu's torch probes (probes/verification.py sets it after `-c <source>`).
 PROBE_MARK = "pvegpu-probe"
 
