@@ -598,6 +598,16 @@ LogLevel ERROR
     def read(self, path: str) -> str:
         return self.run(["cat", path], check=True).stdout
 
+    def torch_config(self, **options):
+        """The torch double's sim options (torch.json, read by every container's torch on each
+        call): e.g. ``register_contexts=True`` (a process lists as a compute process on each GPU
+        it uses, ``context_mib`` each, while it lives), ``meet_node_query=True`` (the node's
+        ``nvidia-smi --query-compute-apps`` waits for such a context and the process, at exit,
+        until it was listed), ``compile_race``. No options: the defaults again."""
+        self.run(["sh", "-c", "cat > /var/lib/pve-sim/gpu/torch.json.tmp && "
+                              "mv /var/lib/pve-sim/gpu/torch.json.tmp /var/lib/pve-sim/gpu/torch.json"],
+                 input=json.dumps(options), check=True)
+
     def configure(self, **changes):
         """Live-change the node: GPU count/name/memory, driver version, majors, uvm nodes, driver loaded."""
         bad = set(changes) - set(CONFIG_KEYS)

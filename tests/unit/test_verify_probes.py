@@ -104,7 +104,9 @@ def run_inner(name, site, mode, args=None, pythonpath=True):
     env = {**os.environ, "STUB_MODE": mode}
     if pythonpath:
         env["PYTHONPATH"] = str(site)
-    argv = [sys.executable, "-c", probe_source(name)] + ([json.dumps(args)] if args else [])
+    # as probes/verification.py starts them: the probe mark after `-c <source>`
+    argv = [sys.executable, "-c", probe_source(name), "pvegpu-probe"]
+    argv += [json.dumps(args)] if args else []
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])

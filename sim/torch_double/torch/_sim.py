@@ -354,3 +354,80 @@ def capability(gpu: dict) -> tuple[int, int]:
 def torch_config() -> dict:
     data = _read_json("torch.json", {})
     return data if isinstance(data, dict) else {}
+
+
+# ---- CUDA contexts as compute processes (opt-in: ``{"register_contexts": true}`` in torch.json)
+# The real CUDA runtime creates a context on a device at its first real use (torch: mem_get_info,
+# an allocation); from then until the process exits, NVML (nvidia-smi --query-compute-apps on the
+# node) lists the process on that GPU with its used memory. The double adds a processes.json entry
+# per device: the node pid is not visible from the container, so the entry names the process by
+# its pid namespace (inode) and pid there, and the node's nvidia-smi double resolves it; a held
+# flock on ``ctx-<ns>-<pid>.lock`` keeps it alive (as spawned processes' locks do).
+# ``"meet_node_query": true`` makes the double wait at exit until the node's nvidia-smi has listed
+# it (``<lock>.seen``), so a test sees the overlap deterministically.
+_contexts: dict[int, object] = {}
+_MEET_TIMEOUT_S = 120
+
+
+def hold_context(gpu: dict) -> None:
+    """Register this process as a compute process on ``gpu`` (once per device), if asked."""
+    cfg = torch_config()
+    index = gpu.get("index")
+    if not cfg.get("register_contexts") or index in _contexts:
+        return
+    import atexit
+    import fcntl
+    import sys
+
+    sim = os.path.join(nvidia_dir(), "sim")
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    lock = f"ctx-{ns}-{os.getpid()}-{index}.lock"
+    fd = open(os.path.join(sim, lock), "w")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _contexts[index] = fd
+    with open("/proc/self/cmdline", "rb") as f:
+        name = f.read().split(b"\0")[0].decode(errors="replace") or sys.executable
+    entry = {"pid": None, "pidns": ns, "ns_pid": os.getpid(), "gpu_index": index,
+             "used_mib": int(cfg.get("context_mib", 500)), "name": name, "lock": lock}
+    _update_processes(sim, lambda procs: procs + [entry])
+    if len(_contexts) == 1:
+        atexit.register(_release_contexts, sim, bool(cfg.get("meet_node_query")))
+
+
+def _update_processes(sim: str, change) -> None:
+    """processes.json changed under its lock (the same one simctl takes)."""
+    import fcntl
+
+    table = os.path.join(sim, "processes.json")
+    with open(table + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            with open(table) as f:
+                procs = json.load(f)
+        except (OSError, ValueError):
+            procs = []
+        with open(table + ".tmp", "w") as f:
+            json.dump(change(procs), f, indent=1)
+        os.replace(table + ".tmp", table)
+
+
+def _release_contexts(sim: str, meet: bool) -> None:
+    """At exit: (meet_node_query) wait until the node listed a context, then drop the entries."""
+    import time
+
+    locks = {os.path.basename(fd.name) for fd in _contexts.values()}
+    deadline = time.monotonic() + _MEET_TIMEOUT_S
+    while meet and time.monotonic() < deadline:
+        if any(os.path.exists(os.path.join(sim, lk + ".seen")) for lk in locks):
+            break
+        time.sleep(0.05)
+    _update_processes(sim, lambda procs: [p for p in procs if p.get("lock") not in locks])
+    for fd in _contexts.values():
+        fd.close()
+    for lk in locks:
+        for name in (lk, lk + ".seen"):
+            try:
+                os.unlink(os.path.join(sim, name))
+            except OSError:
+                pass
+    _contexts.clear()

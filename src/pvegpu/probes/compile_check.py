@@ -10,14 +10,15 @@
 # a lock and warming each device in turn. When the concurrent phase fails, a second phase tries
 # the second workaround (a fresh compiled function, one device at a time under a lock) so the
 # report says whether it works here.
-# argv[1] (JSON): {"gpus": [0, 1, ...] or null (all visible), "seq": 256, "timeout": 600}
+# argv[1] the probe mark (pvegpu-probe), argv[2] (JSON):
+# {"gpus": [0, 1, ...] or null (all visible), "seq": 256, "timeout": 600}
 import json
 import sys
 import threading
 import time
 import warnings
 
-ARGS = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+ARGS = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 RACE_MARK = "FX to symbolically trace a dynamo-optimized function"
 FALLBACK_MARKS = (
     "without torch.compile",

@@ -128,6 +128,19 @@ def gpus():
     return rows, [], smi_driver
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: set before the exit releases the process's memory
+
+
+def exiting(pid):
+    """Whether process ``pid`` is gone or exiting (zombie, dead, or PF_EXITING in the flags of
+    /proc/<pid>/stat): its cmdline then reads empty. A live process's empty cmdline is not."""
+    stat = read(f"/proc/{pid}/stat")
+    if stat is None:
+        return True
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
+
+
 def compute_apps():
     code, out, _ = run(SMI_APPS)
     apps = []
@@ -135,7 +148,9 @@ def compute_apps():
         for line in out.strip().splitlines():
             cells = [c.strip() for c in line.split(",")]
             if len(cells) == 4 and cells[0].isdigit():
-                raw = read(f"/proc/{cells[0]}/cmdline") or ""
+                raw = read(f"/proc/{cells[0]}/cmdline")
+                if not raw and exiting(cells[0]):
+                    continue  # it exited since nvidia-smi listed it: its contexts go with it
                 cmdline = raw.replace("\0", " ").strip()
                 apps.append(
                     {

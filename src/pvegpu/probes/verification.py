@@ -20,6 +20,10 @@ from pvegpu.probes.prelude import mtime, read, run, start_early  # sent as the p
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# argv[3] of every torch probe's python (after `-c <source>`): the node sees it in
+# /proc/<pid>/cmdline, and verification does not count this container's marked process, whose
+# CUDA contexts the node's compute-apps query may list (pvegpu.verification.processes.PROBE_MARK).
+PROBE_MARK = "pvegpu-probe"
 
 
 def run_doc(argv, timeout=120, env=None):
@@ -54,7 +58,7 @@ def inner_doc(r):
 def run_inner(python, source, args=None, timeout=600, extra_env=None):
     """Run `source` under the venv's python; its last JSON line, or an error document.
     Observes only: no bytecode written into the venv, every GPU visible."""
-    argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
+    argv = [python, "-c", source, PROBE_MARK] + ([json.dumps(args)] if args is not None else [])
     return inner_doc(run_doc(argv, timeout=timeout, env=inner_env(extra_env)))
 
 
@@ -64,7 +68,7 @@ def start_torch(python):
     when it cannot be started (finish_torch then runs it as run_inner does)."""
     try:
         return subprocess.Popen(
-            [python, "-c", A["torch_inner"]],
+            [python, "-c", A["torch_inner"], PROBE_MARK],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

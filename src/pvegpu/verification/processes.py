@@ -3,6 +3,13 @@ training GPU. Only the running training unit's own processes may; a leftover tra
 is cleared by deploy's training unit stage (a warning while deploying, else a problem) and
 anything else is a problem whose fix names it, never stopped by pvegpu.
 
+pvegpu's own torch probes in the container (verify's torch and compile checks) hold CUDA
+contexts on every GPU, and the node's compute-apps query, run beside them, may list them. Their
+python runs as ``python -c <source> pvegpu-probe ...`` (:data:`PROBE_MARK`): such a process of
+THIS container (cgroup) is not counted at all (no problem, no warning, its memory free for the
+training). The mark on the node or in another container counts as before (a process there
+cannot hide so easily; root in our own container could fake anything anyway).
+
 >>> is_own_process({"cmdline": "python train.py"}, 200, "dflash-train.service")
 False
 """
@@ -14,6 +21,28 @@ import re
 from ..facts.gpus import normalize_uuid
 from .inputs import Inputs
 from .verdict import Problem, Verdict
+
+# argv[3] of pvegpu's torch probes (probes/verification.py sets it after `-c <source>`).
+PROBE_MARK = "pvegpu-probe"
+
+
+def is_own_probe(app: dict, vmid: int, unit: str | None) -> bool:
+    """A torch probe of pvegpu in this container (outside the unit): ``-c <source>`` then
+    :data:`PROBE_MARK` in its argv. Elsewhere the mark means nothing.
+
+    >>> probe = {"argv": ["/root/venv/bin/python", "-c", "import torch", "pvegpu-probe"]}
+    >>> is_own_probe({**probe, "cgroup": "0::/lxc/200/ns/init.scope"}, 200, "t.service")
+    True
+    >>> is_own_probe({**probe, "cgroup": "0::/lxc/201/ns/init.scope"}, 200, "t.service")
+    False
+    >>> is_own_probe(probe, 200, "t.service")  # on the node
+    False
+    """
+    argv = app.get("argv")
+    if not isinstance(argv, list) or len(argv) < 4:
+        return False
+    marked = argv[1] == "-c" and argv[3] == PROBE_MARK
+    return marked and process_owner(app, vmid, unit) == "container"
 
 
 def process_owner(app: dict, vmid: int, unit: str | None) -> str:
@@ -113,7 +142,10 @@ def cleared_at_start(app: dict, vmid: int, unit: str | None, matcher: dict) -> b
 
 def counts_as_own(app: dict, f: Inputs) -> bool:
     """The process's memory counts as free for the training: the running (or state unknown)
-    unit's own, or a leftover that deploy's training unit stage clears before it starts it."""
+    unit's own, a torch probe of pvegpu here (:func:`is_own_probe`), or a leftover that deploy's
+    training unit stage clears before it starts it."""
+    if is_own_probe(app, f.vmid, f.unit):
+        return True
     if process_owner(app, f.vmid, f.unit) == "unit" and f.unit_state.running is not False:
         return True
     return f.deploying and f.unit_state.clears and _leftover(app, f)
@@ -151,6 +183,8 @@ def check_compute_processes(v: Verdict, f: Inputs) -> None:
         owner = process_owner(app, f.vmid, f.unit)
         if owner == "unit" and f.unit_state.running is not False:
             continue
+        if is_own_probe(app, f.vmid, f.unit):
+            continue  # pvegpu's own torch probe, beside this very read
         i = _cuda_index(app, f)
         pid = app.get("pid")
         if counts_as_own(app, f):

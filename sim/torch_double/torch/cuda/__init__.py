@@ -131,6 +131,7 @@ def get_device_capability(device=None) -> tuple[int, int]:
 
 def mem_get_info(device=None) -> tuple[int, int]:
     gpu = _gpu(device)
+    _sim.hold_context(gpu)  # cudaMemGetInfo needs a context on the device
     total = int(gpu.get("memory_total_mib", gpu.get("memory_mib", 0))) * _sim.MIB
     used = _sim.used_mib(gpu) * _sim.MIB
     return max(total - used, 0), total
