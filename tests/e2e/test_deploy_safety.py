@@ -219,3 +219,33 @@ def test_an_extra_package_alone_is_repaired_not_only_reported(deployed):
         "2.11.0+cu130"
     assert site.ct("readlink", "-f", "/root/venv").stdout.strip() != live
     assert site.deploy().changed == 0
+
+
+def test_a_container_only_run_is_refused_before_any_change(deployed):
+    """`pyinfra @pct/<node>/<vmid> deploy.py` (no node host in the run) would change the container
+    outside the node's deploy lock and preflight, or, as the host is in no group of
+    inventory.py's, do nothing and say it passed: it is refused with one line, while another
+    deploy holds the lock and while none does."""
+    site, node = deployed, deployed.node
+    before = node.tree_digest()
+    ssh = [f"ssh_port={node.port}", "ssh_user=root", f"ssh_key={node.key_path}",
+           f"ssh_known_hosts_file={node.known_hosts_path}"]
+    argv = [sys.executable, "-m", "pyinfra", f"@pct/{node.host}/200", "deploy.py", "-y",
+            *site.base_data]
+    for kv in [*ssh, "torch_variant=cu128", "deploy_lock_wait_s=0"]:
+        argv += ["--data", kv]
+
+    def run():
+        p = subprocess.run(argv, cwd=ROOT, env=site_env(node), capture_output=True, text=True,
+                           timeout=600, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stdout + p.stderr
+
+    with lock_held_by_test(node):
+        held_rc, held_out = run()
+    rc, out = run()
+    for code, text in ((held_rc, held_out), (rc, out)):
+        assert code != 0, text[-3000:]
+        assert (f"@pct/{node.host}/200: in neither pve_hosts nor training_cts, so deploy.py would "
+                "change nothing there: run `pyinfra inventory.py deploy.py`") in text, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+    assert node.tree_digest() == before

@@ -131,3 +131,27 @@ def test_a_known_hosts_file_from_the_env_or_the_fleet_file_makes_checking_strict
     f.write_text("nodes:\n  - address: 127.0.0.2\n    ssh_known_hosts_file: /no/such/file\n")
     with pytest.raises(FleetError, match="ssh_known_hosts_file=/no/such/file is not a readable"):
         load_fleet({}, tmp_path)
+
+
+def test_ungrouped_hosts_are_named_and_grouped_ones_pass():
+    from types import SimpleNamespace as H
+
+    from pvegpu.startup.fleet import ungrouped_host_problems
+
+    node = H(name="127.0.0.1", groups=["pve_hosts"], data={})
+    ct = H(name="@pct/127.0.0.1/200", groups=["@pct", "training_cts"],
+           data={"pct_node": "127.0.0.1"})
+    assert ungrouped_host_problems([node, ct]) == []
+    # a training container whose node host is not in the run: no lock, no preflight for it
+    orphan = H(name="@pct/127.0.0.2/201", groups=["@pct", "training_cts"],
+               data={"pct_node": "127.0.0.2"})
+    adhoc = H(name="@pct/127.0.0.1/202", groups=["@pct"], data={"pct_node": "127.0.0.1"})
+    lines = ungrouped_host_problems([node, ct, orphan, adhoc])
+    assert lines == [
+        "@pct/127.0.0.2/201: its node 127.0.0.2 is not a pve_hosts host of this run, so the "
+        "node's deploy lock and preflight would not cover it: run `pyinfra inventory.py "
+        "deploy.py` (PVE_HOST and CT_ID, or fleet.yaml, name both)",
+        "@pct/127.0.0.1/202: in neither pve_hosts nor training_cts, so deploy.py would change "
+        "nothing there: run `pyinfra inventory.py deploy.py` (PVE_HOST and CT_ID, or fleet.yaml, "
+        "name both)",
+    ]

@@ -221,3 +221,28 @@ def inventory_groups(nodes: list[Node]) -> tuple[list, list]:
         for vmid in node.containers:
             training_cts.append((f"@pct/{node.address}/{vmid}", dict(data)))
     return pve_hosts, training_cts
+
+
+def ungrouped_host_problems(hosts) -> list[str]:
+    """Hosts deploy.py must refuse: a container whose node host is not in the run (its node's
+    deploy lock and preflight would not cover it) and a host in neither group (deploy.py would do
+    nothing to it and say it passed). One line each.
+
+    >>> ungrouped_host_problems([])
+    []
+    """
+    nodes = {h.name for h in hosts if "pve_hosts" in h.groups}
+    fix = "run `pyinfra inventory.py deploy.py` (PVE_HOST and CT_ID, or fleet.yaml, name both)"
+    lines = []
+    for h in hosts:
+        if "training_cts" in h.groups and h.data.get("pct_node") not in nodes:
+            lines.append(
+                f"{h.name}: its node {h.data.get('pct_node')} is not a pve_hosts host of this "
+                f"run, so the node's deploy lock and preflight would not cover it: {fix}"
+            )
+        elif not {"pve_hosts", "training_cts"} & set(h.groups):
+            lines.append(
+                f"{h.name}: in neither pve_hosts nor training_cts, so deploy.py would change "
+                f"nothing there: {fix}"
+            )
+    return lines

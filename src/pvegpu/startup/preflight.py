@@ -19,10 +19,11 @@ from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
 from ..run import node_read
 from ..run.run_context import run_context
-from ..settings import Settings
+from ..settings import Settings, SettingsError
 from ..verification import Verdict, check_node_driver, check_node_gpus
 from . import node_lock
 from .all_settings import load_all
+from .fleet import ungrouped_host_problems
 from .training_preflight import node_training_paths, training_path_problems
 
 
@@ -232,6 +233,11 @@ def node_read_args(s: Settings) -> dict:
 
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     settings = load_all(list(inventory))
+    stray = ungrouped_host_problems(list(inventory))
+    if stray:
+        raise SettingsError(
+            "hosts deploy.py cannot deploy, nothing was changed:\n" + "\n".join(stray)
+        )
     summary.register(state)
     failures: dict[str, list[str]] = {}
     node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
