@@ -138,11 +138,16 @@ class ShellHost:
         return p.returncode == 0, out
 
 
-def test_change_then_read_keeps_the_reads_for_the_next_operation(monkeypatch):
-    monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: ["echo '{\"a\": 1}'"])
+def executing_shell_host():
+    """A run that executes (-y), and its one host running commands through sh."""
     state = FakeState()
     state.is_executing, state.print_output, state.print_input = True, False, False
-    host = ShellHost(state)
+    return state, ShellHost(state)
+
+
+def test_change_then_read_keeps_the_reads_for_the_next_operation(monkeypatch):
+    monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: ["echo '{\"a\": 1}'"])
+    state, host = executing_shell_host()
     command = ct_reads.change_then_read(host, "true", [("fact", {})])
     assert command.execute(state, host, {})[0] is True and len(host.ran) == 1  # one exec for both
     run_op(state, host.name, "switch", container_only=True)
@@ -151,9 +156,7 @@ def test_change_then_read_keeps_the_reads_for_the_next_operation(monkeypatch):
 
 def test_a_failed_change_fails_its_operation_and_keeps_no_read(monkeypatch):
     monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: ["echo '{}'"])
-    state = FakeState()
-    state.is_executing, state.print_output, state.print_input = True, False, False
-    host = ShellHost(state)
+    state, host = executing_shell_host()
     command = ct_reads.change_then_read(host, "false", [("fact", {})])
     assert command.execute(state, host, {})[0] is False
     assert ("after", host.name) not in run_context(state).facts.entries
