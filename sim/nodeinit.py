@@ -76,6 +76,14 @@ def main():
     for d in ("bin", "etc", "games", "include", "lib", "man", "sbin", "share", "src"):
         os.makedirs(os.path.join(upper, "usr/local", d), exist_ok=True)
     os.chmod(os.path.join(upper, "root"), 0o700)
+    # The node's resolver is loopback, where nothing answers: a name lookup by the code under test
+    # (node, or a container, whose resolv.conf pct copies from here) never leaves this machine.
+    os.makedirs(os.path.join(upper, "etc"), exist_ok=True)
+    resolv = os.path.join(upper, "etc", "resolv.conf")
+    if os.path.lexists(resolv):
+        os.unlink(resolv)
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1\n")
     for name in (".bashrc", ".profile"):
         if os.path.exists("/etc/skel/" + name):
             shutil.copy("/etc/skel/" + name, os.path.join(upper, "root", name))

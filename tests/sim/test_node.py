@@ -145,6 +145,15 @@ def test_exec_environment(ct200):
     assert r.stdout == "ct200\n1\n"
 
 
+def test_name_lookups_stay_on_loopback(ct200):
+    """The node's resolver is loopback and the container's resolv.conf is the node's, as
+    pve-container's set_dns writes it: no lookup by the code under test leaves this machine."""
+    node = ct200
+    assert node.run(["cat", "/etc/resolv.conf"]).stdout == "nameserver 127.0.0.1\n"
+    r = pct(node, "exec", "200", "--", "cat", "/etc/resolv.conf")
+    assert r.returncode == 0 and r.stdout == "nameserver 127.0.0.1\n", (r.stdout, r.stderr)
+
+
 def test_push_pull_byte_for_byte(ct200):
     node = ct200
     data = bytes(range(256)) * 64
