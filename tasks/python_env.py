@@ -1,5 +1,6 @@
 # Stage 3, in each training container: pinned uv, a venv per torch build built beside the live one
-# from its lock, checked, then switched in atomically; compile caches per build; old builds pruned.
+# from its lock, checked, promoted; compile caches per build. It goes live (one rename) only after
+# verify accepted it, in the training unit stage.
 from pyinfra import host
 
 from pvegpu.locks import early_lock_error
@@ -29,9 +30,9 @@ python_env.venv_checked(
     name=f"Check torch in the new {build} build before switching",
     torch=s.torch, python_env=s.python_env, gpus=s.gpus,
 )
-python_env.venv_selected(
-    name=f"Switch {s.python_env.venv_path} to {build}", torch=s.torch, python_env=s.python_env
+python_env.venv_promoted(
+    name=f"Promote the new {build} build when one was built", torch=s.torch,
+    python_env=s.python_env,
 )
-python_env.venvs_pruned(
-    name=f"Keep {s.python_env.keep_venvs} venv builds", torch=s.torch, python_env=s.python_env
-)
+# Verify (tasks/verify.py) checks this build next; the training unit stage then switches
+# venv_path to it, with its unit, and prunes old builds.

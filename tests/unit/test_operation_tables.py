@@ -8,6 +8,7 @@ the case's document. A yielded ``fail``/``note`` shows as ``fail: <lines>``/``no
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from types import SimpleNamespace
@@ -41,7 +42,7 @@ def settings(**overrides) -> Settings:
     return Settings.from_data({**defaults(), **overrides})
 
 
-# ---- python_env.venv_selected: the container document in, the link switches out ------------
+# ---- python_env.promotion, then live_switch: the container document in, the link switches out ---
 
 S = settings(venvs_dir="/root/venvs", venv_path="/root/venv")
 B = S.build_venv  # /root/venvs/torch-2.11.0-cu130
@@ -79,12 +80,21 @@ VENV_SELECTED = {
 }
 
 
+def promote_then_switch(doc: dict) -> list[str]:
+    """The commands of ``venv_promoted`` and then (after verify) ``live_build_and_unit``'s switch,
+    the document patched in between as the run does (``remember``), joined into one line."""
+    cmds, update = python_env.promotion(doc, S.torch, S.python_env)
+    doc = copy.deepcopy(doc)
+    if update:
+        update(doc)
+    more, _ = python_env.live_switch(doc, S.torch, S.python_env)
+    return [" && ".join(cmds + more)] if cmds + more else []
+
+
 @pytest.mark.parametrize("case", list(VENV_SELECTED))
-def test_venv_selected_table(monkeypatch, case):
+def test_venv_selected_table(case):
     doc, commands = VENV_SELECTED[case]
-    monkeypatch.setattr(python_env, "container_state", lambda: doc)
-    monkeypatch.setattr(python_env, "remember", lambda update: None)
-    assert [shown(c) for c in python_env.venv_selected._inner(torch=S.torch, python_env=S.python_env)] == commands
+    assert promote_then_switch(doc) == commands
 
 
 # ---- proxmox.gpu_passthrough: the node document in, modprobe/pct commands out, in order -----

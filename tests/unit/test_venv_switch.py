@@ -3,6 +3,7 @@ rename() of a temporary link, so the live path is never absent; never `rm` + `ln
 
 from __future__ import annotations
 
+import copy
 import shlex
 import subprocess
 
@@ -13,12 +14,15 @@ from pvegpu.settings import Settings, defaults
 
 
 def switch_commands(monkeypatch, s: Settings, state: dict) -> list[list[str]]:
-    """The shell commands ``venv_selected`` yields for ``state``, each split into argv."""
-    monkeypatch.setattr(python_env, "container_state", lambda: state)
-    monkeypatch.setattr(python_env, "remember", lambda update: None)
-    yielded = list(python_env.venv_selected._inner(torch=s.torch, python_env=s.python_env))
-    assert len(yielded) == 1
-    return [shlex.split(c) for c in str(yielded[0]).split(" && ")]
+    """The shell commands ``venv_promoted`` and then (after verify) ``live_build_and_unit``'s
+    switch run for ``state``, each split into argv."""
+    cmds, update = python_env.promotion(state, s.torch, s.python_env)
+    state = copy.deepcopy(state)
+    if update:
+        update(state)
+    more, _ = python_env.live_switch(state, s.torch, s.python_env)
+    assert cmds + more
+    return [shlex.split(c) for c in cmds + more]
 
 
 def settings_in(tmp_path) -> Settings:

@@ -40,10 +40,18 @@ def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
         yield fail(*problems)
 
 
-def verification_args(settings: Settings) -> dict:
-    """The ``ContainerVerification`` fact's arguments for ``settings``."""
+def verification_args(settings: Settings, mode: str = "deploy") -> dict:
+    """The ``ContainerVerification`` fact's arguments for ``settings``: deploy.py verifies the
+    selected build (``<venvs_dir>/<build>``) before the live venv switches to it; verify.py
+    (``mode="verify"``) verifies the live venv (``venv_path``).
+
+    >>> from pvegpu.settings import defaults
+    >>> s = Settings.from_data(defaults())
+    >>> verification_args(s)["venv"], verification_args(s, "verify")["venv"]
+    ('/root/venvs/torch-2.11.0-cu130', '/root/venv')
+    """
     return dict(
-        venv=settings.python_env.venv_path,
+        venv=settings.build_venv if mode == "deploy" else settings.python_env.venv_path,
         uv_bin=uv_bin(settings.python_env),
         compile_check=settings.verification.level == "compile",
         unit_name=unit_file(settings.training),
@@ -113,7 +121,8 @@ def verified(settings: Settings):
 
     Two remote commands, side by side: the node's :class:`NodeState` (over SSH, no container
     calls; none when the run's preflight read is still current) and the container's
-    :class:`ContainerVerification` (one ``pct exec``).
+    :class:`ContainerVerification` (one ``pct exec``). deploy.py verifies the selected build
+    before the live venv switches to it; verify.py the live venv (``verification_args``).
 
     In deploy.py a leftover training process on a training GPU that the training unit stage will
     clear (see :func:`pvegpu.verification.verify`) is a warning; in verify.py it is a problem.
@@ -124,7 +133,7 @@ def verified(settings: Settings):
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
     # served from the preflight's node read when nothing ran since (pvegpu.run.ct_reads)
-    ct = container_fact(host, ContainerVerification, **verification_args(settings))
+    ct = container_fact(host, ContainerVerification, **verification_args(settings, run.mode))
     node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))

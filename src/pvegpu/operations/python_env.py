@@ -6,9 +6,11 @@ they manage is described in :mod:`pvegpu.plan.venvs`, the locks in :mod:`pvegpu.
 
 The stage, in order (tasks/python_env.py): ``uv_installed`` -> ``venv_built`` (a fresh build
 beside the live one, as ``<build>.next``, only when needed) -> ``compile_caches`` ->
-``venv_checked`` (the torch runtime check on ``.next``) -> ``venv_selected`` (promote ``.next``,
-switch the links) -> ``venvs_pruned``. ``venv_matches_lock`` is the read-only drift check for
-verify.py.
+``venv_checked`` (the torch runtime check on ``.next``) -> ``venv_promoted`` (``.next`` becomes
+the build, ``<venvs_dir>/<build>``). Verify then checks that build, and only then does
+``venv_path`` switch to it, in the training unit stage's one command with the unit
+(``live_switch``, :func:`pvegpu.operations.training.live_build_and_unit`), followed by
+``venvs_pruned``. ``venv_matches_lock`` is the read-only drift check for verify.py.
 
 Where the parts live: uv command lines in :mod:`pvegpu.plan.uv_commands` (every uv call
 ``--no-config``, the index-changing ``UV_*`` variables unset, torch bound to its explicit index,
@@ -136,7 +138,7 @@ def venv_built(settings: Settings):
         python_env.venv_built(name="Build venv torch-2.11.0-cu130", settings=s)
 
     The build goes into ``<build>.building`` and becomes ``<build>.next`` only when every step
-    succeeded; ``venv_selected`` switches to it after its check. A failed or interrupted build
+    succeeded; ``venv_promoted`` makes it the build after its check. A failed or interrupted build
     never touches the live venv; the next run starts it again from scratch. Unchanged locks are
     installed offline from uv's cache (on the venvs' filesystem, so files are hard-linked).
     """
@@ -244,54 +246,93 @@ def venv_checked(torch: TorchSettings, python_env: PythonEnvSettings, gpus: GpuS
     )
 
 
-@operation()
-def venv_selected(torch: TorchSettings, python_env: PythonEnvSettings):
-    """Make the selected build (``torch.build_name``) live: promote a checked new build
-    (``.next`` -> ``.b<n>``, then rename a temp link over the build's link), and point
-    ``python_env.venv_path`` at the build the same way. Each switch is one ``rename()``: the live
-    venv is never missing or half-built.
+def promotion(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
+    """(commands, update of the container document) that promote a checked new build
+    (``<build>.next`` -> ``<build>.b<n>``, then a temp link renamed over the build's link
+    ``<venvs_dir>/<build>``); ([], None) when no new build waits. ``venv_path`` is not touched:
+    ``live_switch`` points it at the build once verify has accepted it.
 
-    .. code:: python
-
-        python_env.venv_selected(name="Switch /root/venv to torch-2.11.0-cu130", torch=s.torch,
-                                 python_env=s.python_env)
+    >>> from pvegpu.settings import Settings, defaults
+    >>> s = Settings.from_data(defaults())
+    >>> promotion({"venvs": {}}, s.torch, s.python_env)
+    ([], None)
     """
-    mark_container_only(host)
-    state = container_state()
     venvs = state.get("venvs") or {}
     build = torch.build_name
+    if f"{build}.next" not in venvs:
+        return [], None
     B = python_env.build_venv(build)
     V = python_env.venvs_dir.rstrip("/")
-    link = python_env.venv_path
-    cmds, real = [], (venvs.get(build) or {}).get("real")
-    promoted = f"{build}.next" in venvs
-    if promoted:
-        real = real_name(build, next_number(venvs, build))
-        cmds.append(f"mv -T {shlex.quote(B + '.next')} {shlex.quote(V + '/' + real)}")
-        cmds.append(f"ln -sfn {shlex.quote(real)} {shlex.quote(B + '.pvegpu-tmp')}")
-        cmds.append(f"mv -T {shlex.quote(B + '.pvegpu-tmp')} {shlex.quote(B)}")
-    switch = state.get("venv_link") != B
-    if switch and state.get("venv_path_is_dir"):
-        # A hand-made venv at the stable path: keep it aside rather than deleting anything.
-        cmds.append(f"mv -T {shlex.quote(link)} {shlex.quote(link)}.pre-pvegpu.$(date +%s)")
-    if switch or promoted:
+    real = real_name(build, next_number(venvs, build))
+    cmds = [
+        f"mv -T {shlex.quote(B + '.next')} {shlex.quote(V + '/' + real)}",
+        f"ln -sfn {shlex.quote(real)} {shlex.quote(B + '.pvegpu-tmp')}",
+        f"mv -T {shlex.quote(B + '.pvegpu-tmp')} {shlex.quote(B)}",
+    ]
+    if state.get("venv_link") == B:
+        # the live build repaired: venv_path reaches the new build through its link from now on
         cmds.append(f"touch {shlex.quote(B + '/' + SELECTED_FILE)}")
-    if switch:
-        cmds.append(f"ln -sfn {shlex.quote(B)} {shlex.quote(link + '.pvegpu-tmp')}")
-        cmds.append(f"mv -T {shlex.quote(link + '.pvegpu-tmp')} {shlex.quote(link)}")
-    if not cmds:
-        return
-    # verify reads the container next: in the same pct exec, right after the switch
-    yield change_then_read(host, " && ".join(cmds), verification_reads_of(host))
 
     def update(doc):
         vs = doc.setdefault("venvs", {})
-        if promoted:
-            entry = dict(vs.pop(f"{build}.next"), path=f"{V}/{real}")
-            vs[real] = entry
-        vs[build] = dict(vs.get(real) or {}, link=real, real=real)
-        doc.update(venv_link=B, venv_real=f"{V}/{real}", venv_path_is_dir=False)
+        vs[real] = dict(vs.pop(f"{build}.next"), path=f"{V}/{real}")
+        vs[build] = dict(vs[real], link=real, real=real)
+        if doc.get("venv_link") == B:
+            doc.update(venv_real=f"{V}/{real}")
 
+    return cmds, update
+
+
+def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
+    """(commands, update of the container document) that point ``venv_path`` at the selected
+    build's link by one ``rename()`` of a temp link (the live venv is never missing or
+    half-built); ([], None) when it points there already. A hand-made venv directory at
+    ``venv_path`` is moved aside, never deleted.
+
+    >>> from pvegpu.settings import Settings, defaults
+    >>> s = Settings.from_data(defaults())
+    >>> live_switch({"venv_link": s.build_venv}, s.torch, s.python_env)
+    ([], None)
+    """
+    B = python_env.build_venv(torch.build_name)
+    if state.get("venv_link") == B:
+        return [], None
+    link = python_env.venv_path
+    cmds = []
+    if state.get("venv_path_is_dir"):
+        cmds.append(f"mv -T {shlex.quote(link)} {shlex.quote(link)}.pre-pvegpu.$(date +%s)")
+    cmds += [
+        f"touch {shlex.quote(B + '/' + SELECTED_FILE)}",
+        f"ln -sfn {shlex.quote(B)} {shlex.quote(link + '.pvegpu-tmp')}",
+        f"mv -T {shlex.quote(link + '.pvegpu-tmp')} {shlex.quote(link)}",
+    ]
+    real = ((state.get("venvs") or {}).get(torch.build_name) or {}).get("real")
+    V = python_env.venvs_dir.rstrip("/")
+
+    def update(doc):
+        doc.update(venv_link=B, venv_real=f"{V}/{real}" if real else None,
+                   venv_path_is_dir=False)
+
+    return cmds, update
+
+
+@operation()
+def venv_promoted(torch: TorchSettings, python_env: PythonEnvSettings):
+    """Promote a checked new build of the selected torch build (``promotion``); nothing to do
+    when none waits. The live venv (``venv_path``) is switched only after verify
+    (``pvegpu.operations.training.live_build_and_unit``).
+
+    .. code:: python
+
+        python_env.venv_promoted(name="Promote the new torch-2.11.0-cu130 build",
+                                 torch=s.torch, python_env=s.python_env)
+    """
+    mark_container_only(host)
+    cmds, update = promotion(container_state(), torch, python_env)
+    if not cmds:
+        return
+    # verify reads the new build next: in the same pct exec, right after the promotion
+    yield change_then_read(host, " && ".join(cmds), verification_reads_of(host))
     remember(update)
 
 

@@ -1,5 +1,6 @@
 """The training systemd unit in the container: rendered, enabled, started when not running, and
-never restarted mid-run unless ``restart_training=true``.
+never restarted mid-run unless ``restart_training=true``. The live venv switches to a new build
+in the same command that installs its unit (``live_build_and_unit``), after verify.
 
 A training run lasts weeks. When the unit file or the venv build changed while the unit runs, the
 deploy leaves it running and prints that a restart is pending (no change is reported, so a
@@ -40,6 +41,7 @@ from ..plan.unit import (
 from ..run.run_context import mark_container_only
 from ..settings import Settings
 from .container_fact import container_state, remember
+from .python_env import live_switch
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
@@ -148,33 +150,47 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
 
 
 @operation()
-def unit_installed(settings: Settings):
-    """Write the rendered unit when it differs and reload systemd, in one container command. A
-    running unit keeps running (daemon-reload never restarts it); ``unit_running`` decides about
-    restarts. Takes the whole ``settings``: the unit is rendered from the torch, python env, GPU,
-    container and training parts.
+def live_build_and_unit(settings: Settings):
+    """Make the verified build live and install its unit, in one container command: point
+    ``venv_path`` at the selected build (:func:`pvegpu.operations.python_env.live_switch`: one
+    ``rename()``), then write the rendered unit when it differs and reload systemd. A running
+    unit keeps running (it runs the build its start resolved; daemon-reload never restarts it);
+    ``unit_running`` decides about restarts. Takes the whole ``settings``: the unit is rendered
+    from the torch, python env, GPU, container and training parts.
 
     .. code:: python
 
-        training.unit_installed(name="Install dflash-train.service", settings=s)
+        training.live_build_and_unit(
+            name="Switch /root/venv to torch-2.11.0-cu130, install dflash-train.service",
+            settings=s)
 
-    Replacing a unit file changes only its digest in the shared container fact (the unit's state,
-    start record and enablement stay), so ``unit_running`` reuses the fact instead of reading it
-    again. A unit file that was missing may change what ``systemctl is-enabled`` says: then the
-    fact is read again.
+    It runs after verify accepted the build (deploy.py's stage order), so a build that fails
+    verification never becomes the live venv nor the unit's. The switch and a replaced unit file
+    patch the shared container fact (the unit's state, start record and enablement stay), so
+    ``unit_running`` reuses it instead of reading it again. A unit file that was missing may
+    change what ``systemctl is-enabled`` says: then the fact is read again.
     """
     mark_container_only(host)
-    text = render_unit(settings)
     state = container_state()
-    if state.get("unit_digest") == digest(text):
+    switch, switched = live_switch(state, settings.torch, settings.python_env)
+    text = render_unit(settings)
+    unit = []
+    if state.get("unit_digest") != digest(text):
+        unit = [str(write_file_command(unit_path(settings.training), text, mode="0644")),
+                "systemctl daemon-reload"]
+    if not switch and not unit:
         return
-    yield StringCommand(
-        write_file_command(unit_path(settings.training), text, mode="0644"),
-        "&&",
-        "systemctl daemon-reload",
-    )
-    if state.get("unit_digest"):
-        remember(lambda doc: doc.update(unit_digest=digest(text)))
+    yield StringCommand(" && ".join([*switch, *unit]))
+    if unit and not state.get("unit_digest"):
+        return  # a new unit file: the fact is read again (see above)
+
+    def update(doc):
+        if switched:
+            switched(doc)
+        if unit:
+            doc.update(unit_digest=digest(text))
+
+    remember(update)
 
 
 def old_units_retired(settings: Settings, state: dict):
@@ -210,7 +226,7 @@ def stopping_line(unit: str) -> str:
 def unit_running(settings: Settings):
     """Enable the unit; start it when it is not running; restart it only when asked
     (``restart_training``). Takes the whole ``settings``: whether a restart is pending compares
-    the running unit with the one rendered now (see ``unit_installed``).
+    the running unit with the one rendered now (see ``live_build_and_unit``).
 
     .. code:: python
 
@@ -259,4 +275,4 @@ def unit_running(settings: Settings):
     yield f"systemctl start {shlex.quote(unit)}"
 
 
-__all__ = ["unit_installed", "unit_running"]
+__all__ = ["live_build_and_unit", "unit_running"]
