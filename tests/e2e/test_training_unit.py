@@ -29,6 +29,18 @@ TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "
             "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
 
 
+CU130, CU128 = "torch-2.11.0-cu130", "torch-2.11.0-cu128"
+ENV = "/root/venvs/{}/.pvegpu-train.env"  # each build's training settings, through its link
+
+
+def started_as(site, pid):
+    """(argv, environment) of the container's process ``pid``, as systemd started it."""
+    cmdline = site.ct("cat", f"/proc/{pid}/cmdline").stdout
+    environ = site.ct("cat", f"/proc/{pid}/environ").stdout
+    env = dict(kv.split("=", 1) for kv in environ.split("\0") if "=" in kv)
+    return cmdline.rstrip("\0").split("\0"), env
+
+
 VERB = re.compile(r"systemctl (start|stop|restart|try-restart|reload-or-restart) (\S+)")
 
 
@@ -65,14 +77,22 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     # First deploy: the unit, as golden-checked, is enabled and started once.
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
-    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.cu130.service").read_text()
+    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.service").read_text()
+    assert site.ct("cat", ENV.format(CU130)).stdout == (GOLDEN / "train.cu130.env").read_text()
     assert site.ct("systemctl", "is-enabled", UNIT).stdout == "enabled\n"
     calls = node.pct_calls()
     assert verbs(calls) == ["start"]
     record = site.ct("cat", RECORD).stdout.splitlines()
-    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.cu130.service").read_text())
+    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.service").read_text())
     assert record[1] == "venv /root/venvs/torch-2.11.0-cu130"
+    assert record[3].split()[1] == digest((GOLDEN / "train.cu130.env").read_text())
     pid_before, run_before = main_pid(site), invocation(site)
+    # systemd ran ExecStart: the build's own python, with that build's settings
+    argv, env = started_as(site, pid_before)
+    assert argv[0].startswith(f"/root/venvs/{CU130}.b") and argv[0].endswith("/bin/python")
+    assert argv[1:] == TRAINING[1:]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == f"/data/cache/{CU130}/inductor"
+    assert "TOKEN_BUDGET" not in env
 
     # The training now runs: its processes hold GPUs 0 and 5.
     training = [node.spawn_gpu_process(g, TRAINING, used_mib=40000, cgroup=UNIT_CGROUP) for g in (0, 5)]
@@ -85,14 +105,16 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert (main_pid(site), invocation(site)) == (pid_before, run_before)
     assert "restart pending" not in second.output
 
-    # Swap the variant while it runs: new venv and unit, but the run is left alone.
+    # Swap the variant while it runs: a new venv with its own settings, the same unit file, and
+    # the run is left alone.
     calls = node.pct_calls()
     swap = site.deploy("torch_variant=cu128")
     assert swap.rc == 0, swap.output[-4000:]
-    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.cu128.service").read_text()
+    assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.service").read_text()
+    assert site.ct("cat", ENV.format(CU128)).stdout == (GOLDEN / "train.cu128.env").read_text()
     assert verbs(node.pct_calls()[len(calls):]) == []
     assert (main_pid(site), invocation(site)) == (pid_before, run_before)
-    assert "dflash-train.service keeps running; restart pending (unit file changed; venv build " \
+    assert "dflash-train.service keeps running; restart pending (venv build " \
            "/root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128)" in swap.output
     assert "restart_training=true" in swap.output
     assert all(alive(site, pid) for pid in training)
@@ -115,8 +137,14 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert "ended leftover training process" in restart.output
     assert main_pid(site) != pid_before and invocation(site) != run_before
     record = site.ct("cat", RECORD).stdout.splitlines()
-    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.cu128.service").read_text())
+    assert record[0].split()[1] == digest((GOLDEN / "dflash-train.service").read_text())
     assert record[1] == "venv /root/venvs/torch-2.11.0-cu128"
+    assert record[3].split()[1] == digest((GOLDEN / "train.cu128.env").read_text())
+    argv, env = started_as(site, main_pid(site))
+    assert argv[0].startswith(f"/root/venvs/{CU128}.b")
+    assert argv[argv.index("--token-budget") + 1] == "65536"
+    assert argv[argv.index("--max-batch-size") + 1] == "64"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == f"/data/cache/{CU128}/inductor"
     # The pct log shows the same order: the stop's exec ends before the first signal, the last
     # signal is sent before the start's exec begins.
     execs = [c for c in node.pct_calls() if c["argv"][:1] == ["exec"]]

@@ -1,5 +1,6 @@
-"""The rendered training unit: golden files for both variants, values from settings, and
-`systemd-analyze verify` on the controller.
+"""The rendered training unit (one for every variant) and each build's training settings file:
+golden files, values from settings, the ExecStart run by a real shell, and `systemd-analyze verify`
+on the controller.
 
 Regenerate the golden files after an intended template change with
 PVEGPU_UPDATE_GOLDEN=1 uv run pytest tests/unit/test_unit_render.py: the golden test then rewrites
@@ -13,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from pvegpu.plan.unit import (
+    BUILD_ENV,
     TEMPLATES,
     desired_start,
     digest,
     parse_started_record,
     pending_reasons,
+    render_build_env,
     render_unit,
     training_argv_prefix,
     training_matcher,
@@ -37,15 +40,28 @@ def render(**over):
     return render_unit(settings(**over))
 
 
-@pytest.mark.parametrize("variant", ["cu128", "cu130"])
-def test_rendered_unit_matches_the_golden_file(variant):
-    text = render(torch_variant=variant)
-    golden = GOLDEN / f"dflash-train.{variant}.service"
+def matches_golden(text: str, name: str) -> None:
+    golden = GOLDEN / name
     if os.environ.get("PVEGPU_UPDATE_GOLDEN") and text != golden.read_text():
         golden.write_text(text)
         pytest.fail(f"rewrote {golden.name}: review the diff, then run the tests again without "
                     "PVEGPU_UPDATE_GOLDEN")
     assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("variant", ["cu128", "cu130"])
+def test_rendered_unit_matches_the_golden_file(variant):
+    matches_golden(render(torch_variant=variant), "dflash-train.service")
+
+
+@pytest.mark.parametrize("variant", ["cu128", "cu130"])
+def test_each_builds_training_settings_match_the_golden_file(variant):
+    matches_golden(render_build_env(settings(torch_variant=variant)), f"train.{variant}.env")
+
+
+def test_the_unit_is_the_same_for_every_variant_so_a_swap_rewrites_nothing():
+    assert render(torch_variant="cu128") == render(torch_variant="cu130")
+    assert render_build_env(settings(torch_variant="cu128")) != render_build_env(settings())
 
 
 def service_directives(text):
@@ -77,34 +93,68 @@ def test_safety_directives_are_exactly_what_protects_the_training(variant):
     assert "SendSIGKILL" not in d and "KillMode=none" not in render(torch_variant=variant)
 
 
+def env_of(**over):
+    return render_build_env(settings(**over))
+
+
 def test_cu130_gets_its_smaller_budget_and_own_caches():
-    text = render()
-    assert "--token-budget 49152" in text and "--max-batch-size 48" in text
-    assert "TORCHINDUCTOR_CACHE_DIR=/data/cache/torch-2.11.0-cu130/inductor" in text
-    assert "TRITON_CACHE_DIR=/data/cache/torch-2.11.0-cu130/triton" in text
-    assert '"$$(readlink -f /root/venv)/bin/python" /data/dflash/train.py' in text
+    text = env_of()
+    assert "TOKEN_BUDGET=49152\n" in text and "MAX_BATCH_SIZE=48\n" in text
+    assert "export TORCHINDUCTOR_CACHE_DIR=/data/cache/torch-2.11.0-cu130/inductor\n" in text
+    assert "export TRITON_CACHE_DIR=/data/cache/torch-2.11.0-cu130/triton\n" in text
 
 
 def test_cu128_uses_the_defaults():
-    text = render(torch_variant="cu128")
-    assert "--token-budget 65536" in text and "--max-batch-size 64" in text
-    assert "/data/cache/torch-2.11.0-cu128/" in text
+    text = env_of(torch_variant="cu128")
+    assert "TOKEN_BUDGET=65536\n" in text and "MAX_BATCH_SIZE=64\n" in text
+    assert "/data/cache/torch-2.11.0-cu128/" in text and "cu130" not in text
 
 
 def test_every_value_comes_from_settings():
-    text = render(training_script="/data/x/run.py", training_workdir="/data/x", dataset_dir="/data/ds",
-                  checkpoint_dir="/data/ck", resume=False, training_stop_timeout_s=1800,
-                  training_restart_delay_s=60, training_restart_burst=3, venv_path="/opt/venv",
-                  pytorch_cuda_alloc_conf="max_split_size_mb:512", training_unit_name="drafter",
-                  variant_overrides={"cu130": {"token_budget": 1000}})
-    for line in ('"$$(readlink -f /opt/venv)/bin/python" /data/x/run.py', "WorkingDirectory=/data/x",
+    over = dict(training_script="/data/x/run.py", training_workdir="/data/x", dataset_dir="/data/ds",
+                checkpoint_dir="/data/ck", resume=False, training_stop_timeout_s=1800,
+                training_restart_delay_s=60, training_restart_burst=3, venv_path="/opt/venv",
+                pytorch_cuda_alloc_conf="max_split_size_mb:512", training_unit_name="drafter",
+                variant_overrides={"cu130": {"token_budget": 1000}}, data_dir_ct="/data2")
+    text = render(**over)
+    for line in ('b="$$(readlink -f /opt/venv)"', '. "$$b/.pvegpu-train.env"',
+                 'exec "$$b/bin/python" /data/x/run.py', "WorkingDirectory=/data/x",
                  "--dataset-dir /data/ds", "--checkpoint-dir /data/ck", "TimeoutStopSec=1800s",
                  "RestartSec=60s", "StartLimitBurst=3", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
                  "SyslogIdentifier=drafter", "RuntimeDirectory=pvegpu-drafter",
                  "# Back off: at most 3 starts an hour", "2 automatic restarts right after a",
-                 "--token-budget 1000", "--max-batch-size 64"):
+                 "RequiresMountsFor=/data2"):
         assert line in text, line
     assert "--resume" not in text
+    env = env_of(**over)
+    for line in ("TOKEN_BUDGET=1000", "MAX_BATCH_SIZE=64", "/data2/cache/torch-2.11.0-cu130/inductor",
+                 "drafter.service reads it"):
+        assert line in env, line
+
+
+def test_exec_start_runs_the_started_build_with_that_builds_settings(tmp_path):
+    """ExecStart as systemd hands it to /bin/sh ($$ -> $), run by a real shell: the python and
+    the settings both come from the build the link points at when it starts."""
+    s = settings(venv_path=str(tmp_path / "venv"), venvs_dir=str(tmp_path / "venvs"))
+    real = tmp_path / "venvs" / "torch-2.11.0-cu130.b1"
+    (real / "bin").mkdir(parents=True)
+    (real / "bin" / "python").write_text(
+        '#!/bin/sh\necho "argv0=$0"; echo "args=$*"; echo "inductor=$TORCHINDUCTOR_CACHE_DIR"; '
+        'echo "leaked=${TOKEN_BUDGET:-none}"\n')
+    (real / "bin" / "python").chmod(0o755)
+    (real / BUILD_ENV).write_text(render_build_env(s))
+    (tmp_path / "venvs" / "torch-2.11.0-cu130").symlink_to(real.name)
+    (tmp_path / "venv").symlink_to(tmp_path / "venvs" / "torch-2.11.0-cu130")
+    command = service_directives(render_unit(s))["ExecStart"][0]
+    script = command.split("/bin/sh -c '", 1)[1].rsplit("'", 1)[0].replace("$$", "$")
+    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert f"argv0={real}/bin/python" in out
+    assert "args=/data/dflash/train.py --target-gpus 0,1,2,3,4 --drafter-gpus 5,6,7 " \
+           "--token-budget 49152 --max-batch-size 48 " in out
+    assert "inductor=/data/cache/torch-2.11.0-cu130/inductor" in out
+    assert "leaked=none" in out  # only the cache dirs are exported to the trainer
+    (real / BUILD_ENV).unlink()  # a build without its settings does not start
+    assert subprocess.run(["/bin/sh", "-c", script], capture_output=True).returncode != 0
 
 
 def test_gpu_roles_are_renumbered_inside_cuda_visible_devices():
@@ -132,26 +182,33 @@ def test_bad_training_input_is_one_clear_line(over, fragment):
 
 def test_a_restart_is_pending_only_when_what_runs_differs_from_what_a_start_would_run():
     s = settings()
-    text = render_unit(s)
-    record = (f"unit {digest(text)}  -\nvenv /root/venvs/torch-2.11.0-cu130\nbuilt 1700000000\n")
+    text, env = render_unit(s), render_build_env(s)
+    record = (f"unit {digest(text)}  -\nvenv /root/venvs/torch-2.11.0-cu130\nbuilt 1700000000\n"
+              f"env {digest(env)}  -\n")
     started = parse_started_record(record)
     assert pending_reasons(started, desired_start(s, text, 1700000000)) == []
     assert pending_reasons(started, desired_start(s, text, 1700000099)) == [
         "venv /root/venvs/torch-2.11.0-cu130 was rebuilt"]
     assert pending_reasons(started, desired_start(s, text + "#", 1700000000)) == ["unit file changed"]
+    smaller = settings(variant_overrides={"cu130": {"token_budget": 1000}})
+    assert pending_reasons(started, desired_start(smaller, render_unit(smaller), 1700000000)) == [
+        "training settings of /root/venvs/torch-2.11.0-cu130 changed (token_budget, max_batch_size "
+        "or compile cache dir)"]
+    # a swap: the unit file is the same, the build (with its own settings) is another
     s128 = settings(torch_variant="cu128")
     assert pending_reasons(started, desired_start(s128, render_unit(s128), 1)) == [
-        "unit file changed", "venv build /root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128"]
+        "venv build /root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128"]
     assert "no start record" in pending_reasons(None, desired_start(s, text, 1))[0]
 
 
 def test_exec_start_pins_the_build_and_leftovers_are_recognised_by_its_argv():
     s = settings()
-    exec_start = next(l for l in render_unit(s).splitlines() if l.startswith("ExecStart="))
+    exec_start = service_directives(render_unit(s))["ExecStart"][0]
     # The trainer runs from the build the link pointed at when it started, not through the link.
-    assert exec_start.startswith("ExecStart=/bin/sh -c 'exec \"$$(readlink -f /root/venv)/bin/python\" ")
+    assert exec_start.startswith("/bin/sh -c 'b=\"$$(readlink -f /root/venv)\" && ")
     m = training_matcher(s)
-    assert exec_start.split()[6] == m["script"] == training_argv_prefix(s)[1]
+    argv = exec_start.split("exec \"$$b/bin/python\" ", 1)[1].split()
+    assert argv[0] == m["script"] == training_argv_prefix(s)[1]
     assert m["pythons"] == [training_argv_prefix(s)[0]] and m["python_under"] == ["/root/venvs/"]
 
 

@@ -6,7 +6,7 @@ import pytest
 from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 from pvegpu.locks import parse_pins
-from pvegpu.plan.unit import digest, render_unit, training_matcher
+from pvegpu.plan.unit import digest, render_build_env, render_unit, training_matcher
 from pvegpu.settings import SettingsError
 from pvegpu.verification import (
     FX_RACE,
@@ -427,7 +427,8 @@ def ct_with_unit(active, s=None, pending=False, free=None):
     if free is not None:
         ct["torch"]["devices"][1]["free_mib"] = free
     unit_digest = digest(render_unit(s)) if not pending else "0" * 64
-    started = f"unit {unit_digest}  -\nvenv {s.build_venv}\nbuilt 17\n" if active == "active" else None
+    env = f"env {digest(render_build_env(s))}  -\n"
+    started = f"unit {unit_digest}  -\nvenv {s.build_venv}\nbuilt 17\n{env}" if active == "active" else None
     ct["unit"] = {"active": active, "started": started, "built": 17}
     return ct
 

@@ -310,8 +310,7 @@ def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings
     V = python_env.venvs_dir.rstrip("/")
 
     def update(doc):
-        doc.update(venv_link=B, venv_real=f"{V}/{real}" if real else None,
-                   venv_path_is_dir=False)
+        doc.update(venv_link=B, venv_real=f"{V}/{real}" if real else None, venv_path_is_dir=False)
 
     return cmds, update
 

@@ -29,8 +29,10 @@ from pyinfra.api.exceptions import FactProcessError
 from ..facts.probe import parse_probe_output, probe_command
 from ..plan.unit import (
     RUNNING,
+    build_env_path,
     digest,
     renamed_unit_line,
+    render_build_env,
     render_unit,
     running_other_units,
     training_matcher,
@@ -151,9 +153,12 @@ def clear_leftovers_command(settings: Settings, unit_name: str | None = None) ->
 
 @operation()
 def live_build_and_unit(settings: Settings):
-    """Make the verified build live and install its unit, in one container command: point
-    ``venv_path`` at the selected build (:func:`pvegpu.operations.python_env.live_switch`: one
-    ``rename()``), then write the rendered unit when it differs and reload systemd. A running
+    """Make the verified build live and install its unit, in one container command: write the
+    build's training settings file when it differs (``plan.unit.render_build_env``: its compile
+    cache dir, token_budget, max_batch_size), point ``venv_path`` at the selected build
+    (:func:`pvegpu.operations.python_env.live_switch`: one ``rename()``), then write the rendered
+    unit when it differs and reload systemd. The unit is the same for every variant (it reads
+    the build's file when it starts), so a swap between built variants rewrites nothing. A running
     unit keeps running (it runs the build its start resolved; daemon-reload never restarts it);
     ``unit_running`` decides about restarts. Takes the whole ``settings``: the unit is rendered
     from the torch, python env, GPU, container and training parts.
@@ -172,19 +177,31 @@ def live_build_and_unit(settings: Settings):
     """
     mark_container_only(host)
     state = container_state()
+    build = settings.torch.build_name
+    env_text = render_build_env(settings)
+    env = []
+    if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
+        env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
-        unit = [str(write_file_command(unit_path(settings.training), text, mode="0644")),
-                "systemctl daemon-reload"]
-    if not switch and not unit:
+        unit = [
+            str(write_file_command(unit_path(settings.training), text, mode="0644")),
+            "systemctl daemon-reload",
+        ]
+    if not (env or switch or unit):
         return
-    yield StringCommand(" && ".join([*switch, *unit]))
+    # the build's settings before the link: whatever starts from the link finds them
+    yield StringCommand(" && ".join([*env, *switch, *unit]))
     if unit and not state.get("unit_digest"):
         return  # a new unit file: the fact is read again (see above)
 
     def update(doc):
+        if env:  # the build's link and its real dir are one entry each
+            venvs = doc.setdefault("venvs", {})
+            for name in {build, (venvs.get(build) or {}).get("real")} - {None}:
+                venvs.setdefault(name, {})["train_env"] = digest(env_text)
         if switched:
             switched(doc)
         if unit:

@@ -41,6 +41,9 @@ RUNNING = ("active", "activating", "reloading", "deactivating")
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 # Name of the marker file every built venv carries (written by operations.python_env).
 BUILD_MARKER = ".pvegpu-build.json"
+# The build's training settings, in the build (templates/training.env.j2; written by
+# operations.training.live_build_and_unit): the unit sources it from the build it starts.
+BUILD_ENV = ".pvegpu-train.env"
 
 
 def unit_file(training: TrainingSettings) -> str:
@@ -63,28 +66,26 @@ def started_record(training: TrainingSettings) -> str:
 
 
 def unit_context(settings: Settings) -> dict:
-    """Every value of the unit, from settings (per-variant overrides merged over defaults)."""
+    """Every value of the unit, from settings; none depends on the selected variant (those are
+    the build's: ``build_env_context``), so a swap leaves the unit file as it is."""
     gpus = sorted(settings.gpus.training)
     # Inside the unit, CUDA renumbers the visible GPUs 0..n-1 in CUDA_VISIBLE_DEVICES order.
     position = {g: i for i, g in enumerate(gpus)}
     return {
-        "build_name": settings.torch.build_name,
         "unit_name": settings.training.unit_name,
         "unit_path": unit_path(settings.training),
         "runtime_dir": runtime_dir(settings.training),
         "started_record": started_record(settings.training),
         "build_marker": BUILD_MARKER,
+        "build_env": BUILD_ENV,
         "data_dir": settings.container.data_dir_ct,
         "workdir": settings.training.workdir,
         "visible_devices": ",".join(str(g) for g in gpus),
-        "cache_dir": settings.compile_cache_dir,
         "alloc_conf": settings.training.alloc_conf,
         "venv_path": settings.python_env.venv_path,
         "script": settings.training.script,
         "target_gpus": ",".join(str(position[g]) for g in settings.gpus.targets),
         "drafter_gpus": ",".join(str(position[g]) for g in settings.gpus.drafters),
-        "token_budget": settings.training_value("token_budget"),
-        "max_batch_size": settings.training_value("max_batch_size"),
         "dataset_dir": settings.training.dataset_dir,
         "checkpoint_dir": settings.training.checkpoint_dir,
         "resume": settings.training.resume,
@@ -134,8 +135,39 @@ def _unit_env(templates: Path) -> jinja2.Environment:
     return with_cache(env)  # compiled templates kept between runs
 
 
+def build_env_context(settings: Settings) -> dict:
+    """The values of the selected build's training settings file (``BUILD_ENV``): its compile
+    cache dir and the variant's ``token_budget``/``max_batch_size`` (overrides merged)."""
+    return {
+        "build_name": settings.torch.build_name,
+        "unit_name": settings.training.unit_name,
+        "cache_dir": settings.compile_cache_dir,
+        "token_budget": settings.training_value("token_budget"),
+        "max_batch_size": settings.training_value("max_batch_size"),
+    }
+
+
 def render_unit(settings: Settings, templates: Path = TEMPLATES) -> str:
     return _unit_env(templates).get_template("training.service.j2").render(**unit_context(settings))
+
+
+def render_build_env(settings: Settings, templates: Path = TEMPLATES) -> str:
+    """The selected build's training settings file, sourced by the unit's ExecStart.
+
+    >>> print(render_build_env(Settings.from_data(defaults())).splitlines()[2])
+    export TORCHINDUCTOR_CACHE_DIR=/data/cache/torch-2.11.0-cu130/inductor
+    """
+    env = _unit_env(templates).get_template("training.env.j2")
+    return env.render(**build_env_context(settings))
+
+
+def build_env_path(settings: Settings) -> str:
+    """Where the selected build's training settings file lives (through the build's link).
+
+    >>> build_env_path(Settings.from_data(defaults()))
+    '/root/venvs/torch-2.11.0-cu130/.pvegpu-train.env'
+    """
+    return f"{settings.build_venv}/{BUILD_ENV}"
 
 
 def _verdict_path(text: str, unit_name: str, tool: str) -> Path:
@@ -264,24 +296,29 @@ def renamed_unit_line(settings: Settings, where: str, running: list[str]) -> str
 
 
 def parse_started_record(text: str | None) -> dict | None:
-    """The record ExecStartPre wrote: ``{"unit": sha256, "venv": link target, "built": mtime}``
-    (None when there is none)."""
+    """The record ExecStartPre wrote: ``{"unit": sha256, "venv": link target, "built": mtime,
+    "env": sha256 of the build's training settings}`` (None when there is none)."""
     if not text:
         return None
     record = {}
     for line in text.splitlines():
         key, _, value = line.partition(" ")
         value = value.strip()
-        record[key] = value.split()[0] if key == "unit" and value else value
+        record[key] = value.split()[0] if key in ("unit", "env") and value else value
     return record
 
 
-def desired_start(settings: Settings, unit_text: str, built: object) -> dict:
-    """What a start now would record: the rendered unit, the selected build, its build time."""
+def desired_start(
+    settings: Settings, unit_text: str, built: object, env_text: str | None = None
+) -> dict:
+    """What a start now would record: the rendered unit, the selected build, its build time and
+    its training settings (``env_text``, default: rendered from ``settings``)."""
+    env = render_build_env(settings) if env_text is None else env_text
     return {
         "unit": digest(unit_text),
         "venv": settings.build_venv,
         "built": "" if built is None else str(built),
+        "env": digest(env),
     }
 
 
@@ -297,8 +334,14 @@ def pending_reasons(started: dict | None, desired: dict) -> list[str]:
         reasons.append("unit file changed")
     if started.get("venv") != desired["venv"]:
         reasons.append(f"venv build {started.get('venv') or '(none)'} -> {desired['venv']}")
-    elif started.get("built") != desired["built"]:
+        return reasons  # another build comes with its own training settings
+    if started.get("built") != desired["built"]:
         reasons.append(f"venv {desired['venv']} was rebuilt")
+    if started.get("env") != desired["env"]:
+        reasons.append(
+            f"training settings of {desired['venv']} changed (token_budget, max_batch_size or "
+            "compile cache dir)"
+        )
     return reasons
 
 

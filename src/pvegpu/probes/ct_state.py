@@ -8,7 +8,8 @@
 # and, read through it, the fields of the real dir; a real dir (torch-2.11.0-cu130.b2, .next,
 # .building) has "build" (its .pvegpu-build.json), "python_ok", "built" (the marker's mtime),
 # "selected_at", "installed" ({name: version} from its dist-info METADATA), "locked" (the pins of
-# its .pvegpu-lock.txt) and "in_use" (pids whose maps, open files, cwd or argv[0] are inside it).
+# its .pvegpu-lock.txt), "train_env" (the sha256 of its training settings file, .pvegpu-train.env)
+# and "in_use" (pids whose maps, open files, cwd or argv[0] are inside it).
 import json
 import os
 
@@ -18,6 +19,7 @@ A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
 LOCK = ".pvegpu-lock.txt"
 SELECTED = ".pvegpu-selected"
+BUILD_ENV = ".pvegpu-train.env"  # pvegpu.plan.unit.BUILD_ENV
 # First line of every training unit pvegpu renders (pvegpu.plan.unit.UNIT_MARKER).
 UNIT_MARKER = "# Rendered by pvegpu from templates/training.service.j2"
 
@@ -153,6 +155,7 @@ def real_entry(path, in_use):
         "selected_at": mtime(os.path.join(path, SELECTED)),
         "installed": installed(path),
         "locked": pins(os.path.join(path, LOCK)),
+        "train_env": digest(os.path.join(path, BUILD_ENV)),
         "in_use": in_use,
     }
 

@@ -145,7 +145,9 @@ def pip_check_argv(uv, python):
 
 
 SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
-UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
+# UV_NO_CACHE: uv keeps what it learns of an interpreter in its cache, keyed by the
+# interpreter's path (interpreter-v5/...); a check that only reads uses a temporary one instead.
+UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CACHE": "1"}
 venv = A["venv"]
 python = os.path.join(venv, "bin", "python")
 real = os.path.realpath(venv)
