@@ -249,3 +249,31 @@ def test_a_container_only_run_is_refused_before_any_change(deployed):
                 "change nothing there: run `pyinfra inventory.py deploy.py`") in text, text[-3000:]
         assert "Traceback" not in text, text[-3000:]
     assert node.tree_digest() == before
+
+
+def test_a_build_that_fails_verification_never_goes_live(deployed):
+    """A swap to a built variant whose torch no longer imports (a file of it damaged: nothing
+    the build stage's package check sees): verify fails on that build before anything switches,
+    so /root/venv, the unit, the live build's settings and the running training stay as they
+    were. (Before, the live link switched first and verify failed after.)"""
+    site, node = deployed, deployed.node
+    built = site.deploy("torch_variant=cu128")  # cu128 built and verified, then back to cu130
+    assert built.rc == 0, built.output[-4000:]
+    back = site.deploy()
+    assert back.rc == 0, back.output[-4000:]
+    init = "/root/venvs/torch-2.11.0-cu128/lib/python3*/site-packages/torch/__init__.py"
+    assert site.ct("sh", "-c", f"echo 'raise ImportError(\"damaged\")' > {init}").returncode == 0
+    live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
+    kept = {path: site.ct("cat", path).stdout
+            for path in ("/etc/systemd/system/dflash-train.service", "/root/venv/.pvegpu-train.env")}
+    running = (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT))
+
+    failed = site.deploy("torch_variant=cu128")
+    assert failed.rc != 0
+    assert "import torch works in /root/venvs/torch-2.11.0-cu128" in failed.output, \
+        failed.output[-4000:]
+    assert site.ct("readlink", "-f", "/root/venv").stdout.strip() == live
+    assert live.startswith("/root/venvs/torch-2.11.0-cu130.b")
+    assert {path: site.ct("cat", path).stdout for path in kept} == kept
+    assert (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT)) == running
+    assert site.deploy().changed == 0  # the live variant stays converged
