@@ -262,7 +262,8 @@ def test_a_build_that_fails_verification_never_goes_live(deployed):
     back = site.deploy()
     assert back.rc == 0, back.output[-4000:]
     init = "/root/venvs/torch-2.11.0-cu128/lib/python3*/site-packages/torch/__init__.py"
-    assert site.ct("sh", "-c", f"echo 'raise ImportError(\"damaged\")' > {init}").returncode == 0
+    damage = f"for f in {init}; do echo 'raise ImportError(\"damaged\")' > \"$f\"; done"
+    assert site.ct("sh", "-c", damage).returncode == 0
     live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
     kept = {path: site.ct("cat", path).stdout
             for path in ("/etc/systemd/system/dflash-train.service", "/root/venv/.pvegpu-train.env")}
