@@ -264,6 +264,28 @@ def test_crash_restarts_then_start_limit_back_off(trainer_site):
     assert show(site, "ActiveState")["ActiveState"] == "active"
 
 
+def test_a_restart_asked_for_is_never_refused_by_the_start_limit(trainer_site):
+    """With training_restart_burst=2, two starts in an hour are all systemd allows; a third
+    start of the deploy's (a restart asked for with restart_training=true) used to stop the
+    running training and then be refused ("Start request repeated too quickly"), leaving no
+    training running. Every start the deploy makes resets the unit's start count first."""
+    site = trainer_site
+    burst = "training_restart_burst=2"
+    first = site.deploy(burst)
+    assert first.rc == 0, first.output[-4000:]
+    for budget in (1000, 2000, 3000):  # a changed token_budget: a pending restart each time
+        over = f'variant_overrides={{"cu130": {{"token_budget": {budget}}}}}'
+        before = show(site, "InvocationID")["InvocationID"]
+        run = site.deploy(burst, over, "restart_training=true")
+        assert run.rc == 0, run.output[-4000:]
+        assert "Start request repeated too quickly" not in run.output
+        now = show(site, "ActiveState", "InvocationID")
+        assert now["ActiveState"] == "active" and now["InvocationID"] != before, now
+        cmdline = site.ct("sh", "-c", "cat /proc/$(systemctl show -p MainPID --value "
+                          f"{UNIT})/cmdline").stdout.split("\0")
+        assert cmdline[cmdline.index("--token-budget") + 1] == str(budget)
+
+
 def test_a_deploy_during_a_stop_in_progress(trainer_site):
     site = trainer_site
     node = site.node

@@ -203,9 +203,9 @@ UNIT = "dflash-train.service"
 STOPPING = (f"fail: {UNIT} is stopping (deactivating): not started; run deploy.py again once it "
             f"has stopped (`systemctl is-active {UNIT}` in the container says inactive or failed)")
 UNIT_RUNNING = {
-    "stopped: clear leftovers, start": (
+    "stopped: clear leftovers, start (its start count reset first)": (
         {"unit_active": "inactive", "unit_enabled": "enabled"}, {},
-        ["clear_leftovers_command: ", f"systemctl start {UNIT}"],
+        ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
     ),
     "failed (start limit): reset the failed state, then start": (
         {"unit_active": "failed", "unit_enabled": "enabled"}, {},

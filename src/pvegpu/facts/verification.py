@@ -87,6 +87,7 @@ class ContainerVerification(ProbeFact):
     ``compile`` the concurrent compile check's (``probes/compile_check.py``) when asked for.
     ``unit`` (with ``unit_name``): the training unit's ``active`` state, its start record
     (``started``, read from ``started_path``) and the time ``build_venv`` was built (``built``).
+    ``read_only``: write nothing at all, not even uv's cache (verify.py).
     """
 
     probe = "verification"
@@ -101,9 +102,11 @@ class ContainerVerification(ProbeFact):
         unit_name=None,
         started_path=None,
         build_venv=None,
+        read_only=False,
     ):
         return self.command_for(
             venv=venv,
+            read_only=read_only,
             uv_bin=uv_bin,
             unit_name=unit_name,
             started_path=started_path,

@@ -43,12 +43,15 @@ def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
 def verification_args(settings: Settings, mode: str = "deploy") -> dict:
     """The ``ContainerVerification`` fact's arguments for ``settings``: deploy.py verifies the
     selected build (``<venvs_dir>/<build>``) before the live venv switches to it; verify.py
-    (``mode="verify"``) verifies the live venv (``venv_path``).
+    (``mode="verify"``) verifies the live venv (``venv_path``) and writes nothing at all, not even
+    uv's cache (``read_only``).
 
     >>> from pvegpu.settings import defaults
     >>> s = Settings.from_data(defaults())
     >>> verification_args(s)["venv"], verification_args(s, "verify")["venv"]
     ('/root/venvs/torch-2.11.0-cu130', '/root/venv')
+    >>> verification_args(s)["read_only"], verification_args(s, "verify")["read_only"]
+    (False, True)
     """
     return dict(
         venv=settings.build_venv if mode == "deploy" else settings.python_env.venv_path,
@@ -57,6 +60,7 @@ def verification_args(settings: Settings, mode: str = "deploy") -> dict:
         unit_name=unit_file(settings.training),
         started_path=started_record(settings.training),
         build_venv=settings.build_venv,
+        read_only=mode != "deploy",
     )
 
 

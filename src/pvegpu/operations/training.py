@@ -74,11 +74,20 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> S
     )
 
 
-def start_command(settings: Settings, state: dict) -> str:
+def start_command(settings: Settings) -> str:
+    """Start the unit as the deploy does: its start count reset first. ``StartLimitBurst`` backs
+    off a crash loop (systemd's automatic restarts), and systemd counts every start in the hour;
+    a start the deploy makes (the first, after a failure, or a restart asked for) opens a new
+    count, so it is never refused (``Start request repeated too quickly``) after stopping a
+    running training, and the automatic restarts after it are the documented burst - 1.
+    ``reset-failed`` also clears a failed state (systemd's ``unit_reset_failed``).
+
+    >>> from pvegpu.settings import defaults
+    >>> start_command(Settings.from_data(defaults()))
+    'systemctl reset-failed dflash-train.service; systemctl start dflash-train.service'
+    """
     unit = shlex.quote(unit_file(settings.training))
-    # A unit that failed too often is refused by `start` until its failed state is reset.
-    reset = f"systemctl reset-failed {unit}; " if state.get("unit_active") == "failed" else ""
-    return f"{reset}systemctl start {unit}"
+    return f"systemctl reset-failed {unit}; systemctl start {unit}"
 
 
 def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
@@ -276,7 +285,7 @@ def unit_running(settings: Settings):
         return
     if active not in RUNNING:
         yield clear_leftovers_command(settings)
-        yield start_command(settings, state)
+        yield start_command(settings)
         return
     if not reasons:
         return
@@ -289,7 +298,7 @@ def unit_running(settings: Settings):
         return
     yield stop_and_wait_command(settings)
     yield clear_leftovers_command(settings)
-    yield f"systemctl start {shlex.quote(unit)}"
+    yield start_command(settings)
 
 
 __all__ = ["live_build_and_unit", "unit_running"]

@@ -6,7 +6,7 @@
 # {"venv": "/root/venv", "torch_inner": "<torch_inner.py>", "compile_inner": "<compile_check.py>"
 #  or null, "compile_args": {...}, "uv_bin": "/opt/pvegpu/uv-X/bin/uv", "smi_query": "index,...",
 #  "timeout": 600, "unit_name": "dflash-train.service", "started_path": "/run/pvegpu-.../started",
-#  "build_venv": "/root/venvs/torch-2.11.0-cu130"}
+#  "build_venv": "/root/venvs/torch-2.11.0-cu130", "read_only": false (true: verify.py)}
 # "unit" tells the verify stage of deploy.py whether stage 5 will clear leftover training processes
 # (the unit is not running, or a pending restart was asked for): ActiveState, the running unit's
 # start record, and the selected build's time (the same values the training unit stage compares).
@@ -145,9 +145,12 @@ def pip_check_argv(uv, python):
 
 
 SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
-# UV_NO_CACHE: uv keeps what it learns of an interpreter in its cache, keyed by the
-# interpreter's path (interpreter-v5/...); a check that only reads uses a temporary one instead.
-UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CACHE": "1"}
+UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
+if A.get("read_only"):
+    # verify.py changes nothing: uv keeps what it learns of an interpreter in its cache, keyed by
+    # the interpreter's path (interpreter-v5/...), so its check uses a temporary cache instead
+    # (about 50 ms more here: the interpreter is queried again)
+    UV_ENV["UV_NO_CACHE"] = "1"
 venv = A["venv"]
 python = os.path.join(venv, "bin", "python")
 real = os.path.realpath(venv)
@@ -161,6 +164,9 @@ start_early(SMI, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
 if checks_packages:
     start_early(pip_check_argv(uv, python), env=UV_ENV)
 torch_proc = start_torch(python) if present else None
+# the venv's files are read while those commands run
+listing = packages(real) if present else None
+marker = read(os.path.join(real, ".pvegpu-build.json")) if present else None
 doc = {
     "venv": venv,
     "venv_real": real if os.path.isdir(real) else None,
@@ -180,8 +186,7 @@ doc = {
 }
 if doc["present"]:
     doc["torch"] = finish_torch(torch_proc, A.get("timeout", 600))  # nvidia-smi has answered
-    doc["packages"] = packages(real)
-    marker = read(os.path.join(real, ".pvegpu-build.json"))
+    doc["packages"] = listing
     try:
         doc["marker"] = json.loads(marker) if marker else None
     except ValueError:
