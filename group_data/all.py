@@ -116,10 +116,12 @@ max_batch_size = 64
 training_stop_timeout_s = 900
 # Back-off of Restart=on-failure: seconds before each automatic restart, and at most this many
 # starts an hour, the deploy's own start included (StartLimitBurst: 5 is 4 automatic restarts
-# right after a deploy), then the unit stays failed for a human to look.
+# right after a deploy; a deploy's start resets the count), then the unit stays failed for a
+# human to look.
 training_restart_delay_s = 30
 training_restart_burst = 5
 # PYTORCH_CUDA_ALLOC_CONF for the training process.
 pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
+# They live in each build (<build>/.pvegpu-train.env), so the unit is the same for every variant.
 variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}
