@@ -30,9 +30,6 @@ python_env.venv_checked(
     name=f"Check torch in the new {build} build before switching",
     torch=s.torch, python_env=s.python_env, gpus=s.gpus,
 )
-python_env.venv_promoted(
-    name=f"Promote the new {build} build when one was built", torch=s.torch,
-    python_env=s.python_env,
-)
+python_env.venv_promoted(name=f"Promote the new {build} build when one was built", settings=s)
 # Verify (tasks/verify.py) checks this build next; the training unit stage then switches
 # venv_path to it, with its unit, and prunes old builds.

@@ -65,3 +65,22 @@ def test_a_first_build_is_promoted_and_made_live(monkeypatch, tmp_path):
     assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / f"{s.torch.build_name}.b1"
     assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == [
         s.torch.build_name, f"{s.torch.build_name}.b1"]
+
+
+def test_a_promoted_build_carries_its_training_settings_before_its_link_points_at_it(tmp_path):
+    """The build's link (which the unit reaches through venv_path) never points at a build
+    without its settings file: the file is written into the new build before the link moves."""
+    s = settings_in(tmp_path)
+    build = s.torch.build_name
+    (tmp_path / "venvs" / f"{build}.next" / "bin").mkdir(parents=True)
+    state = {"venvs": {f"{build}.next": {}}, "venv_link": None}
+    cmds, update = python_env.promotion(state, s.torch, s.python_env, "TOKEN_BUDGET=7\n")
+    moves_link = next(i for i, c in enumerate(cmds) if c.startswith("mv -T") and
+                      c.endswith(shlex.quote(s.build_venv)))
+    writes = next(i for i, c in enumerate(cmds) if ".pvegpu-train.env" in c)
+    assert writes < moves_link, cmds
+    subprocess.run(["sh", "-c", " && ".join(cmds)], check=True)
+    assert (tmp_path / "venvs" / build / ".pvegpu-train.env").read_text() == "TOKEN_BUDGET=7\n"
+    assert (tmp_path / "venvs" / build).resolve() == tmp_path / "venvs" / f"{build}.b1"
+    update(state)
+    assert state["venvs"][build]["train_env"] == state["venvs"][f"{build}.b1"]["train_env"]

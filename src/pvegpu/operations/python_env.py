@@ -34,6 +34,7 @@ from pyinfra.operations import files
 from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
 from ..locks import LockPlan, lock_plan, make_lock, netrc_text, split_credentials, uv_wheel_hashes
+from ..plan.unit import BUILD_ENV, digest, render_build_env
 from ..plan.uv_commands import NETRC, has_credentials, uv_home
 from ..plan.venv_build import build_script
 from ..plan.venvs import (
@@ -53,7 +54,7 @@ from .checks import torch_runtime
 from .container_fact import container_state, remember
 from .folded_reads import verification_reads_of
 from .remote_step import remote_step
-from .util import fail, note
+from .util import fail, note, write_file_command
 
 
 def index_credentials(torch: TorchSettings) -> None:
@@ -246,10 +247,14 @@ def venv_checked(torch: TorchSettings, python_env: PythonEnvSettings, gpus: GpuS
     )
 
 
-def promotion(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
+def promotion(
+    state: dict, torch: TorchSettings, python_env: PythonEnvSettings, env_text: str | None = None
+):
     """(commands, update of the container document) that promote a checked new build
-    (``<build>.next`` -> ``<build>.b<n>``, then a temp link renamed over the build's link
-    ``<venvs_dir>/<build>``); ([], None) when no new build waits. ``venv_path`` is not touched:
+    (``<build>.next`` -> ``<build>.b<n>``, its training settings file ``env_text`` written into
+    it, then a temp link renamed over the build's link ``<venvs_dir>/<build>``); ([], None) when
+    no new build waits. The build's link never points at a build without its settings (the live
+    build repaired: the unit may start from it at any time). ``venv_path`` is not touched:
     ``live_switch`` points it at the build once verify has accepted it.
 
     >>> from pvegpu.settings import Settings, defaults
@@ -264,8 +269,10 @@ def promotion(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
     B = python_env.build_venv(build)
     V = python_env.venvs_dir.rstrip("/")
     real = real_name(build, next_number(venvs, build))
-    cmds = [
-        f"mv -T {shlex.quote(B + '.next')} {shlex.quote(V + '/' + real)}",
+    cmds = [f"mv -T {shlex.quote(B + '.next')} {shlex.quote(V + '/' + real)}"]
+    if env_text is not None:
+        cmds.append(str(write_file_command(f"{V}/{real}/{BUILD_ENV}", env_text, mode="0644")))
+    cmds += [
         f"ln -sfn {shlex.quote(real)} {shlex.quote(B + '.pvegpu-tmp')}",
         f"mv -T {shlex.quote(B + '.pvegpu-tmp')} {shlex.quote(B)}",
     ]
@@ -276,6 +283,8 @@ def promotion(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
     def update(doc):
         vs = doc.setdefault("venvs", {})
         vs[real] = dict(vs.pop(f"{build}.next"), path=f"{V}/{real}")
+        if env_text is not None:
+            vs[real]["train_env"] = digest(env_text)
         vs[build] = dict(vs[real], link=real, real=real)
         if doc.get("venv_link") == B:
             doc.update(venv_real=f"{V}/{real}")
@@ -316,18 +325,21 @@ def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings
 
 
 @operation()
-def venv_promoted(torch: TorchSettings, python_env: PythonEnvSettings):
-    """Promote a checked new build of the selected torch build (``promotion``); nothing to do
-    when none waits. The live venv (``venv_path``) is switched only after verify
-    (``pvegpu.operations.training.live_build_and_unit``).
+def venv_promoted(settings: Settings):
+    """Promote a checked new build of the selected torch build (``promotion``, with its
+    training settings file); nothing to do when none waits. The live venv (``venv_path``) is
+    switched only after verify (``pvegpu.operations.training.live_build_and_unit``). Takes the
+    whole ``settings``: the build's settings file follows the torch, container and training
+    parts.
 
     .. code:: python
 
-        python_env.venv_promoted(name="Promote the new torch-2.11.0-cu130 build",
-                                 torch=s.torch, python_env=s.python_env)
+        python_env.venv_promoted(name="Promote the new torch-2.11.0-cu130 build", settings=s)
     """
     mark_container_only(host)
-    cmds, update = promotion(container_state(), torch, python_env)
+    cmds, update = promotion(
+        container_state(), settings.torch, settings.python_env, render_build_env(settings)
+    )
     if not cmds:
         return
     # verify reads the new build next: in the same pct exec, right after the promotion
