@@ -308,17 +308,14 @@ def parse_started_record(text: str | None) -> dict | None:
     return record
 
 
-def desired_start(
-    settings: Settings, unit_text: str, built: object, env_text: str | None = None
-) -> dict:
+def desired_start(settings: Settings, unit_text: str, built: object) -> dict:
     """What a start now would record: the rendered unit, the selected build, its build time and
-    its training settings (``env_text``, default: rendered from ``settings``)."""
-    env = render_build_env(settings) if env_text is None else env_text
+    its training settings file (rendered from ``settings``)."""
     return {
         "unit": digest(unit_text),
         "venv": settings.build_venv,
         "built": "" if built is None else str(built),
-        "env": digest(env),
+        "env": digest(render_build_env(settings)),
     }
 
 
