@@ -91,6 +91,10 @@ restart_training = False
 # One deploy at a time per node (an flock on the node): how many seconds a deploy waits for
 # another one to finish before it refuses, naming the holder.
 deploy_lock_wait_s = 600
+# Keys of your own that may sit in the same data (a group_data file, the fleet file, --data):
+# every other key that is not a setting above nor pyinfra's own (ssh_*, _sudo, ...) stops the run
+# as a likely typo. Keys starting with x_ are always yours: no need to list them.
+extra_data_keys = []
 
 # --- verification -------------------------------------------------------------------------------
 # "basic" or "compile" (adds the concurrent torch.compile check, one thread per GPU).

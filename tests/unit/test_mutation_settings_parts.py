@@ -120,7 +120,9 @@ def test_read_part_reads_every_field_and_names_each_missing_one():
     assert values == {"rebuild": None, "restart_training": True}
     assert errors == [
         "deploy_lock_wait_s is not set: define it in group_data/all.py or pass "
-        "--data deploy_lock_wait_s=..."
+        "--data deploy_lock_wait_s=...",
+        "extra_data_keys is not set: define it in group_data/all.py or pass "
+        "--data extra_data_keys=...",
     ]
     values, errors = read_part(VerificationSettings, {"verify_level": 3}.get)
     assert (values, errors) == ({"level": "3", "report": None}, [])
@@ -164,6 +166,7 @@ def test_items_are_each_field_with_its_value_in_order():
         ("rebuild", "venv"),
         ("restart_training", True),
         ("lock_wait_s", 5),
+        ("extra_keys", ()),
     ]
 
 

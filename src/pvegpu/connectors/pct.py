@@ -63,6 +63,9 @@ SSH_DATA_KEYS = (
     "ssh_connect_retries",
 )
 
+#: The data a ``@pct/<node>/<vmid>`` name gives its host besides ``ssh_hostname``.
+PCT_DATA_KEYS = ("pct_node", "pct_vmid")
+
 # Errors printed by pct itself (exit 255), as opposed to the command run inside.
 # pct exec on a stopped CT says "container '200' not running!" (PVE::LXC::Config check_running).
 PCT_NOT_RUNNING = re.compile(r"container '(\d+)' not running|CT (\d+) not running")
@@ -294,6 +297,7 @@ def inherit_node_ssh_data(state: State, host: Host) -> None:
 
 
 __all__ = [
+    "PCT_DATA_KEYS",
     "PctConnector",
     "parse_pct_name",
     "pct_exec_argv",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import Field, field, fields
+from dataclasses import MISSING, Field, field, fields
 from typing import Any
 
 from ..guard import path_problem
@@ -85,10 +85,14 @@ def text(key: str, raw: Any) -> str:
     return str(raw)
 
 
-def setting(key: str, kind: Kind, *, where: str | None = None, strict: bool = False) -> Any:
+def setting(
+    key: str, kind: Kind, *, where: str | None = None, strict: bool = False, default: Any = MISSING
+) -> Any:
     """Declare a field read from data ``key`` by ``kind``. ``where``: "ct" or "node" for a path
-    there (checked as a path); ``strict``: the part checks its characters itself."""
-    return field(metadata={"key": key, "kind": kind, "where": where, "strict": strict})
+    there (checked as a path); ``strict``: the part checks its characters itself; ``default``:
+    the field's value when a part is built by hand (data always gives every key)."""
+    meta = {"key": key, "kind": kind, "where": where, "strict": strict}
+    return field(default=default, metadata=meta)
 
 
 def key_of(f: Field) -> str:

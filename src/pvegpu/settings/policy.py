@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kinds import Part, flag, integer, optional_text, setting
+from .kinds import Part, flag, integer, optional_text, setting, text_list
 
 REBUILDS = (None, "venv", "container")
 
 
 @dataclass(frozen=True)
 class RunPolicy(Part):
-    """``rebuild``, ``restart_training`` and ``deploy_lock_wait_s`` (group_data/all.py,
-    "rebuild / restarts")."""
+    """``rebuild``, ``restart_training``, ``deploy_lock_wait_s`` (group_data/all.py, "rebuild /
+    restarts") and ``extra_data_keys`` (keys of the user's own the run accepts in the data)."""
 
     rebuild: str | None = setting("rebuild", optional_text)
     restart_training: bool = setting("restart_training", flag)
     lock_wait_s: int = setting("deploy_lock_wait_s", integer)
+    extra_keys: tuple[str, ...] = setting("extra_data_keys", text_list, default=())
 
     def problems(self) -> list[str]:
         errs = self.field_problems()
@@ -34,4 +35,9 @@ class RunPolicy(Part):
                 f"deploy_lock_wait_s={self.lock_wait_s} must be 0..86400: the "
                 "seconds a deploy waits for another one on the same node"
             )
+        errs += [
+            f"extra_data_keys has {key!r}, not a data key name: list names like my_key"
+            for key in self.extra_keys
+            if not key.isidentifier()
+        ]
         return errs

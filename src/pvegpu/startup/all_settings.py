@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from ..plan import unit  # looked up at call time: tests replace unit.unit_problems
 from ..settings import Settings, SettingsError
+from .data_keys import unknown_key_lines
 
 
 def load_all(hosts) -> dict[str, Settings]:
-    """Validate every host's data, and the training unit it renders (``unit.unit_problems``:
-    systemd-analyze verify on the controller); raise one SettingsError listing every problem of
-    every host.
+    """Validate every host's data (every key known: ``data_keys.unknown_key_lines``; every value
+    valid), and the training unit it renders (``unit.unit_problems``: systemd-analyze verify on
+    the controller); raise one SettingsError listing every problem of every host.
 
     .. code:: python
 
         settings = load_all(list(state.inventory))  # {host name: Settings}
     """
     result: dict = {}
-    errors: list[str] = []
+    errors: list[str] = unknown_key_lines(hosts)
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)

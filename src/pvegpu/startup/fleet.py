@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -24,6 +24,12 @@ HOW_TO_CONFIGURE = (
     "(PVE_FLEET=<path> points elsewhere); to try pvegpu against a simulated node instead, run "
     "`uv run python -m sim demo`"
 )
+
+
+#: The keys of a fleet file's node entry the fleet itself reads; any other key is per-node data.
+NODE_KEYS = ("address", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file", "containers")
+#: The data the fleet gives a node host besides its ssh_* (its containers' vmids).
+FLEET_DATA_KEYS = ("pve_ct_ids",)
 
 
 class FleetError(InventoryError):
@@ -38,6 +44,8 @@ class Node:
     ssh_key: str | None = None
     ssh_known_hosts_file: str | None = None
     containers: tuple[int, ...] = (200,)
+    #: pvegpu settings given for this node in the fleet file: data of the node and its containers
+    data: Mapping = field(default_factory=dict)
 
     def ssh_data(self) -> dict:
         data = {"ssh_port": self.ssh_port, "ssh_user": self.ssh_user}
@@ -194,6 +202,7 @@ def fleet_from_file(path: Path) -> list[Node]:
                 ssh_key=_key_file("ssh_key", entry.get("ssh_key"), where),
                 ssh_known_hosts_file=entry.get("ssh_known_hosts_file"),
                 containers=tuple(_vmid("containers", c, where) for c in containers),
+                data={k: v for k, v in entry.items() if k not in NODE_KEYS},
             )
         )
     return _check_unique(nodes, str(path))
@@ -216,7 +225,8 @@ def inventory_groups(nodes: list[Node]) -> tuple[list, list]:
     record_new_host_keys_once()
     pve_hosts, training_cts = [], []
     for node in nodes:
-        data = node.ssh_data()
+        # the fleet's own keys win; startup.data_keys refuses a per-node key that is no setting
+        data = {**node.data, **node.ssh_data()}
         pve_hosts.append((node.address, {**data, "pve_ct_ids": list(node.containers)}))
         for vmid in node.containers:
             training_cts.append((f"@pct/{node.address}/{vmid}", dict(data)))
