@@ -74,6 +74,12 @@ def test_the_escape_hatch_prefix_and_the_allow_list_pass():
     assert lines_of(inv) == []
 
 
+def test_only_a_leading_x_marks_a_key_as_the_users_own():
+    assert lines_of(inventory(override={"max_batch_sise": 8}))[0] == (
+        "max_batch_sise (--data): not a setting; did you mean max_batch_size?"
+    )
+
+
 def test_a_key_shared_by_every_host_is_one_line():
     inv = Inventory((["n1", "n2"], defaults()), override_data={"torch_varient": "cu128"})
     assert lines_of(inv).count("torch_varient (--data): not a setting; did you mean torch_variant?") == 1
