@@ -75,8 +75,8 @@ def test_a_typo_in_the_fleet_file_is_refused_before_any_command(site, tmp_path):
          *site_data(site.index, tmp_path / "locks"), "--data", "training_requirements=[]"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     out = p.stdout + p.stderr
-    line = (f"{site.node.host}: torch_varient (the fleet file or inventory): not a setting; "
-            "did you mean torch_variant?")
+    line = (f"{site.node.host}, @pct/{site.node.host}/200: torch_varient (the fleet file or "
+            "inventory): not a setting; did you mean torch_variant?")
     assert p.returncode != 0 and line in out, out[-3000:]
     assert "Running command on" not in p.stderr, p.stderr[-3000:]
     assert site.node.pct_calls() == [] and site.node.tree_digest() == before

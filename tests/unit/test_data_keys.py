@@ -106,9 +106,12 @@ def test_the_fleet_file_gives_per_node_settings_to_the_node_and_its_containers(t
                  "    torch_variant: cu128\n    torch_varient: cu128\n")
     pve, cts = inventory_groups(load_fleet({"PVE_FLEET": str(f)}, tmp_path))
     assert pve[0][1]["torch_variant"] == cts[0][1]["torch_variant"] == "cu128"
-    inv = Inventory((["127.0.0.2"], defaults()), pve_hosts=([pve[0]], {}))
-    assert lines_of(inv)[0] == ("127.0.0.2: torch_varient (the fleet file or inventory): not a "
-                                "setting; did you mean torch_variant?")
+    inv = Inventory((["127.0.0.2", cts[0]], defaults()), pve_hosts=([pve[0]], {}))
+    assert lines_of(inv) == [
+        "127.0.0.2, @pct/127.0.0.2/200: torch_varient (the fleet file or inventory): not a "
+        "setting; did you mean torch_variant?",
+        HOW_TO_KEEP,
+    ]
 
 
 def test_key_line_without_a_source():

@@ -89,8 +89,9 @@ def unknown_keys(host) -> list[tuple[str, str | None]]:
 
 
 def unknown_key_lines(hosts) -> list[str]:
-    """One line per unknown key of every host (a key in shared data once, not once per host),
-    then how to keep a key of one's own; empty when every key is known.
+    """One line per unknown key (a key in data several hosts share, such as --data or the fleet
+    file's node entry that its containers inherit, once, naming the hosts when it is theirs
+    alone), then how to keep a key of one's own; empty when every key is known.
 
     .. code:: python
 
@@ -98,12 +99,13 @@ def unknown_key_lines(hosts) -> list[str]:
         # ['torch_varient (--data): not a setting; did you mean torch_variant?', ...]
     """
     candidates = [*data_keys(), *pyinfra_keys(), *NODE_KEYS]
-    lines: list[str] = []
+    hosts_of: dict[tuple[str, str | None], list[str]] = {}
     for host in hosts:
         for key, source in unknown_keys(host):
-            shared = source is not None and source.startswith(("--data", "group_data/"))
-            line = key_line(key, source, candidates)
-            line = line if shared else f"{host.name}: {line}"
-            if line not in lines:
-                lines.append(line)
+            hosts_of.setdefault((key, source), []).append(host.name)
+    lines = []
+    for (key, source), names in hosts_of.items():
+        line = key_line(key, source, candidates)
+        shared = source is not None and source.startswith(("--data", "group_data/"))
+        lines.append(line if shared else f"{', '.join(names)}: {line}")
     return lines + [HOW_TO_KEEP] if lines else []
