@@ -1,7 +1,7 @@
 """Mutation testing of the pure modules: a score per module and the surviving mutants.
 
     nice -n 19 uv run python bench/mutation.py [MODULE ...] [--exclude FUNCTION ...]
-                                               [--max-children N] [--no-run]
+                                               [--max-children N] [--no-run] [--hand|--hand-only]
 
 MODULE is a module of ``[tool.mutmut] only_mutate`` in pyproject.toml, by name (``variants``),
 dotted name (``pvegpu.variants``) or path (``src/pvegpu/variants.py``); none = all of them.
@@ -15,6 +15,9 @@ both. It asserts nothing and is not part of the test run: it takes minutes.
 
 Score = killed / total per module. Survivors are listed as ``path:line function: - old / + new``;
 those explained in bench/mutation-equivalents.md (they cannot change behaviour) are marked ``=``.
+``--hand`` adds (``--hand-only`` runs alone) the hand-written mutants of bench/hand_mutants.py: the
+slips mutmut's operators cannot make (a lost anchor, equality for membership, an ignored failure,
+a swapped path).
 """
 
 from __future__ import annotations
@@ -262,7 +265,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-run", action="store_true", help="report the last results only")
     parser.add_argument("--exclude", action="append", default=[], metavar="FUNCTION",
                         help="leave a function (or Class.method) out of the run and the score")
+    parser.add_argument("--hand", action="store_true",
+                        help="after mutmut, the hand-written mutants too (bench/hand_mutants.py)")
+    parser.add_argument("--hand-only", action="store_true",
+                        help="only the hand-written mutants (no mutmut run)")
     args = parser.parse_args(argv)
+    if args.hand_only:
+        run_hand_mutants()
+        return
     paths = choose(args.modules, configured_paths())
     exclude = {function_key(name) for name in args.exclude}
     start = time.monotonic()
@@ -272,6 +282,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.exclude:
         print("excluded: " + ", ".join(args.exclude))
     report([score(p, exclude) for p in paths])
+    if args.hand:
+        run_hand_mutants()
+
+
+def run_hand_mutants() -> None:
+    """The slips mutmut's operators never make (bench/hand_mutants.py), each applied alone."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import hand_mutants
+
+    hand_mutants.main([])
 
 
 if __name__ == "__main__":
