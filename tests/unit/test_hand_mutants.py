@@ -5,14 +5,19 @@ a mutant that silently never runs."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from hand_mutants import MUTANTS  # noqa: E402
+# loaded by path: bench/ on sys.path would shadow other top-level names (bench/run.py, ...)
+_spec = importlib.util.spec_from_file_location("hand_mutants", ROOT / "bench" / "hand_mutants.py")
+hand_mutants = importlib.util.module_from_spec(_spec)
+sys.modules["hand_mutants"] = hand_mutants  # dataclasses look their module up while defining
+_spec.loader.exec_module(hand_mutants)
+MUTANTS = hand_mutants.MUTANTS
 
 
 @pytest.mark.parametrize("m", MUTANTS, ids=[m.name for m in MUTANTS])
