@@ -1,8 +1,8 @@
 # The whole converge, in order: node -> container -> python env -> verify -> training unit.
 #   pyinfra inventory.py deploy.py [--data torch_variant=cu128] [--data rebuild=venv|container] [-y]
 # Settings of every host are checked first (pvegpu.startup.preflight): a bad value stops the run
-# before anything changes. Then each node's deploy lock is taken (one deploy at a time per node, held
-# until the run ends) and its GPUs are checked: an unfit or busy node stops only its own hosts.
+# before anything changes. Then each node's deploy lock is taken (one deploy at a time per node,
+# held until the run ends) and its GPUs are checked: an unfit or busy node stops only its own hosts.
 #
 # pyinfra runs the ready operations of different hosts side by side, so the stages of different
 # host groups are ordered by barriers: one operation every host runs, that none passes before all

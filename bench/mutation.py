@@ -132,7 +132,8 @@ def run_mutmut(paths: list[str], max_children: int, exclude: set[str]) -> None:
         rc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         tail = LOG.read_text(errors="replace").replace("\r", "\n").splitlines()[-20:]
-        sys.exit("mutmut failed (exit %d); last lines of %s:\n%s" % (rc, LOG, "\n".join(tail)))
+        last = "\n".join(tail)
+        sys.exit(f"mutmut failed (exit {rc}); last lines of {LOG}:\n{last}")
 
 
 def status(code: int | None) -> str:

@@ -40,7 +40,7 @@ def probe_name(cmd: str) -> str | None:
     if not m:
         return None
     src = base64.b64decode(m.group(1) + "==").decode(errors="replace")
-    line = next((l for l in src.splitlines() if l.startswith("# ")), "")
+    line = next((ln for ln in src.splitlines() if ln.startswith("# ")), "")
     return line[2:]
 
 
@@ -74,27 +74,29 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for _ in range(args.repeat):
-        with tempfile.TemporaryDirectory(prefix="pvegpu-bench-") as tmp:
-            with simulated_site(Path(tmp)) as (node, index):
-                base = [*site_data(index, Path(tmp) / "locks"), "--data",
-                        "training_requirements=[]"]
-                steps = [
-                    ("cold build", [], None),
-                    ("no-op run", [], None),
-                    ("swap to new (cu128)", ["torch_variant=cu128"], None),
-                    ("swap back (index stopped)", [], "stop"),
-                    ("rebuild=venv (offline)", ["rebuild=venv", "restart_training=true"], None),
-                ]
-                for name, data, action in steps:
-                    if action == "stop":
-                        index.stop()
-                    r = run(node, index, data, base)
-                    rows.append((name, r))
-                    if r["rc"]:
-                        print(f"{name}: failed (exit {r['rc']})\n{r['tail']}", file=sys.stderr)
-                        break
-    print(f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'exec':>5} {'pct':>5} {'dl':>4} "
-          f"{'changed':>8}")
+        with (
+            tempfile.TemporaryDirectory(prefix="pvegpu-bench-") as tmp,
+            simulated_site(Path(tmp)) as (node, index),
+        ):
+            base = [*site_data(index, Path(tmp) / "locks"), "--data",
+                    "training_requirements=[]"]
+            steps = [
+                ("cold build", [], None),
+                ("no-op run", [], None),
+                ("swap to new (cu128)", ["torch_variant=cu128"], None),
+                ("swap back (index stopped)", [], "stop"),
+                ("rebuild=venv (offline)", ["rebuild=venv", "restart_training=true"], None),
+            ]
+            for name, data, action in steps:
+                if action == "stop":
+                    index.stop()
+                r = run(node, index, data, base)
+                rows.append((name, r))
+                if r["rc"]:
+                    print(f"{name}: failed (exit {r['rc']})\n{r['tail']}", file=sys.stderr)
+                    break
+    print(f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'exec':>5} {'pct':>5} "
+          f"{'dl':>4} {'changed':>8}")
     for name, r in rows:
         print(f"{name:28} {r['wall']:7.1f} {r['ct']:8} {r['state']:6} {r['exec']:5} {r['pct']:5} "
               f"{r['downloads']:4} {r['changed']!s:>8}")

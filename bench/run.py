@@ -17,10 +17,11 @@ both variants, then runs N interleaved rounds of:
 
 then N rounds of the floor and rebuild=venv (``--data rebuild=venv --data restart_training=true``;
 last, as it deletes every other build), and M-1 more cold deploys, each on a fresh node. Per
-scenario: the median wall time with min and max, its ratio to the floor's median, and the remote commands of its last sample: node commands
-(every command pyinfra runs over the node's SSH, as its ``--debug`` log names them, SFTP uploads
-included; container commands, logged under their ``@pct/`` host, are left out) and ``pct exec``
-calls (the sim's pct log). pyinfra runs with ``--debug`` for those counts, in every sample alike.
+scenario: the median wall time with min and max, its ratio to the floor's median, and the remote
+commands of its last sample: node commands (every command pyinfra runs over the node's SSH, as its
+``--debug`` log names them, SFTP uploads included; container commands, logged under their ``@pct/``
+host, are left out) and ``pct exec`` calls (the sim's pct log). pyinfra runs with ``--debug`` for
+those counts, in every sample alike.
 
 The whole thing runs twice: as the simulator is (plain), and with the latency knob (latency):
 every ``pct`` call sleeps 0.4 s first (real pct's Perl start-up) and the SSH connection goes
@@ -139,7 +140,7 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
             samples["swap back"].append(site.pyinfra("deploy.py"))
         # rebuild=venv deletes every other build (the cu128 one too): its rounds come last
-        for r in range(rounds):
+        for _ in range(rounds):
             samples["floor"].append(site.floor())
             # each sample restarts the trainer, and the unit allows training_restart_burst (5)
             # starts an hour, the deploy's included: the bench resets the count (systemd's

@@ -48,10 +48,12 @@ def simulated_site(workdir: Path, **node_options):
     """A started loopback package index and simulated node (with the user's training code); both
     always stopped."""
     wheels = build_wheelhouse(workdir / "wheels")
-    with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
-        with SimNode(workdir / "node", **node_options) as node:
-            seed_training_code(node)
-            yield node, index
+    with (
+        PackageIndex(wheels.torch_index(), wheels.pypi()) as index,
+        SimNode(workdir / "node", **node_options) as node,
+    ):
+        seed_training_code(node)
+        yield node, index
 
 
 def site_env(node: SimNode) -> dict:
@@ -104,22 +106,24 @@ def demo(args) -> int:
 
 
 def up(args) -> int:
-    with tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp:
-        with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
-            env = node.inventory_env()
-            # before the last line is out: a SIGTERM right after it must find this handler
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *a: stop.set())
-            print("# simulated node is up; in another shell:")
-            for key, value in env.items():
-                print(f"export {key}={value}")
-            data = site_data(index, Path(tmp) / "locks")
-            print(f"uv run pyinfra inventory.py deploy.py {' '.join(data)}")
-            print("# Ctrl-C here tears it down", flush=True)
-            try:
-                stop.wait()
-            except KeyboardInterrupt:
-                pass
+    with (
+        tempfile.TemporaryDirectory(prefix="pvegpu-sim-") as tmp,
+        simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index),
+    ):
+        env = node.inventory_env()
+        # before the last line is out: a SIGTERM right after it must find this handler
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *a: stop.set())
+        print("# simulated node is up; in another shell:")
+        for key, value in env.items():
+            print(f"export {key}={value}")
+        data = site_data(index, Path(tmp) / "locks")
+        print(f"uv run pyinfra inventory.py deploy.py {' '.join(data)}")
+        print("# Ctrl-C here tears it down", flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
     return 0
 
 

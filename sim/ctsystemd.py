@@ -348,9 +348,8 @@ def power_off(vmid, clean, timeout=None, kill_after=True):
     pid = init_pid(vmid)
     if pid and clean:
         os.kill(pid, HALT_SIGNAL)
-        if not _wait_gone(mon, 60 if timeout is None else timeout):
-            if not kill_after:
-                raise L.PveError("container did not stop")
+        if not _wait_gone(mon, 60 if timeout is None else timeout) and not kill_after:
+            raise L.PveError("container did not stop")
     pid = init_pid(vmid)
     if pid:
         os.kill(pid, signal.SIGKILL)  # PID 1 dying takes its whole pid namespace with it

@@ -127,7 +127,7 @@ def _create_file(path, perms, user, group):
             try:
                 uid = pwd.getpwnam(user).pw_uid
             except KeyError:
-                raise L.PveError(f"failed to get uid for: {user}")
+                raise L.PveError(f"failed to get uid for: {user}") from None
     if group is not None:
         if group.isdigit():
             gid = int(group)
@@ -135,12 +135,12 @@ def _create_file(path, perms, user, group):
             try:
                 gid = grp.getgrnam(group).gr_gid
             except KeyError:
-                raise L.PveError(f"failed to get gid for: {group}")
+                raise L.PveError(f"failed to get gid for: {group}") from None
     if perms is not None:
         try:
             perms = int(perms, 0) if not perms.startswith("0") or perms.startswith("0x") else int(perms, 8)
         except ValueError:
-            raise L.PveError(f"invalid mode: '{perms}'")
+            raise L.PveError(f"invalid mode: '{perms}'") from None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0)
         if perms is None:
@@ -151,7 +151,7 @@ def _create_file(path, perms, user, group):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except OSError as e:
-            raise L.PveError(f"failed to create file: {path}: {e.strerror}")
+            raise L.PveError(f"failed to create file: {path}: {e.strerror}") from None
     if perms is not None:
         os.fchmod(fd, perms)
     if uid is not None or gid is not None:
@@ -159,7 +159,7 @@ def _create_file(path, perms, user, group):
         try:
             os.fchown(fd, st.st_uid if uid is None else uid, st.st_gid if gid is None else gid)
         except OSError as e:
-            raise L.PveError(f"failed to change file owner: {e.strerror}")
+            raise L.PveError(f"failed to change file owner: {e.strerror}") from None
     return fd
 
 
@@ -177,7 +177,8 @@ def _copy_fd(src, dst):
 def enter(vmid, mode, argv=None, env=None, keep_cwd=True, dest=None, perms=None, user=None, group=None,
           src_fd=None, dst_fd=None):
     """Run in container vmid; returns an exit status like lxc-attach (exec) or 0/1 (push/pull).
-    mode: 'exec' (argv, env), 'push' (copy src_fd to dest inside), 'pull' (copy dest inside to dst_fd)."""
+    mode: 'exec' (argv, env), 'push' (copy src_fd to dest inside), 'pull' (copy dest inside to
+    dst_fd)."""
     cfg = L.load(vmid)
     conf = cfg.conf
     cwd = os.getcwd() if keep_cwd else "/"
@@ -232,8 +233,9 @@ def _child(vmid, conf, mode, argv, env, cwd, dest, perms, user, group, src_fd, d
     except OSError:
         os.chdir("/")
     if mode == "exec":
-        # We are PID 1 of the call's pid namespace (a stand-in for the container's init): the command
-        # runs as our child, so it can be signalled like an attached process; we reap and pass its status.
+        # We are PID 1 of the call's pid namespace (a stand-in for the container's init): the
+        # command runs as our child, so it can be signalled like an attached process; we reap and
+        # pass its status.
         pid = os.fork()
         if pid != 0:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -273,7 +275,7 @@ def _transfer(mode, dest, perms, user, group, src_fd, dst_fd):
         try:
             fd = os.open(dest, os.O_RDONLY)
         except OSError as e:
-            raise L.PveError(f"failed to open {dest}: {e.strerror}")
+            raise L.PveError(f"failed to open {dest}: {e.strerror}") from None
         _copy_fd(fd, dst_fd if dst_fd is not None else 1)
     else:
         raise ValueError(mode)

@@ -70,8 +70,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 def profile_template(pve_version: str) -> tuple[str, str | None]:
     """(template file name, Debian release of its tree or None) of a PVE version.
 
-    >>> profile_template("9.1.1"), profile_template("8.4.1")[0]
-    (('debian-13-standard_13.1-2_amd64.tar.zst', 'trixie'), 'debian-12-standard_12.7-1_amd64.tar.zst')
+    >>> profile_template("9.1.1")
+    ('debian-13-standard_13.1-2_amd64.tar.zst', 'trixie')
+    >>> profile_template("8.4.1")[0]
+    'debian-12-standard_12.7-1_amd64.tar.zst'
     """
     major = int(pve_version.split(".")[0])
     return TEMPLATES[max(m for m in TEMPLATES if m <= major)] if major >= 8 else TEMPLATES[8]
@@ -288,11 +290,12 @@ class SimNode:
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major); pve_container overrides the pve-container that
         goes with it (release_pve_container; pct's devN and hot-plug follow it). ct_init:
-        "systemd" (the containers boot real systemd) or "exec" (see CT_INITS); default $PVE_SIM_CT_INIT, else "systemd". pct_startup_s: a
-        sleep at every `pct` start, standing in for real pct's Perl start-up (the benchmark's
-        latency knob; 0 = none). cgroup_layout: "host" (this machine's cgroup mounts) or "v2"
-        (the node mounts the unified hierarchy alone at /sys/fs/cgroup, as a cgroup v2 node
-        does; on a hybrid machine its controllers stay on v1: see sim/README.md)."""
+        "systemd" (the containers boot real systemd) or "exec" (see CT_INITS); default
+        $PVE_SIM_CT_INIT, else "systemd". pct_startup_s: a sleep at every `pct` start, standing
+        in for real pct's Perl start-up (the benchmark's latency knob; 0 = none). cgroup_layout:
+        "host" (this machine's cgroup mounts) or "v2" (the node mounts the unified hierarchy alone
+        at /sys/fs/cgroup, as a cgroup v2 node does; on a hybrid machine its controllers stay on
+        v1: see sim/README.md)."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
@@ -448,7 +451,6 @@ LogLevel ERROR
         (self.state / "node.json").write_text(json.dumps(self.cfg, indent=1, sort_keys=True))
 
     def _launch(self, timeout):
-        log = open(self.state / "node.log", "ab")
         unshare = ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "--propagation",
                    "private"]
         preexec = _pdeathsig
@@ -463,11 +465,11 @@ LogLevel ERROR
             def preexec():
                 _pdeathsig()
                 _join_cgroups(cgroups)
-        self._proc = subprocess.Popen(
-            [*unshare, PYTHON, str(NODEINIT), str(self.state)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            preexec_fn=preexec, close_fds=True)
-        log.close()
+        with open(self.state / "node.log", "ab") as log:  # the child keeps its own copy
+            self._proc = subprocess.Popen(
+                [*unshare, PYTHON, str(NODEINIT), str(self.state)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=preexec, close_fds=True)
         deadline = time.monotonic() + timeout
         ready = self.upper / "var/lib/pve-sim/ready"
         pidfile = self.state / "nodeinit.pid"
@@ -493,7 +495,7 @@ LogLevel ERROR
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SimNodeError(f"sshd not listening on {self._port}:\n{self.log_tail()}")
+                    raise SimNodeError(f"sshd not listening on {self._port}:\n{self.log_tail()}") from None
                 time.sleep(0.05)
         while True:
             r = subprocess.run(self.ssh_argv("true"), capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -590,7 +592,8 @@ LogLevel ERROR
         return r
 
     def ct_run(self, vmid, argv, input=None, check=False, timeout=120, keep_env=False):
-        """Run argv inside container vmid through the same path as `pct exec`, without a pct.log entry."""
+        """Run argv inside container vmid through the same path as `pct exec`, without a pct.log
+        entry."""
         return self.run([PYTHON, "/usr/lib/pve-sim/enter.py", "exec", str(vmid),
                          "--keep-env", "1" if keep_env else "0", "--", *argv],
                         input=input, check=check, timeout=timeout)
@@ -609,7 +612,8 @@ LogLevel ERROR
                  input=json.dumps(options), check=True)
 
     def configure(self, **changes):
-        """Live-change the node: GPU count/name/memory, driver version, majors, uvm nodes, driver loaded."""
+        """Live-change the node: GPU count/name/memory, driver version, majors, uvm nodes, driver
+        loaded."""
         bad = set(changes) - set(CONFIG_KEYS)
         if bad:
             raise TypeError(f"unknown node settings: {sorted(bad)}")
@@ -655,9 +659,9 @@ LogLevel ERROR
         return self.state / "ct" / str(vmid) / "upper"
 
     def tree_digest(self) -> dict:
-        """{path: sha256 | 'link:<target>' | 'dir' | 'whiteout' | 'chr:M:m'} over the node's overlay upper
-        dir ('node/...') and every container's upper dir and running flag ('ct/<vmid>/...'); logs,
-        sim-private state, /tmp, /run and __pycache__ are left out."""
+        """{path: sha256 | 'link:<target>' | 'dir' | 'whiteout' | 'chr:M:m'} over the node's overlay
+        upper dir ('node/...') and every container's upper dir and running flag ('ct/<vmid>/...');
+        logs, sim-private state, /tmp, /run and __pycache__ are left out."""
         out = {}
         _digest_tree(self.upper, "node", DIGEST_SKIP_NODE, out)
         ctroot = self.state / "ct"
@@ -673,8 +677,8 @@ LogLevel ERROR
     # ------------------------------------------------------------------ GPU processes
     def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None,
                           cgroup: str | None = None) -> int:
-        """Start a sleeping process on the node whose /proc/<pid>/cmdline is cmdline and register it as
-        a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it.
+        """Start a sleeping process on the node whose /proc/<pid>/cmdline is cmdline and register it
+        as a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it.
         cgroup: what the node's /proc/<pid>/cgroup reads, e.g. the process of a container's unit:
         "0::/lxc/200/ns/system.slice/dflash-train.service" (PVE's LXC layout)."""
         name = name or cmdline[0]

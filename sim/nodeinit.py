@@ -62,7 +62,8 @@ def main():
     host_pid = int(os.readlink("/proc/self"))
     with open(os.path.join(state, "nodeinit.pid"), "w") as f:
         f.write(str(host_pid))
-    cfg = json.load(open(os.path.join(state, "node.json")))
+    with open(os.path.join(state, "node.json")) as f:
+        cfg = json.load(f)
 
     socket.sethostname(cfg.get("hostname", "pve1"))
     upper = os.path.join(state, "node", "upper")
@@ -135,8 +136,8 @@ def main():
         mount("none", tree, opts="remount,bind,ro")
 
     # /proc views: /proc/devices is a bind-mounted regular file, /proc/driver a tmpfs.
-    with open(R("/run/pve-sim/proc-devices"), "w") as f:
-        f.write(open("/proc/devices").read())
+    with open("/proc/devices") as src, open(R("/run/pve-sim/proc-devices"), "w") as f:
+        f.write(src.read())
     mount(R("/run/pve-sim/proc-devices"), R("/proc/devices"), flags=["--bind"])
     mount("tmpfs", R("/proc/driver"), "tmpfs", "mode=755,size=1m")
 

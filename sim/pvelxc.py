@@ -97,10 +97,7 @@ class Config:
             m = re.match(r"^\[([^\]]+)\]$", line)
             if m:
                 name = m.group(1)
-                if name == "pve:pending":
-                    cur = "pending"
-                else:
-                    cur = top.snapshots.setdefault(name, cls())
+                cur = "pending" if name == "pve:pending" else top.snapshots.setdefault(name, cls())
                 continue
             if cur == "pending":
                 m = re.match(r"^(\S+?):\s*(.*)$", line)
@@ -171,12 +168,12 @@ def load(vmid):
         with open(conf_path(vmid)) as f:
             return Config.parse(f.read())
     except FileNotFoundError:
-        raise PveError(f"Configuration file 'nodes/{NODE}/lxc/{vmid}.conf' does not exist")
+        raise PveError(f"Configuration file 'nodes/{NODE}/lxc/{vmid}.conf' does not exist") from None
 
 
 def write(vmid, cfg):
     os.makedirs(os.path.realpath(CONF_DIR), exist_ok=True)
-    tmp = conf_path(vmid) + ".tmp.%d" % os.getpid()
+    tmp = conf_path(vmid) + f".tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(cfg.dump())
     os.replace(tmp, conf_path(vmid))
@@ -320,7 +317,7 @@ def compute_devices(conf, lxc):
         try:
             st = os.stat(path)
         except OSError:
-            raise PveError(f"Device {path} does not exist")
+            raise PveError(f"Device {path} does not exist") from None
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
             raise PveError(f"{path} is not a device")
         mode = int(d["mode"], 8) if "mode" in d else stat.S_IMODE(st.st_mode)
@@ -344,7 +341,7 @@ def compute_devices(conf, lxc):
         except OSError:
             if "optional" in optl:
                 continue
-            raise PveError(f"Failed to mount \"{src}\" onto \"{dst}\"")
+            raise PveError(f"Failed to mount \"{src}\" onto \"{dst}\"") from None
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
             t = "c" if stat.S_ISCHR(st.st_mode) else "b"
             if not cgroup_allows(rules, t, os.major(st.st_rdev), os.minor(st.st_rdev)):

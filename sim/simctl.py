@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Sim-private helper run inside the node (installed at /usr/lib/pve-sim/simctl.py).
 
-    simctl.py apply [--boot]      make /dev, /proc views and the node's driver userspace match node.json
-    simctl.py prune               drop processes.json entries whose process is gone
+    simctl.py apply [--boot]    make /dev, /proc views and the node's driver userspace match
+                                node.json
+    simctl.py prune             drop processes.json entries whose process is gone
     simctl.py spawn GPU MIB NAME [--cgroup=LINE] -- CMDLINE...
-                                  a sleeping "GPU compute process" whose /proc/<pid>/cmdline is CMDLINE
-                                  (and whose /proc/<pid>/cgroup reads LINE, e.g. a container unit's
-                                  "0::/lxc/200/ns/system.slice/x.service", as PVE's LXC layout has it)
+                                a sleeping "GPU compute process" whose /proc/<pid>/cmdline is
+                                CMDLINE (and whose /proc/<pid>/cgroup reads LINE, e.g. a container
+                                unit's "0::/lxc/200/ns/system.slice/x.service", as PVE's LXC
+                                layout has it)
 
 Only the sim uses this; product code never calls it.
 """
@@ -139,6 +141,11 @@ def _rm(path):
         pass
 
 
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def _write(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:  # O_TRUNC keeps the inode: bind mounts of the file see the change
@@ -159,7 +166,7 @@ def apply(boot=False):
     caps = int(cfg["caps_major"])
 
     gj = json.dumps(gpus, indent=1)
-    if not os.path.exists(GPU_DIR + "/gpus.json") or open(GPU_DIR + "/gpus.json").read() != gj:
+    if not os.path.exists(GPU_DIR + "/gpus.json") or _read(GPU_DIR + "/gpus.json") != gj:
         with open(GPU_DIR + "/gpus.json.tmp", "w") as f:
             f.write(gj)
         os.replace(GPU_DIR + "/gpus.json.tmp", GPU_DIR + "/gpus.json")
@@ -188,14 +195,14 @@ def apply(boot=False):
     # --- /proc/devices view ---
     if not os.path.exists(PROC_DEVICES_BASE):
         shutil.copyfile(PROC_DEVICES_VIEW, PROC_DEVICES_BASE)
-    base = open(PROC_DEVICES_BASE).read()
+    base = _read(PROC_DEVICES_BASE)
     chr_part, _, blk_part = base.partition("\nBlock devices:")
     lines = chr_part.split("\n")
-    head, entries = lines[0], [l for l in lines[1:] if l.strip()]
-    entries = [l for l in entries if "nvidia" not in l]
+    head, entries = lines[0], [e for e in lines[1:] if e.strip()]
+    entries = [e for e in entries if "nvidia" not in e]
     if loaded:
         entries += [f"{nv:3d} nvidia", f"{uvm:3d} nvidia-uvm", f"{caps:3d} nvidia-caps"]
-    entries.sort(key=lambda l: int(l.split()[0]))
+    entries.sort(key=lambda e: int(e.split()[0]))
     _write(PROC_DEVICES_VIEW, head + "\n" + "\n".join(entries) + "\n\nBlock devices:" + blk_part)
 
     # --- /proc/driver/nvidia ---
@@ -227,9 +234,9 @@ def apply(boot=False):
         if name.startswith("NVIDIA-Linux-x86_64-") and name.endswith(".run") and name != f"NVIDIA-Linux-x86_64-{ver}.run":
             _rm("/root/" + name)
     run = f"/root/NVIDIA-Linux-x86_64-{ver}.run"
-    src = open(DOUBLES + "/nvidia-installer.run").read().replace("@VERSION@", ver)
+    src = _read(DOUBLES + "/nvidia-installer.run").replace("@VERSION@", ver)
     src += smi_source()
-    if not os.path.exists(run) or open(run).read() != src:
+    if not os.path.exists(run) or _read(run) != src:
         _write(run, src)
         os.chmod(run, 0o755)
 
@@ -241,12 +248,13 @@ def smi_source():
     for kind in ("gpu", "compute-apps"):
         with open(f"{SMI_FIELDS}/query-{kind}-fields.txt") as f:
             lists[kind] = [line.strip() for line in f if line.strip()]
-    src = open(DOUBLES + "/nvidia-smi").read()
+    src = _read(DOUBLES + "/nvidia-smi")
     return src.replace("\nFIELD_LISTS = None\n", f"\nFIELD_LISTS = {lists!r}\n", 1)
 
 
 def install_userspace(root, ver):
-    """Same layout as the .run double installs (kept in sync with sim/doubles/nvidia-installer.run)."""
+    """Same layout as the .run double installs (kept in sync with
+    sim/doubles/nvidia-installer.run)."""
     lib = os.path.join(root, LIBDIR.lstrip("/"))
     os.makedirs(lib, exist_ok=True)
     for name in os.listdir(lib):
@@ -256,7 +264,7 @@ def install_userspace(root, ver):
     for base in ("libcuda.so", "libnvidia-ml.so"):
         p = os.path.join(lib, f"{base}.{ver}")
         content = f"SIMULATED NVIDIA {base} {ver}\n"
-        if not os.path.exists(p) or open(p).read() != content:
+        if not os.path.exists(p) or _read(p) != content:
             _write(p, content)
         for link, target in ((f"{base}.1", f"{base}.{ver}"), (base, f"{base}.1")):
             lp = os.path.join(lib, link)
@@ -265,7 +273,7 @@ def install_userspace(root, ver):
                 os.symlink(target, lp)
     smi = os.path.join(root, "usr/bin/nvidia-smi")
     src = smi_source()
-    if not os.path.exists(smi) or open(smi).read() != src:
+    if not os.path.exists(smi) or _read(smi) != src:
         _write(smi, src)
     os.chmod(smi, 0o755)
 
@@ -319,7 +327,7 @@ def spawn(argv):
             "arg_start", "arg_end", "env_start", "env_end")] + [
             ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
 
-    f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    f = _read("/proc/self/stat").rsplit(")", 1)[1].split()
     g = lambda n: int(f[n - 3])  # noqa: E731  (proc(5) field numbers)
     buf = b"\0".join(a.encode() for a in cmdline) + b"\0"
     cbuf = ctypes.create_string_buffer(buf, len(buf))
@@ -340,7 +348,8 @@ def spawn(argv):
             f.write(cgroup.rstrip("\n") + "\n")
         if os.system(f"mount --bind {cgfile} /proc/{pid}/cgroup") != 0:
             sys.exit("mount --bind over /proc/<pid>/cgroup failed")
-    alive = open(os.path.join(GPU_DIR, lockrel), "w")
+    # held open (and flock'ed) for this process's life: the lock is how prune sees it alive
+    alive = open(os.path.join(GPU_DIR, lockrel), "w")  # noqa: SIM115
     fcntl.flock(alive, fcntl.LOCK_EX)
     entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name, "lock": lockrel}
     _update_procs(lambda procs: [p for p in procs if _alive(p)] + [entry])
@@ -359,7 +368,7 @@ def _update_procs(change):
     with open(PROCS_JSON + ".lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:
-            procs = json.load(open(PROCS_JSON))
+            procs = json.loads(_read(PROCS_JSON))
         except (OSError, ValueError):
             procs = []
         new = change(procs)

@@ -9,6 +9,7 @@ from pvegpu.startup.deploy_context import settings
 s = settings(host)
 
 proxmox.boot_persistence(
-    name="Load NVIDIA modules, create GPU and uvm nodes before guests start, run nvidia-persistenced",
+    name="Load NVIDIA modules, create GPU and uvm nodes before guests start, "
+    "run nvidia-persistenced",
     gpus=s.gpus,
 )

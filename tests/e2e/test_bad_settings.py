@@ -23,7 +23,8 @@ DEPLOYED_ROWS = [
     (["venv_path=/root"], "venv_path='/root' is a system directory"),
     (["venv_path=/usr/bin"], "venv_path='/usr/bin' is a system directory"),
     (["pytorch_cuda_alloc_conf=a\nExecStartPre=/bin/touch /tmp/INJECTED", "restart_training=true"],
-     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' has characters outside"),
+     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
+     "has characters outside"),
     (["training_script=/data/dflash/my train.py"], "training_script='/data/dflash/my train.py' has a"),
     (["training_script=/data/dflash/it's.py"], "training_script=\"/data/dflash/it's.py\" has a"),
     (["training_script=/data/dflash/$(touch INJ).py"], "training_script='/data/dflash/$(touch INJ).py'"),

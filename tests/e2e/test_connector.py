@@ -14,7 +14,7 @@ from tests.tricky_strings import TRICKY
 
 
 @pytest.fixture(scope="module")
-def node(shared_sim_node):
+def node(shared_sim_node):  # noqa: F811  (pytest passes the fixture imported above)
     n = shared_sim_node
     create = n.run(["pct", "create", "200", "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
                     "--hostname", "t", "--unprivileged", "0"])
@@ -111,7 +111,8 @@ def test_stopped_and_missing_containers_give_one_clear_line(node):
         ok, out = run(stopped, StringCommand("true"))
         assert not ok
         assert out.stderr_lines[-1] == (
-            "container 200 on node 127.0.0.1 is not running: start it with `pct start 200` or run deploy.py"
+            "container 200 on node 127.0.0.1 is not running: start it with `pct start 200` or run "
+            "deploy.py"
         )
     finally:
         assert node.run(["pct", "start", "200"]).returncode == 0
@@ -201,7 +202,8 @@ def test_container_host_shares_its_node_hosts_ssh_connection(node, monkeypatch, 
 def test_container_host_with_other_ssh_data_connects_on_its_own(node, monkeypatch, tmp_path):
     handshakes = count_handshakes(monkeypatch)
     copy = tmp_path / "known_hosts"
-    copy.write_text(open(node.known_hosts_path).read())
+    with open(node.known_hosts_path) as f:
+        copy.write_text(f.read())
     data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
             "ssh_known_hosts_file": node.known_hosts_path}
     inventory = Inventory(([("127.0.0.1", dict(data)),
@@ -242,7 +244,7 @@ def test_a_node_that_refuses_fails_both_hosts_with_one_handshake(node, monkeypat
     data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
             "ssh_known_hosts_file": str(wrong), "ssh_strict_host_key_checking": "yes"}
     inventory = Inventory(([("127.0.0.1", dict(data)), ("@pct/127.0.0.1/200", dict(data))], {}))
-    state = State(inventory, Config())
+    State(inventory, Config())  # binds the inventory's hosts to a state: connect() needs one
     errors = []
     for host in inventory:
         host.connect(show_errors=False, raise_exceptions=False)

@@ -256,7 +256,7 @@ def test_a_build_that_fails_verification_never_goes_live(deployed):
     the build stage's package check sees): verify fails on that build before anything switches,
     so /root/venv, the unit, the live build's settings and the running training stay as they
     were. (Before, the live link switched first and verify failed after.)"""
-    site, node = deployed, deployed.node
+    site = deployed
     built = site.deploy("torch_variant=cu128")  # cu128 built and verified, then back to cu130
     assert built.rc == 0, built.output[-4000:]
     back = site.deploy()

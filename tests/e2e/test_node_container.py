@@ -77,7 +77,7 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     for line in ("features: nesting=1", "protection: 1", "onboot: 1",
                  "mp0: /tank/dflash,mp=/data,backup=0", "hostname: dflash-train", "cores: 32"):
         assert line in conf.splitlines(), conf
-    devs = sorted(v for k, v in (l.split(": ", 1) for l in conf.splitlines() if ": " in l)
+    devs = sorted(v for k, v in (ln.split(": ", 1) for ln in conf.splitlines() if ": " in ln)
                   if re.fullmatch(r"dev\d+", k))
     assert devs == sorted([f"/dev/nvidia{i}" for i in range(8)]
                           + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
@@ -100,7 +100,7 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
         assert node.run(["test", "-L", f"/etc/systemd/system/multi-user.target.wants/{unit}"]).returncode == 0
         assert node.run(["systemctl", "is-active", unit]).stdout.strip() == "active"
     verify = node.run(["systemd-analyze", "verify", *UNIT_FILES[1:]])
-    assert [l for l in verify.stderr.splitlines() if "nvidia" in l] == [], verify.stderr
+    assert [ln for ln in verify.stderr.splitlines() if "nvidia" in ln] == [], verify.stderr
 
     # Data survives: written in the container, it lives on the node's bind-mounted directory.
     site.ct("sh", "-c", "mkdir -p /data/checkpoints && echo step-1 > /data/checkpoints/last")
@@ -181,8 +181,8 @@ def test_raw_lxc_mode_on_pve_8_0_and_a_changed_uvm_major_is_repaired(site):
     assert second.rc == 0, second.output[-4000:]
     conf2 = node.read("/etc/pve/lxc/200.conf")
     assert "c 509:* rwm" in conf2 and "508" not in conf2
-    rest = [l for l in conf.splitlines() if not l.startswith("lxc.")]
-    assert [l for l in conf2.splitlines() if not l.startswith("lxc.")] == rest  # all else kept
+    rest = [ln for ln in conf.splitlines() if not ln.startswith("lxc.")]
+    assert [ln for ln in conf2.splitlines() if not ln.startswith("lxc.")] == rest  # all else kept
     assert ct_major(site, "/dev/nvidia-uvm") == 509
     assert "CT 200: kernel module 580.105.08, userspace libcuda 580.95.05, libnvidia-ml 580.95.05: " \
            "reinstalling" in second.output

@@ -25,7 +25,8 @@ from pyinfra import host
 from pvegpu.startup.deploy_context import settings
 from pvegpu.operations import python_env
 if "training_cts" in host.groups:
-    python_env.venv_matches_lock(name="Check the live venv has exactly its lock", settings=settings(host))
+    python_env.venv_matches_lock(name="Check the live venv has exactly its lock",
+                                 settings=settings(host))
 """
 
 
@@ -140,7 +141,7 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     run = site.deploy(f"locks_dir={fresh}", "torch_variant=cu128", f"package_index_url={dead}",
                       'training_requirements=["transformers==5.6.0"]')
     assert run.rc != 0
-    line = next(l for l in run.output.splitlines() if "cu128-py3.11.lock failed: " in l)
+    line = next(ln for ln in run.output.splitlines() if "cu128-py3.11.lock failed: " in ln)
     assert f"making {fresh}/cu128-py3.11.lock failed: " in line and dead in line, run.output[-3000:]
     assert not (fresh / "cu128-py3.11.lock").exists()
     assert link(site, "/root/venv") == f"/root/venvs/{CU128}" and torch_of(site) == "2.11.0+cu128"
@@ -268,7 +269,7 @@ def test_locks_on_first_use_take_fresh_dependencies_and_refuse_a_swapped_wheel(s
     site.index.add([evil])
     fresh = site.deploy(req, "rebuild=container", "restart_training=true")
     assert fresh.rc != 0
-    failed = [l for l in fresh.output.splitlines() if "/root/venvs/torch-2.11.0-cu130.next failed" in l]
+    failed = [ln for ln in fresh.output.splitlines() if "/root/venvs/torch-2.11.0-cu130.next failed" in ln]
     assert len(failed) == 1 and "Hash mismatch for `trainer-utils==1.0.0`" in failed[0], \
         fresh.output[-3000:]
     assert f"the index serves another file than {lock} records: refused" in failed[0]
@@ -286,32 +287,34 @@ def test_index_credentials_never_reach_output_argv_or_the_lock(wheelhouse, tmp_p
     from tests.e2e.conftest import Site
 
     token = "s3cret-TOKEN"
-    with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", token)) as index:
-        with SimNode(tmp_path / "node") as node:
-            seed_training_code(node)
-            base = index.url.replace("http://", f"http://me:{token}@")
-            locks = tmp_path / "locks"
-            site = Site(node, index, [
-                "--data", f"torch_index_base={base}/whl", "--data", f"package_index_url={base}/simple",
-                "--data", f"locks_dir={locks}", "--data", "training_requirements=[]"])
-            run = site.pyinfra("deploy.py", extra=("--debug",))
-            assert run.rc == 0, run.output[-4000:]
-            assert token not in run.output
-            assert "me:***@127.0.0.1" in (locks / "cu130-py3.11.lock").read_text()
-            assert token not in (locks / "cu130-py3.11.lock").read_text()
-            assert not [c for c in node.pct_calls() if token in " ".join(c["argv"])]
-            assert site.ct("stat", "-c", "%a", "/root/.config/pvegpu/netrc").stdout.strip() == "600"
-            assert torch_of(site) == "2.11.0+cu130"
-            import base64
-            good = "Basic " + base64.b64encode(f"me:{token}".encode()).decode()
-            assert good in index.authorization_headers()  # uv and the checks did authenticate
+    with (
+        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", token)) as index,
+        SimNode(tmp_path / "node") as node,
+    ):
+        seed_training_code(node)
+        base = index.url.replace("http://", f"http://me:{token}@")
+        locks = tmp_path / "locks"
+        site = Site(node, index, [
+            "--data", f"torch_index_base={base}/whl", "--data", f"package_index_url={base}/simple",
+            "--data", f"locks_dir={locks}", "--data", "training_requirements=[]"])
+        run = site.pyinfra("deploy.py", extra=("--debug",))
+        assert run.rc == 0, run.output[-4000:]
+        assert token not in run.output
+        assert "me:***@127.0.0.1" in (locks / "cu130-py3.11.lock").read_text()
+        assert token not in (locks / "cu130-py3.11.lock").read_text()
+        assert not [c for c in node.pct_calls() if token in " ".join(c["argv"])]
+        assert site.ct("stat", "-c", "%a", "/root/.config/pvegpu/netrc").stdout.strip() == "600"
+        assert torch_of(site) == "2.11.0+cu130"
+        import base64
+        good = "Basic " + base64.b64encode(f"me:{token}".encode()).decode()
+        assert good in index.authorization_headers()  # uv and the checks did authenticate
 
-            wrong = base.replace(token, "wrong-TOKEN")
-            bad = site.deploy(f"package_index_url={wrong}/simple", f"torch_index_base={wrong}/whl",
-                              "torch_variant=cu128")
-            assert bad.rc != 0
-            assert "wrong-TOKEN" not in bad.output and token not in bad.output
-            line = next(l for l in bad.output.splitlines() if "cu128-py3.11.lock failed" in l)
-            assert (f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
-                    "refused the credentials (HTTP 401): fix the user:token") in line, line
-            assert torch_of(site) == "2.11.0+cu130"
+        wrong = base.replace(token, "wrong-TOKEN")
+        bad = site.deploy(f"package_index_url={wrong}/simple", f"torch_index_base={wrong}/whl",
+                          "torch_variant=cu128")
+        assert bad.rc != 0
+        assert "wrong-TOKEN" not in bad.output and token not in bad.output
+        line = next(ln for ln in bad.output.splitlines() if "cu128-py3.11.lock failed" in ln)
+        assert (f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
+                "refused the credentials (HTTP 401): fix the user:token") in line, line
+        assert torch_of(site) == "2.11.0+cu130"

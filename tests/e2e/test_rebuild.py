@@ -80,6 +80,6 @@ def test_dry_rebuild_shows_what_it_would_destroy_and_changes_nothing(deployed):
                        yes=False, extra=("--dry",))
     assert run.rc == 0, run.output[-4000:]
     assert "/usr/local/bin/junk-tool was not placed by pvegpu" in run.output
-    destroy = next(l for l in run.output.splitlines() if "Destroy CT 200 for rebuild=container" in l)
+    destroy = next(ln for ln in run.output.splitlines() if "Destroy CT 200 for rebuild=container" in ln)
     assert "1 (127.0.0.1)" in destroy
     assert site.node.tree_digest() == before

@@ -14,7 +14,7 @@ def running_unit(site) -> dict:
 
 
 def test_full_deploy_from_no_container_then_zero_changes(site):
-    assert not site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode == 0
+    assert site.node.run(["test", "-e", "/etc/pve/lxc/200.conf"]).returncode != 0
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
     assert first.changed > 0
@@ -53,7 +53,7 @@ def test_preview_without_yes_shows_container_will_be_created(site):
     # Without -y pyinfra previews, then asks; with no stdin it stops there (and writes a debug log).
     (ROOT / "pyinfra-debug.log").unlink(missing_ok=True)
     assert "Detected changes" in run.output
-    create = next(l for l in run.output.splitlines() if "Create CT 200 when missing" in l)
+    create = next(ln for ln in run.output.splitlines() if "Create CT 200 when missing" in ln)
     assert "1 (127.0.0.1)" in create
     assert "could not load fact" not in run.output
     assert site.node.tree_digest() == before

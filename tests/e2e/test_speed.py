@@ -50,7 +50,7 @@ def describe(command: str) -> str:
     m = re.search(r"b64decode\(\W*([A-Za-z0-9+/=]{40,})", command)
     if m:
         source = base64.b64decode(m.group(1) + "==").decode(errors="replace").splitlines()
-        return "probe: " + next((l[2:] for l in source if l.startswith("# ")), "?")[:120]
+        return "probe: " + next((ln[2:] for ln in source if ln.startswith("# ")), "?")[:120]
     return " ".join(command.split())[:120]
 
 

@@ -1,4 +1,5 @@
-"""The simulated Proxmox node: lifecycle, ssh, pct grammar and exit codes, passthrough, NVIDIA doubles."""
+"""The simulated Proxmox node: lifecycle, ssh, pct grammar and exit codes, passthrough, NVIDIA
+doubles."""
 import os
 import subprocess
 import time
@@ -49,7 +50,8 @@ def _gone(node_pid, mntns, state):
     assert _exited(node_pid)
     assert _mntns_holders(mntns) == []
     assert not state.exists()
-    assert str(state) not in open("/proc/self/mountinfo").read()
+    with open("/proc/self/mountinfo") as f:
+        assert str(state) not in f.read()
 
 
 # ----------------------------------------------------------------------------- lifecycle
@@ -71,11 +73,10 @@ def test_start_stop_leaves_nothing_behind(tmp_path):
 
 
 def test_body_raising_still_cleans_up(tmp_path):
-    with pytest.raises(RuntimeError, match="boom"):
-        with SimNode(tmp_path / "n") as node:
-            pid, mntns = node.pid, node._mntns
-            node.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])  # a stray process inside the node dies with it
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), SimNode(tmp_path / "n") as node:
+        pid, mntns = node.pid, node._mntns
+        node.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])  # a stray process inside the node dies with it
+        raise RuntimeError("boom")
     _gone(pid, mntns, tmp_path / "n")
 
 
@@ -295,8 +296,8 @@ def test_container_sees_only_passed_devices(sim_node):
                           "lxc.cgroup2.devices.allow: c 195:* rwm\n"
                           "lxc.cgroup2.devices.allow: c 507:* rwm\n"
                           "lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file\n"
-                          "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file\n"
-                          "EOF"], check=True)
+                          "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none "
+                          "bind,optional,create=file\nEOF"], check=True)
     assert pct(node, "stop", "200").returncode == 0 and pct(node, "start", "200").returncode == 0
     ls = node.ct_run(200, ["sh", "-c", "ls /dev | grep nvidia"]).stdout.split()
     assert ls == ["nvidia-uvm", "nvidia1", "nvidia2", "nvidiactl"]
@@ -401,7 +402,8 @@ def test_devn_follows_the_nodes_pve_container(sim_node):
 def test_systemctl_double_on_the_node_records_calls(shared_sim_node):
     """The node (no systemd as its PID 1 here) has the systemctl double; containers have none."""
     node = shared_sim_node
-    unit = "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"
+    unit = ("[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n[Install]\n"
+            "WantedBy=multi-user.target\n")
     node.run(["sh", "-c", "cat > /etc/systemd/system/train.service"], input=unit, check=True)
     r = node.run(["systemctl", "is-active", "train"])
     assert (r.returncode, r.stdout) == (3, "inactive\n")

@@ -16,7 +16,7 @@ from pvegpu.plan.boot import (
 
 
 def exec_lines(text):
-    return [l.split("=", 1)[1] for l in text.splitlines() if l.startswith("ExecStart=")]
+    return [ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("ExecStart=")]
 
 
 def test_uvm_unit_creates_every_gpu_node_then_the_uvm_nodes_before_guests():
@@ -33,7 +33,7 @@ def test_uvm_unit_creates_every_gpu_node_then_the_uvm_nodes_before_guests():
 
 
 def test_modules_load_lists_the_modules_one_per_line():
-    lines = [l for l in render_modules(()).splitlines() if not l.startswith("#")]
+    lines = [ln for ln in render_modules(()).splitlines() if not ln.startswith("#")]
     assert lines == ["nvidia", "nvidia_uvm"]
 
 
@@ -56,7 +56,7 @@ def test_rendered_node_units_pass_systemd_analyze_verify(tmp_path):
         (tmp_path / name).write_text(text)
     p = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
                        capture_output=True, text=True)
-    problems = [l for l in p.stderr.splitlines() if "nvidia" in l]
+    problems = [ln for ln in p.stderr.splitlines() if "nvidia" in ln]
     assert p.returncode == 0 and not problems, p.stderr
     # and the check can fail: a broken unit is reported
     (tmp_path / "broken.service").write_text(units["nvidia-uvm-init.service"].replace("Type=oneshot", "Type=oneshoot"))

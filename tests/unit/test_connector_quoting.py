@@ -22,7 +22,8 @@ from pvegpu.connectors.pct import (
 @pytest.fixture
 def fake_pct(tmp_path):
     script = tmp_path / "pct"
-    script.write_text('#!/bin/sh\n[ "$1" = exec ] || exit 99\nshift 2\n[ "$1" = -- ] || exit 98\nshift\nexec "$@"\n')
+    script.write_text('#!/bin/sh\n[ "$1" = exec ] || exit 99\nshift 2\n'
+                      '[ "$1" = -- ] || exit 98\nshift\nexec "$@"\n')
     script.chmod(0o755)
     return tmp_path
 

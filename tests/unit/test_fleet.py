@@ -65,7 +65,8 @@ def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path, k
 
 @pytest.fixture
 def key(tmp_path, monkeypatch):
-    """A private key file, and a HOME whose ~/.ssh/id_ed25519 exists (as fleet.example.yaml says)."""
+    """A private key file, and a HOME whose ~/.ssh/id_ed25519 exists (as fleet.example.yaml
+    says)."""
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "id_ed25519").write_text("key\n")
     monkeypatch.setenv("HOME", str(tmp_path))

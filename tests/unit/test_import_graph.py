@@ -30,10 +30,7 @@ def imported_names(path: Path, name: str, is_package: bool) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = package.split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-            else:
-                base = []
+            base = base[: len(base) - node.level + 1] if node.level else []
             target = ".".join([*base, *([node.module] if node.module else [])])
             names.add(target)
             names.update(f"{target}.{alias.name}" for alias in node.names)

@@ -7,7 +7,7 @@ from pvegpu.plan.boot import _env, manages_persistenced, render_modules, render_
 
 
 def description(unit_text):
-    return next(l for l in unit_text.splitlines() if l.startswith("Description="))
+    return next(ln for ln in unit_text.splitlines() if ln.startswith("Description="))
 
 
 def test_modules_file_is_exactly_the_header_and_one_module_per_line():
@@ -29,8 +29,8 @@ def test_uvm_unit_names_the_gpu_nodes_it_creates():
 
 
 def test_uvm_unit_creates_the_modeset_node_when_asked():
-    execs = [l for l in render_uvm_unit([0], extras=("nvidia-modeset",)).splitlines()
-             if l.startswith("ExecStart=")]
+    execs = [ln for ln in render_uvm_unit([0], extras=("nvidia-modeset",)).splitlines()
+             if ln.startswith("ExecStart=")]
     assert execs[0] == "ExecStart=/usr/bin/nvidia-modprobe -c 0 -c 255 -m"
 
 

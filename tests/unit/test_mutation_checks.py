@@ -44,14 +44,14 @@ def test_torch_problems_of_a_good_runtime_is_empty():
      ["torch does not import in /root/venvs/b1/bin/python (ImportError: libcudnn.so.9): "
       "run deploy.py --data rebuild=venv"]),
     (runtime(version="2.11.0+cu128", cuda="12.8"),
-     ["torch is 2.11.0+cu128, expected 2.11.0+cu130: run deploy.py (it rebuilds the venv for "
-      "torch_variant=cu130)", "torch.version.cuda is 12.8, expected 13.0 for cu130"]),
+     ["torch is 2.11.0+cu128, expected 2.11.0+cu130: run deploy.py (it rebuilds the venv "
+      "for torch_variant=cu130)", "torch.version.cuda is 12.8, expected 13.0 for cu130"]),
     (runtime(available=False, init_error="CUDA driver initialization failed"),
-     ["CUDA is not available to torch (CUDA driver initialization failed): check the driver "
-      "parity and the GPU passthrough (run deploy.py)"]),
+     ["CUDA is not available to torch (CUDA driver initialization failed): check the "
+      "driver parity and the GPU passthrough (run deploy.py)"]),
     (runtime(available=False),
-     ["CUDA is not available to torch (no reason given): check the driver parity and the GPU "
-      "passthrough (run deploy.py)"]),
+     ["CUDA is not available to torch (no reason given): check the driver parity and the "
+      "GPU passthrough (run deploy.py)"]),
     (runtime(device_count=7),
      ["torch sees 7 GPUs, expected 8: check the passthrough of every /dev/nvidiaN to the "
       "container"]),

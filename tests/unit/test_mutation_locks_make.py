@@ -48,8 +48,8 @@ def header(s: Settings) -> str:
         "--generate-hashes:\n"
         f"# torch from {s.torch.index_url.replace(':t@', ':***@')} (explicit index), everything "
         "else from\n"
-        f"# {s.torch.package_index_url.replace(':t@', ':***@')}. Commit it; deploys install exactly "
-        "these files.\n"
+        f"# {s.torch.package_index_url.replace(':t@', ':***@')}. Commit it; deploys install "
+        "exactly these files.\n"
     )
 
 

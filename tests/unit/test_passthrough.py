@@ -51,7 +51,7 @@ def test_raw_lines_use_majors_from_the_node_and_replace_stale_ones():
     node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
                           "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
     lines2 = raw_lxc_lines(paths, node2, majors2)
-    parsed = [tuple(l.split(": ", 1)) for l in new.splitlines() if l.startswith("lxc.")]
+    parsed = [tuple(ln.split(": ", 1)) for ln in new.splitlines() if ln.startswith("lxc.")]
     assert raw_lines_match(parsed, lines, MAJORS)
     assert not raw_lines_match(parsed, lines2, majors2)
     newer = rewrite_config(new, lines2, majors2, True)

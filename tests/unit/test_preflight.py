@@ -52,27 +52,27 @@ def test_a_fit_node_passes_silently():
 @pytest.mark.parametrize("over, line", [
     ({"driver_version": None, "gpus": None},
      "n1: node driver: expected an NVIDIA driver >= 580.65.06 loaded on n1; found none "
-     "(/proc/driver/nvidia/version missing); fix: install the NVIDIA driver >= 580.65.06 on the "
-     "node and reboot"),
+     "(/proc/driver/nvidia/version missing); fix: install the NVIDIA driver >= 580.65.06 on "
+     "the node and reboot"),
     ({"driver_version": "570.86.10", "driver_version_smi": "570.86.10"},
-     "n1: driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node n1; fix: "
-     "upgrade the node's NVIDIA driver to >= 580.65.06 (then deploy.py matches the container), or "
-     "set torch_variant to a build the driver supports"),
+     "n1: driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node n1; "
+     "fix: upgrade the node's NVIDIA driver to >= 580.65.06 (then deploy.py matches the "
+     "container), or set torch_variant to a build the driver supports"),
     ({"gpus": [{"index": i, "minor": i} for i in range(7)]},
-     "n1: node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi on n1; "
-     "fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count"),
+     "n1: node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi on "
+     "n1; fix: check the GPUs (nvidia-smi -L on the node) or set expected_gpu_count"),
     ({"gpus": None, "gpu_error": ["nvidia-smi failed (exit 9)"]},
-     "n1: node GPUs: expected nvidia-smi on n1 lists the GPUs; found nvidia-smi failed (exit 9); "
-     "fix: fix the node's driver install (nvidia-smi must work on the node)"),
+     "n1: node GPUs: expected nvidia-smi on n1 lists the GPUs; found nvidia-smi failed "
+     "(exit 9); fix: fix the node's driver install (nvidia-smi must work on the node)"),
     ({"driver_version_smi": "580.105.08"},
-     "n1: the node's NVIDIA userspace is 580.105.08 but its kernel module is 580.95.05: reboot the "
-     "node after the driver upgrade (or reinstall the matching driver)"),
+     "n1: the node's NVIDIA userspace is 580.105.08 but its kernel module is 580.95.05: "
+     "reboot the node after the driver upgrade (or reinstall the matching driver)"),
     ({"majors": {"nvidia": 195}},
-     "n1: the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): run `modprobe "
-     "nvidia-uvm` on the node (CUDA cannot start without it)"),
+     "n1: the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): run "
+     "`modprobe nvidia-uvm` on the node (CUDA cannot start without it)"),
     ({"tools": {"nvidia-persistenced": "/usr/bin/nvidia-persistenced"}},
-     "n1: nvidia-modprobe is not installed: install the driver's nvidia-modprobe (the .run driver "
-     "puts it in /usr/bin; Debian: package nvidia-modprobe)"),
+     "n1: nvidia-modprobe is not installed: install the driver's nvidia-modprobe (the .run "
+     "driver puts it in /usr/bin; Debian: package nvidia-modprobe)"),
 ])
 def test_each_unfit_fact_is_one_line_with_value_and_fix(over, line):
     problems, _ = node_problems(settings(), node(**over), "n1")
@@ -130,8 +130,8 @@ def test_stale_uvm_major_while_training_runs_needs_restart_training():
     problems, _ = node_problems(settings(), state, "n1", [200])
     assert problems == [
         "n1: CT 200 must restart to get its GPUs right (/dev/nvidia-uvm is 508:0 in the container, "
-        "509:0 on the node; /dev/nvidia-uvm-tools is 508:1 in the container, 509:1 on the node), but "
-        "dflash-train.service is running in it: stop the training first, or pass --data "
+        "509:0 on the node; /dev/nvidia-uvm-tools is 508:1 in the container, 509:1 on the node), "
+        "but dflash-train.service is running in it: stop the training first, or pass --data "
         "restart_training=true to restart it anyway"
     ]
     assert node_problems(settings(restart_training=True), state, "n1", [200])[0] == []
@@ -143,9 +143,9 @@ def test_container_stage_blockers_are_found_before_anything_changes():
     state = node(templates=[], installer=None, containers={"200": {"exists": False}})
     problems, _ = node_problems(settings(), state, "n1", [200])
     assert problems == [
-        "n1: CT 200 is missing and its template local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst "
-        "is not on the node: download it with `pveam download local debian-12-standard_12.12-1_amd64"
-        ".tar.zst` or set ct_template",
+        "n1: CT 200 is missing and its template "
+        "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst is not on the node: download it "
+        "with `pveam download local debian-12-standard_12.12-1_amd64.tar.zst` or set ct_template",
         "n1: CT 200 needs NVIDIA userspace 580.95.05 (has none (new container)), but "
         "NVIDIA-Linux-x86_64-580.95.05.run is not in /root on the node: copy the installer of the "
         "node's driver there (or set nvidia_installer_dir)",

@@ -273,7 +273,7 @@ def test_build_script_builds_beside_the_live_venv_offline_first():
     assert "rm -rf -- /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next" in script
     assert lines[-1] == "mv /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next"
     # nothing but .building/.next of this build is removed; the live link is never touched
-    assert [l for l in lines if "rm " in l] == [lines[2]]
+    assert [ln for ln in lines if "rm " in ln] == [lines[2]]
     assert "/root/venv " not in script and "/root/venv'" not in script
     offline = script.index("pip sync")
     assert "--offline" in script[offline:script.index("; else ", offline)]
@@ -439,7 +439,7 @@ def test_every_variant_has_its_in_file():
     assert sorted(p.stem for p in (ROOT / "locks").glob("*.in")) == sorted(VARIANTS)
 
 
-# --- the probe, run for real on this machine --------------------------------------------------------
+# --- the probe, run for real on this machine ----------------------------------------------------
 def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
     import json
     import subprocess
@@ -483,4 +483,5 @@ def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
     assert doc["uv_cache_same_fs"] is True
     s = settings(venvs_dir=str(venvs), venv_path=str(live))
     assert drift_report(doc, s) == [
-        f"{live} (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 is installed but not in the lock (extra)"]
+        f"{live} (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 is installed but not in the lock "
+        "(extra)"]

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import uv as uv_package
@@ -115,7 +116,7 @@ def test_trap_unlabeled_pin_silently_installs_pypis_cuda13_build(box):
     lock, cons = box.lock(s, py)
     box.sync(s, py, lock, cons)
     assert box.torch(py) == ("2.11.0+cu128", "12.8")
-    assert "torch==2.11.0+cu128" in open(lock).read()
+    assert "torch==2.11.0+cu128" in Path(lock).read_text()
 
 
 def test_trap_a_dependency_pulling_torch_from_pypi(box):
@@ -131,7 +132,7 @@ def test_trap_a_dependency_pulling_torch_from_pypi(box):
     lock, cons = box.lock(s, py, pins=["needs-torch==1.0"])
     box.sync(s, py, lock, cons)
     assert box.installed(py) == {"needs-torch": "1.0", "torch": "2.11.0+cu128"}
-    assert "torch==2.11.0+cu128" in open(lock).read()
+    assert "torch==2.11.0+cu128" in Path(lock).read_text()
 
 
 def test_trap_unlabeled_pin_says_nothing_to_do_over_another_variant(box):
@@ -147,7 +148,7 @@ def test_trap_unlabeled_pin_says_nothing_to_do_over_another_variant(box):
     # the defence: drift against the cu130 lock names it, and syncing the cu130 lock replaces it
     lock130, cons130 = box.lock(s130, box.venv("scratch"))
     from pvegpu.locks import parse_pins
-    found = drift(box.installed(py), parse_pins(open(lock130).read()))
+    found = drift(box.installed(py), parse_pins(Path(lock130).read_text()))
     assert found.wrong_variant == {"torch": ("2.11.0+cu128", "2.11.0+cu130")}
     box.sync(s130, py, lock130, cons130)
     assert box.torch(py) == ("2.11.0+cu130", "13.0")
@@ -178,7 +179,7 @@ def test_a_lock_that_does_not_resolve_fails_the_sync(box):
     s = box.settings("cu130")
     py = box.venv("tampered")
     lock, cons = box.lock(s, py)
-    text = open(lock).read()
+    text = Path(lock).read_text()
     digest = text.split("--hash=sha256:")[1][:64]
     bad = box.write("bad.lock", text.replace(digest, "0" * 64))
     result = box.sync(s, py, bad, cons, check=False)
@@ -201,7 +202,7 @@ def test_trap_the_torch_index_has_stale_copies_of_torchs_dependencies(box):
     # the defence: torch bound to the explicit torch index, the rest from package_index_url
     py = box.venv("fresh")
     lock, pyproject = box.lock(s, py)
-    pins = parse_pins(open(lock).read())
+    pins = parse_pins(Path(lock).read_text())
     assert pins == {"torch": "2.11.0+cu130", "trainer-utils": "1.0.0", "filelock": "3.20.0",
                     "typing-extensions": "4.15.0"}
     box.index.clear_requests()
@@ -225,7 +226,7 @@ def test_sync_requires_a_hash_for_every_entry(box):
     s = box.settings("cu130", training_requirements=["trainer-utils==1.0.0"])
     py = box.venv("strict")
     lock, pyproject = box.lock(s, py)
-    text = open(lock).read()
+    text = Path(lock).read_text()
     unhashed = re.sub(r"filelock==3.20.0 \\\n    --hash=sha256:[0-9a-f]{64}\n",
                       "filelock==3.20.0\n", text)
     assert unhashed != text

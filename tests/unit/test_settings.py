@@ -115,7 +115,8 @@ def test_container_and_path_rules(over, line):
     {"data_dir_node": "/root/data", "nvidia_installer_dir": "/root"},
     {"data_dir_ct": "/mnt/data", "training_script": "/mnt/data/t.py", "training_workdir": "/mnt/data"},
     {"venvs_dir": "/srv/venvs", "venv_path": "/srv/venv", "uv_cache_dir": "/srv/uv-cache"},
-    {"pytorch_cuda_alloc_conf": "expandable_segments:True,roundup_power2_divisions:[256:1,512:2]"},
+    {"pytorch_cuda_alloc_conf": "expandable_segments:True,"
+                                "roundup_power2_divisions:[256:1,512:2]"},
 ])
 def test_reasonable_values_pass(over):
     make(**over)

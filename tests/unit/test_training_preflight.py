@@ -33,11 +33,11 @@ def test_missing_or_wrong_kind_is_one_line_each_naming_value_and_fix():
     lines = path_problems(settings(), kinds, {}, "n1", 200)
     assert lines == [
         "n1: training_script=/data/dflash/train.py is a directory (node path "
-        "/tank/dflash/dflash/train.py): put the training script at /tank/dflash/dflash/train.py on the "
-        "node (CT 200 sees /tank/dflash at /data), or fix training_script",
-        "n1: training_workdir=/data/dflash is missing (node path /tank/dflash/dflash): put the training "
-        "directory at /tank/dflash/dflash on the node (CT 200 sees /tank/dflash at /data), or fix "
-        "training_workdir",
+        "/tank/dflash/dflash/train.py): put the training script at /tank/dflash/dflash/train.py on "
+        "the node (CT 200 sees /tank/dflash at /data), or fix training_script",
+        "n1: training_workdir=/data/dflash is missing (node path /tank/dflash/dflash): put the "
+        "training directory at /tank/dflash/dflash on the node (CT 200 sees /tank/dflash at "
+        "/data), or fix training_workdir",
     ]
 
 

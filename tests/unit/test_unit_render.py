@@ -240,7 +240,8 @@ def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path):
 
 @pytest.mark.parametrize("over, fragment", [
     ({"pytorch_cuda_alloc_conf": "a\nExecStartPre=/bin/touch /tmp/INJECTED"},
-     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' has characters outside"),
+     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
+     "has characters outside"),
     ({"training_script": "/data/dflash/my train.py"}, "training_script='/data/dflash/my train.py' has a"),
     ({"training_script": "/data/dflash/it's.py"}, "training_script=\"/data/dflash/it's.py\" has a"),
     ({"training_script": "/data/dflash/$(id).py"}, "training_script='/data/dflash/$(id).py' has a"),

@@ -389,7 +389,8 @@ def test_process_in_another_container_or_outside_the_unit():
     )
     assert "pid 7 in CT 200 (outside dflash-train.service)" in manual.lines()[0]
     assert "kill 7" in manual.lines()[0]
-    v1 = "12:pids:/lxc/200/ns/system.slice/dflash-train.service\n0::/lxc/200/ns/system.slice/dflash-train.service"
+    v1 = ("12:pids:/lxc/200/ns/system.slice/dflash-train.service\n"
+          "0::/lxc/200/ns/system.slice/dflash-train.service")
     assert run(node=node_facts(apps=[dict(base, cgroup=v1)])).ok
 
 

@@ -106,13 +106,14 @@ def test_compute_apps_shapes():
         (6, "No devices were found\n", "no GPUs found"),
         (
             9,
-            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
-            "that the latest NVIDIA driver is installed and running.\n",
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+            "sure that the latest NVIDIA driver is installed and running.\n",
             "no NVIDIA driver reachable",
         ),
         (
             18,
-            "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n",
+            "Failed to initialize NVML: Driver/library version mismatch\n"
+            "NVML library version: 580.95\n",
             "NVML driver/library version mismatch",
         ),
         (2, 'Field "compute_cap" is not a valid field to query.\n', "nvidia-smi failed (exit 2)"),

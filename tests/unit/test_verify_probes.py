@@ -64,7 +64,8 @@ STUB = textwrap.dedent('''
                 with _lock:
                     if _flag["on"]:
                         raise RuntimeError("Detected that you are using FX to symbolically trace a "
-                                           "dynamo-optimized function. This is not supported at the moment.")
+                                           "dynamo-optimized function. This is not supported at "
+                                           "the moment.")
                     mine = not state["done"]
                     _flag["on"] = mine or _flag["on"]
                 if mine:

@@ -382,7 +382,8 @@ def hold_context(gpu: dict) -> None:
     sim = os.path.join(nvidia_dir(), "sim")
     ns = os.stat("/proc/self/ns/pid").st_ino
     lock = f"ctx-{ns}-{os.getpid()}-{index}.lock"
-    fd = open(os.path.join(sim, lock), "w")
+    # held open (and flock'ed) until exit: the lock is how the node sees this context alive
+    fd = open(os.path.join(sim, lock), "w")  # noqa: SIM115
     fcntl.flock(fd, fcntl.LOCK_EX)
     _contexts[index] = fd
     with open("/proc/self/cmdline", "rb") as f:
