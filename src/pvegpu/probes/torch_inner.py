@@ -23,8 +23,8 @@ def first_line(e):
 doc["version"] = torch.__version__
 doc["variant"] = torch.__version__.partition("+")[2] or None
 doc["cuda"] = torch.version.cuda
-# GPUs (UUIDs, no "GPU-", lower case) a training holds: no CUDA context there (identity from
-# cudaGetDeviceProperties, which needs none; free memory from nvidia-smi)
+# GPUs (UUIDs, no "GPU-", lower case; "*": all) a training holds: no CUDA context there
+# (identity from cudaGetDeviceProperties, which needs none; free memory from nvidia-smi)
 no_context = {u for u in os.environ.get("PVEGPU_NO_CONTEXT", "").split(",") if u}
 if os.environ.get("PVEGPU_CUDA_GATE") == "1":
     # started beside nvidia-smi (the verification probe): no CUDA call, so no context of this
@@ -75,7 +75,7 @@ if available:
                     "sm_count": getattr(p, "multi_processor_count", None),
                 }
             )
-            if dev["uuid"] and short_uuid(dev["uuid"]) in no_context:
+            if "*" in no_context or dev["uuid"] and short_uuid(dev["uuid"]) in no_context:
                 dev["context"] = False  # a training holds it: free memory from nvidia-smi
                 dev["free_mib"] = None
             else:  # cudaMemGetInfo needs (makes) this process's context on the device
