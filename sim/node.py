@@ -101,7 +101,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
             "USER": "root", "LOGNAME": "root"}
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
-               "gpu_memory_mib", "compute_cap", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
+               "gpu_memory_mib", "compute_cap", "compute_modes", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
                "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.

@@ -34,6 +34,7 @@ def make_fake_nvidia_root(
     processes=(),
     torch_json: dict | None = None,
     schema: str = "list",
+    compute_modes: dict | None = None,
 ) -> dict[str, str]:
     """Create (or rewrite) the fake tree; ``libcuda=None`` leaves libcuda out, ``"same"`` matches
     the kernel module (``driver``), any other string is a mismatching userspace version.
@@ -97,6 +98,8 @@ def make_fake_nvidia_root(
         }
     else:
         raise ValueError(f"schema must be 'list' or 'node', not {schema!r}")
+    if compute_modes:
+        node["compute_modes"] = {str(k): v for k, v in compute_modes.items()}
     (nv / "sim/node.json").write_text(json.dumps(node, indent=1))
     (nv / "sim/processes.json").write_text(json.dumps(list(processes)))
     torch_file = nv / "sim/torch.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pvegpu.facts.probe import PRELUDE_IMPORT, probe_source
+from pvegpu.facts.probe import PRELUDE_IMPORT, PRELUDES, probe_source
 from pvegpu.guard import UnsafeDelete, delete_command, delete_refusal, remove_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,13 @@ def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
     for name in ("install_uv", "verification"):
         probe = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
         probe = PRELUDE_IMPORT.sub("", probe)
-        assert probe_source(name) == PRELUDE + "\n" + guard + "\n" + probe, name
+        # a probe's own preludes (pvegpu.facts.probe.PRELUDES) come before it, after the guard
+        before = "".join(
+            PRELUDE_IMPORT.sub("", resources.files("pvegpu.probes").joinpath(f"{p}.py").read_text())
+            + "\n"
+            for p in PRELUDES.get(name, ())
+        )
+        assert probe_source(name) == PRELUDE + "\n" + guard + "\n" + before + probe, name
         assert "def remove_tree(" in guard and "shutil.rmtree(" not in probe, name
     # The guard's source runs on its own, as prepended to a probe, and refuses /.
     code = probe_source("install_uv").split("\nversion, index, home")[0] + "\nremove_tree('/')\n"

@@ -48,7 +48,13 @@ STUB = textwrap.dedent('''
     cuda.device_count = lambda: 2 if MODE != "noinit" else 0
     cuda.get_arch_list = lambda: ["sm_80", "sm_90"]
     cuda.get_device_properties = _Props
-    cuda.mem_get_info = lambda i: ((143771 - 100) * 1024 * 1024, 143771 * 1024 * 1024)
+    def _mem_get_info(i):  # makes a context on device i (recorded in $STUB_CALLS)
+        if os.environ.get("STUB_CALLS"):
+            with open(os.environ["STUB_CALLS"], "a") as f:
+                f.write(f"{i}\\n")
+        return (143771 - 100) * 1024 * 1024, 143771 * 1024 * 1024
+
+    cuda.mem_get_info = _mem_get_info
     cuda.set_device = lambda i: None
     cuda.synchronize = lambda i=None: None
     cuda.nccl = types.SimpleNamespace(version=lambda: (2, 27, 7))
@@ -217,3 +223,62 @@ def test_verification_probe_end_to_end(stub, tmp_path):
     # the compile check's private cache is gone, nothing was written into the venv
     assert not list(venv.rglob("__pycache__"))
     assert not [n for n in os.listdir("/tmp") if n.startswith("pvegpu-compile-check-")]
+
+
+def test_verification_probe_beside_a_running_training(stub, tmp_path):
+    """The unit is active and GPU 1 has memory in use: torch makes no context there (its figures
+    from cudaGetDeviceProperties; free memory left to nvidia-smi), and the compile check
+    refuses. With the unit stopped, both GPUs get a context as before."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\ncase "$1" in --query-gpu=uuid,memory.used)\n'
+        "  printf 'GPU-5A1E0000-5157, 3\\nGPU-5A1E1111-5157, 140000\\n'; exit 0;;\nesac\n"
+        "echo 'No devices were found'\nexit 6\n"
+    )
+    smi.chmod(0o755)
+    state = tmp_path / "active"
+    ctl = bindir / "systemctl"
+    ctl.write_text(f"#!/bin/sh\ncat {state}\n")
+    ctl.chmod(0o755)
+    from pvegpu.facts.gpus import GPU_QUERY
+
+    args = {
+        "venv": str(venv),
+        "torch_inner": probe_source("torch_inner"),
+        "compile_inner": probe_source("compile_check"),
+        "compile_args": {"gpus": None, "timeout": 30},
+        "smi_query": ",".join(GPU_QUERY),
+        "timeout": 60,
+        "unit_name": "dflash-train.service",
+        "training_matcher": {"script": "/data/t.py", "pythons": [], "python_under": []},
+    }
+    calls = tmp_path / "calls"
+
+    def probe(active):
+        state.write_text(active + "\n")
+        calls.write_text("")
+        env = {**os.environ, "PYTHONPATH": str(stub), "STUB_MODE": "ok",
+               "STUB_CALLS": str(calls), "PATH": f"{bindir}:{os.environ['PATH']}"}
+        p = subprocess.run(["sh", "-c", probe_command("verification", args)],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return shape(parse_probe_output("verification", p.stdout.splitlines()))
+
+    doc = probe("active")
+    assert doc["beside_training"] == {"running": True, "pids": [], "held": ["5a1e1111-5157"],
+                                      "used_mib": {"5a1e0000-5157": 3, "5a1e1111-5157": 140000}}
+    held = doc["torch"]["devices"][1]
+    assert held["context"] is False and held["free_mib"] is None
+    assert (held["name"], held["total_mib"], held["capability"]) == ("NVIDIA H200", 143771, "9.0")
+    assert doc["torch"]["devices"][0]["free_mib"] == 143671  # not held: verified as before
+    assert calls.read_text().split() == ["0"]  # no context on GPU 1
+    assert doc["compile"]["refused"].startswith("verify_level=compile: refused on 1 GPU(s)")
+
+    doc = probe("inactive")
+    assert doc["beside_training"]["held"] == [] and calls.read_text().split() == ["0", "1"]
+    assert "context" not in doc["torch"]["devices"][1] and doc["compile"]["ok"]

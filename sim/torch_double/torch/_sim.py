@@ -330,6 +330,8 @@ def used_mib(gpu: dict) -> int:
     for p in procs if isinstance(procs, list) else []:
         if not isinstance(p, dict) or p.get("dead") or p.get("alive") is False:
             continue
+        if p.get("lock") and not _lock_held(p["lock"]):
+            continue  # its process is gone (nvidia-smi does not count it either)
         if p.get("gpu", p.get("gpu_index")) == index:
             total += int(p.get("used_mib", 0))
     return total
@@ -367,6 +369,103 @@ def torch_config() -> dict:
 # it (``<lock>.seen``), so a test sees the overlap deterministically.
 _contexts: dict[int, object] = {}
 _MEET_TIMEOUT_S = 120
+# Devices this process has a context on (always tracked, registered or not).
+_opened: set = set()
+
+# The real runtime's errors when it cannot create a context (CUDA Runtime API, cudaError_t:
+# cudaErrorMemoryAllocation "out of memory", cudaErrorDevicesUnavailable "CUDA-capable device(s)
+# is/are busy or unavailable"), as torch raises them (c10/cuda/CUDAException: "CUDA error: <text>"
+# then its advice lines).
+_ADVICE = (
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+MSG_OOM = "CUDA error: out of memory" + _ADVICE
+MSG_BUSY = "CUDA error: CUDA-capable device(s) is/are busy or unavailable" + _ADVICE
+DEFAULT_CONTEXT_MIB = 500
+
+
+def compute_mode(gpu: dict) -> str:
+    """The GPU's compute mode as nvidia-smi prints it (node.json ``compute_modes``, keyed by the
+    node's index): ``Default``, ``Exclusive_Process`` or ``Prohibited``."""
+    modes = node_info().get("compute_modes") or {}
+    return str(modes.get(str(gpu.get("index")), "Default"))
+
+
+def _others_on(gpu: dict) -> list[dict]:
+    """Live compute processes on ``gpu`` other than this process (processes.json)."""
+    procs = _read_json("processes.json", [])
+    if isinstance(procs, dict):
+        procs = procs.get("processes", [])
+    ns, me = _pidns(), os.getpid()
+    found = []
+    for p in procs if isinstance(procs, list) else []:
+        if not isinstance(p, dict) or p.get("dead") or p.get("alive") is False:
+            continue
+        if p.get("gpu", p.get("gpu_index")) != gpu.get("index"):
+            continue
+        if p.get("pidns") == ns and p.get("ns_pid") == me:
+            continue
+        if p.get("lock") and not _lock_held(p["lock"]):
+            continue
+        found.append(p)
+    return found
+
+
+def _pidns() -> int | None:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _lock_held(lock: str) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(nvidia_dir(), "sim", lock), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False  # nobody holds it: its process is gone
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def open_context(gpu: dict) -> None:
+    """This process's CUDA context on ``gpu``, created at the first call that needs one (like
+    the runtime's primary context): refused as the real runtime refuses it (Prohibited, or
+    Exclusive_Process with another compute process there: busy; less free memory than a context
+    takes: out of memory); then recorded in ``<nvidia>/sim/contexts.log`` (every context, for
+    tests) and, with ``register_contexts``, listed as a compute process (:func:`hold_context`)."""
+    index = gpu.get("index")
+    if index in _opened:
+        return
+    mode = compute_mode(gpu)
+    if mode == "Prohibited" or (mode == "Exclusive_Process" and _others_on(gpu)):
+        raise RuntimeError(MSG_BUSY)
+    total = int(gpu.get("memory_total_mib", gpu.get("memory_mib", 0)))
+    need = int(torch_config().get("context_mib", DEFAULT_CONTEXT_MIB))
+    if total - used_mib(gpu) < need:
+        raise RuntimeError(MSG_OOM)
+    _opened.add(index)
+    _record_context(gpu)
+    hold_context(gpu)
+
+
+def _record_context(gpu: dict) -> None:
+    """One line per context created, in ``<nvidia>/sim/contexts.log`` (best effort)."""
+    line = {"pidns": _pidns(), "ns_pid": os.getpid(), "gpu_index": gpu.get("index"),
+            "uuid": gpu.get("uuid")}
+    try:
+        with open(os.path.join(nvidia_dir(), "sim", "contexts.log"), "a") as f:
+            f.write(json.dumps(line) + "\n")
+    except OSError:
+        pass
 
 
 def hold_context(gpu: dict) -> None:

@@ -80,6 +80,7 @@ def _placed(dev) -> device:
                 "reported at some other API call, so the stacktrace below might be incorrect."
             )
         dev = device("cuda", index)
+        _sim_context(cuda, index)
     return dev
 
 
@@ -190,3 +191,10 @@ randn = rand = zeros = ones = empty = _factory
 
 def is_tensor(obj):
     return isinstance(obj, Tensor)
+
+
+def _sim_context(cuda, index: int) -> None:
+    """An allocation on a CUDA device needs this process's context there (see torch/_sim.py)."""
+    from . import _sim
+
+    _sim.open_context(cuda._gpu(index))

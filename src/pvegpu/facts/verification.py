@@ -49,6 +49,8 @@ def shape(doc: dict) -> ContainerVerificationDoc:
         raise FactProcessError("verification probe: packages is not an object")
     if doc.get("unit") is not None and not isinstance(doc["unit"], dict):
         raise FactProcessError("verification probe: unit is not an object")
+    if doc.get("beside_training") is not None and not isinstance(doc["beside_training"], dict):
+        raise FactProcessError("verification probe: beside_training is not an object")
     try:
         smi = parse_smi(doc["smi"], "gpus")
     except FactProcessError as e:
@@ -88,6 +90,10 @@ class ContainerVerification(ProbeFact):
     ``unit`` (with ``unit_name``): the training unit's ``active`` state, its start record
     (``started``, read from ``started_path``) and the time ``build_venv`` was built (``built``).
     ``read_only``: write nothing at all, not even uv's cache (verify.py).
+    ``beside_training``: whether a training runs in the container (its unit, or a process of
+    ``training_matcher``'s command) and the GPUs it holds: torch makes no CUDA context there
+    (``context: false`` on those devices), and the compile check refuses to run unless
+    ``compile_beside_training`` (deploy.py with ``restart_training=true``).
     """
 
     probe = "verification"
@@ -103,10 +109,14 @@ class ContainerVerification(ProbeFact):
         started_path=None,
         build_venv=None,
         read_only=False,
+        training_matcher=None,
+        compile_beside_training=False,
     ):
         return self.command_for(
             venv=venv,
             read_only=read_only,
+            training_matcher=training_matcher,
+            compile_beside_training=compile_beside_training,
             uv_bin=uv_bin,
             unit_name=unit_name,
             started_path=started_path,

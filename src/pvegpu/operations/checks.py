@@ -12,7 +12,7 @@ from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..output.report import report_document, table, verdict_line, write_report
-from ..plan.unit import started_record, unit_file
+from ..plan.unit import started_record, training_matcher, unit_file
 from ..plan.uv_commands import uv_bin
 from ..run import node_read
 from ..run.ct_reads import container_fact
@@ -61,6 +61,9 @@ def verification_args(settings: Settings, mode: str = "deploy") -> dict:
         started_path=started_record(settings.training),
         build_venv=settings.build_venv,
         read_only=mode != "deploy",
+        training_matcher=training_matcher(settings),
+        # consent to disturb the training: only deploy.py can act on it (verify.py never does)
+        compile_beside_training=settings.policy.restart_training and mode == "deploy",
     )
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ..verification import Verdict
+from ..verification.training_gpus import memory_sources
 
 COLUMNS = [
     ("GPU", "gpu", ">"),
@@ -82,7 +83,7 @@ def table(v: Verdict) -> list[str]:
             )
         return " " + "  ".join(out).rstrip()
 
-    return [header(v), fmt([t for t, _, _ in COLUMNS]), *(fmt(r) for r in rows)]
+    return [header(v), fmt([t for t, _, _ in COLUMNS]), *(fmt(r) for r in rows), *memory_sources(v)]
 
 
 def verdict_line(v: Verdict) -> str:

@@ -23,10 +23,23 @@ def first_line(e):
 doc["version"] = torch.__version__
 doc["variant"] = torch.__version__.partition("+")[2] or None
 doc["cuda"] = torch.version.cuda
+# GPUs (UUIDs, no "GPU-", lower case; "*": all) a training holds: no CUDA context there
+# (identity from cudaGetDeviceProperties, which needs none; free memory from nvidia-smi)
+no_context = {u for u in os.environ.get("PVEGPU_NO_CONTEXT", "").split(",") if u}
 if os.environ.get("PVEGPU_CUDA_GATE") == "1":
     # started beside nvidia-smi (the verification probe): no CUDA call, so no context of this
-    # process in its memory figures, before it has answered and the probe says go
-    sys.stdin.readline()
+    # process in its memory figures, before it has answered and the probe says go (JSON: the
+    # GPUs to leave alone)
+    go = sys.stdin.readline().strip()
+    if go.startswith("{"):
+        no_context |= set(json.loads(go).get("no_context") or [])
+
+
+def short_uuid(uuid):
+    text = str(uuid or "").strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:
@@ -62,8 +75,12 @@ if available:
                     "sm_count": getattr(p, "multi_processor_count", None),
                 }
             )
-            free, total = torch.cuda.mem_get_info(i)
-            dev["free_mib"] = int(free) // (1024 * 1024)
+            if "*" in no_context or dev["uuid"] and short_uuid(dev["uuid"]) in no_context:
+                dev["context"] = False  # a training holds it: free memory from nvidia-smi
+                dev["free_mib"] = None
+            else:  # cudaMemGetInfo needs (makes) this process's context on the device
+                free, total = torch.cuda.mem_get_info(i)
+                dev["free_mib"] = int(free) // (1024 * 1024)
         except Exception as e:  # noqa: BLE001 (e.g. out of memory creating a context)
             dev["error"] = first_line(e)
         doc["devices"].append(dev)

@@ -16,6 +16,9 @@ def run_inner(python, source, args=None, timeout=600):
     # default FASTEST_FIRST leaves the order of equal GPUs unspecified.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # observe only: nothing written into the venv
+    # the build's check needs no free memory: no CUDA context on any GPU (a training may hold
+    # them; a context costs device memory, docs/real-tools.md)
+    env["PVEGPU_NO_CONTEXT"] = "*"
     argv = [python, "-c", source] + ([json.dumps(args)] if args is not None else [])
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)

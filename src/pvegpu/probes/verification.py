@@ -6,7 +6,10 @@
 # {"venv": "/root/venv", "torch_inner": "<torch_inner.py>", "compile_inner": "<compile_check.py>"
 #  or null, "compile_args": {...}, "uv_bin": "/opt/pvegpu/uv-X/bin/uv", "smi_query": "index,...",
 #  "timeout": 600, "unit_name": "dflash-train.service", "started_path": "/run/pvegpu-.../started",
-#  "build_venv": "/root/venvs/torch-2.11.0-cu130", "read_only": false (true: verify.py)}
+#  "build_venv": "/root/venvs/torch-2.11.0-cu130", "read_only": false (true: verify.py),
+#  "training_matcher": {...}, "compile_beside_training": false}
+# "beside_training": a training runs here, the GPUs it holds (probes/training_held.py): no CUDA
+# context there, no compile check.
 # "unit" tells the verify stage of deploy.py whether stage 5 will clear leftover training processes
 # (the unit is not running, or a pending restart was asked for): ActiveState, the running unit's
 # start record, and the selected build's time (the same values the training unit stage compares).
@@ -79,12 +82,15 @@ def start_torch(python):
         return None
 
 
-def finish_torch(proc, timeout):
-    """Let the started torch_inner go on to its CUDA calls; its document (as run_inner's)."""
+def finish_torch(proc, timeout, no_context=()):
+    """Let the started torch_inner go on to its CUDA calls, none on the GPUs ``no_context``
+    (short UUIDs); its document (as run_inner's)."""
     if proc is None:
-        return run_inner(python, A["torch_inner"], timeout=timeout)
+        env = {"PVEGPU_NO_CONTEXT": ",".join(no_context)}
+        return run_inner(python, A["torch_inner"], timeout=timeout, extra_env=env)
     try:
-        out, err = proc.communicate("go\n", timeout=timeout)
+        go = json.dumps({"no_context": list(no_context)}) + "\n"
+        out, err = proc.communicate(go, timeout=timeout)
         r = {"rc": proc.returncode, "stdout": out, "stderr": err}
     except subprocess.TimeoutExpired:
         proc.kill()
@@ -145,6 +151,8 @@ def pip_check_argv(uv, python):
 
 
 SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
+# memory in use per GPU, before any CUDA call of this probe: which GPUs a training here holds
+SMI_USED = ["nvidia-smi", "--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits"]
 UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
 if A.get("read_only"):
     # verify.py changes nothing: uv keeps what it learns of an interpreter in its cache, keyed by
@@ -160,7 +168,7 @@ checks_packages = present and bool(uv) and os.path.exists(uv)
 # Started together, each one's start-up beside the others': nvidia-smi and the unit's state,
 # `uv pip check` (it only reads the venv) and torch's import. nvidia-smi is collected before
 # torch makes a CUDA call: its memory figures must not count the torch probe's own contexts.
-start_early(SMI, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
+start_early(SMI, SMI_USED, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
 if checks_packages:
     start_early(pip_check_argv(uv, python), env=UV_ENV)
 torch_proc = start_torch(python) if present else None
@@ -184,8 +192,23 @@ doc = {
     "marker": None,
     "unit": unit_state(),
 }
+
+
+def beside_training():
+    """Whether a training runs here, and the GPUs it holds (probes/training_held.py)."""
+    pids = training_pids(A.get("training_matcher"))  # noqa: F821
+    running = training_running((doc["unit"] or {}).get("active"), pids)  # noqa: F821
+    rc, out, _ = run(SMI_USED)
+    used = used_by_uuid(out) if rc == 0 else {}  # noqa: F821
+    held = held_gpus(running, used)  # noqa: F821
+    return {"running": running, "pids": pids, "used_mib": used, "held": held}
+
+
+doc["beside_training"] = beside_training()
+held = doc["beside_training"]["held"]
 if doc["present"]:
-    doc["torch"] = finish_torch(torch_proc, A.get("timeout", 600))  # nvidia-smi has answered
+    # nvidia-smi has answered: its figures hold no context of this probe
+    doc["torch"] = finish_torch(torch_proc, A.get("timeout", 600), held)
     doc["packages"] = listing
     try:
         doc["marker"] = json.loads(marker) if marker else None
@@ -194,7 +217,10 @@ if doc["present"]:
     if checks_packages:
         r = run_doc(pip_check_argv(uv, python), env=UV_ENV)
         doc["pip_check"] = {"rc": r["rc"], "output": (r["stdout"] + r["stderr"]).strip()}
-    if A.get("compile_inner") and doc["torch"].get("available"):
+    refusal = compile_refusal(held, A.get("compile_beside_training"))  # noqa: F821
+    if A.get("compile_inner") and doc["torch"].get("available") and refusal:
+        doc["compile"] = {"refused": refusal, "held": held}
+    elif A.get("compile_inner") and doc["torch"].get("available"):
         # A fresh, private compile cache: the check really compiles (a warm cache would hide the
         # race), never touches the training's per-build cache, and leaves nothing behind.
         scratch = tempfile.mkdtemp(prefix="pvegpu-compile-check-", dir="/tmp")

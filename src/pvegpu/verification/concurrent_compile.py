@@ -24,6 +24,17 @@ def check_compile(v: Verdict, f: Inputs) -> None:
     comp = (f.ct or {}).get("compile")
     if comp is None:
         v.warnings.append("compile check not run: CUDA is not available in the venv")
+    elif comp.get("refused"):
+        # the probe refused it (probes/training_held.py: a training holds GPUs here)
+        v.problems.append(
+            Problem(
+                "concurrent torch.compile",
+                "a stopped training stack (verify_level=compile compiles on every GPU)",
+                f"refused: a running training holds {len(comp.get('held') or [])} GPU(s) here",
+                "stop the training first, or run deploy.py --data verify_level=compile "
+                "--data restart_training=true",
+            )
+        )
     else:
         _compile_problems(v, comp, f.runtime or {}, f.settings)
 

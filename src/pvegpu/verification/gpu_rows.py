@@ -12,6 +12,7 @@ import re
 
 from ..facts.gpus import normalize_uuid
 from .inputs import Inputs
+from .training_gpus import FROM_SMI, context_free
 from .verdict import Problem, Verdict
 
 #: Relative difference tolerated between torch's and nvidia-smi's total memory of one GPU
@@ -86,7 +87,10 @@ def check_gpu_rows(v: Verdict, f: Inputs) -> None:
         elif g is not None:
             _check_same_gpu(v, i, d, g)
         _check_arch(v, i, d.get("capability"), arch_list)
-        v.rows.append(_device_row(d, g, f.role_of.get(i, "-")))
+        row = _device_row(d, g, f.role_of.get(i, "-"))
+        if context_free(d):  # a training holds it: the probe made no context there
+            row["free_mib"], row["memory_from"] = (g or {}).get("memory_free_mib"), FROM_SMI
+        v.rows.append(row)
 
 
 def _check_same_gpu(v: Verdict, i: int, d: dict, g: dict) -> None:

@@ -55,6 +55,10 @@ def set_device(device) -> None:
     index = _device_index(device)
     if index >= 0:
         _lazy_init()
+        if index != getattr(_local, "device", 0):
+            # since CUDA 12.0 cudaSetDevice initialises the device's primary context; torch calls
+            # it only for another device than the current one (c10::cuda::SetDevice)
+            _sim.open_context(_gpu(index))
         _local.device = index
 
 
@@ -131,7 +135,7 @@ def get_device_capability(device=None) -> tuple[int, int]:
 
 def mem_get_info(device=None) -> tuple[int, int]:
     gpu = _gpu(device)
-    _sim.hold_context(gpu)  # cudaMemGetInfo needs a context on the device
+    _sim.open_context(gpu)  # cudaMemGetInfo needs a context on the device
     total = int(gpu.get("memory_total_mib", gpu.get("memory_mib", 0))) * _sim.MIB
     used = _sim.used_mib(gpu) * _sim.MIB
     return max(total - used, 0), total
@@ -144,7 +148,7 @@ def get_arch_list() -> list[str]:
 
 
 def synchronize(device=None) -> None:
-    _lazy_init()
+    _sim.open_context(_gpu(device))  # cudaDeviceSynchronize works in the device's context
 
 
 def empty_cache() -> None:

@@ -1,0 +1,135 @@
+"""Verification beside a running training (issue 24): which GPUs a training holds, decided in the
+container before the probe's first CUDA call (probes/training_held.py) and on the controller from
+the node's compute-apps (pvegpu.verification.training_gpus); a held GPU's row takes its free
+memory from the node's nvidia-smi and says so; verify_level=compile refuses beside a training."""
+
+from tests.unit.test_verify_checks import run
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
+
+from pvegpu.output.report import table
+from pvegpu.probes import training_held as th
+from pvegpu.verification.training_gpus import FROM_SMI, held_by_training
+
+UNIT = "dflash-train.service"
+MATCHER = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"],
+           "python_under": ["/root/venvs/"]}
+
+
+# ---- in the container (probes/training_held.py)
+
+def test_held_gpus_are_those_in_use_while_a_training_runs():
+    used = {"ab": 140000, "cd": 0, "ef": th.CONTEXT_FLOOR_MIB - 1, "gh": th.CONTEXT_FLOOR_MIB}
+    assert th.held_gpus(True, used) == ["ab", "gh"]
+    assert th.held_gpus(False, used) == []  # no training here: every GPU verified as before
+
+
+def test_a_training_runs_when_the_unit_is_running_or_the_command_runs():
+    for state in ("active", "activating", "reloading", "deactivating"):
+        assert th.training_running(state, [])
+    assert th.training_running("inactive", [42]) and th.training_running(None, [7])
+    assert not th.training_running("inactive", []) and not th.training_running(None, [])
+    assert not th.training_running("failed", [])
+
+
+def test_the_training_command_is_recognised_as_the_controller_does():
+    from pvegpu.verification.processes import is_training_command
+
+    cases = [
+        ["/root/venvs/b1/bin/python", "/data/t.py", "--resume"],
+        ["/root/venv/bin/python", "/data/t.py"],
+        ["/usr/bin/python3", "/data/t.py"],
+        ["/root/venvs/b1/bin/python3", "/data/t.py"],
+        ["/root/venv/bin/python", "/data/other.py"],
+        ["/root/venv/bin/python"],
+        [],
+    ]
+    assert [th.is_training_argv(a, MATCHER) for a in cases] == [
+        is_training_command(a, MATCHER) for a in cases
+    ] == [True, True, False, False, False, False, False]
+    assert not th.is_training_argv(["/root/venv/bin/python", "/data/t.py"], None)
+
+
+def test_training_pids_reads_the_command_lines(tmp_path):
+    for pid, argv in {"7": ["/root/venv/bin/python", "/data/t.py"], "8": ["sleep", "9"],
+                      "self": ["/root/venv/bin/python", "/data/t.py"]}.items():
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (tmp_path / "9").mkdir()  # gone while read: no cmdline
+    assert th.training_pids(MATCHER, str(tmp_path)) == [7]
+    assert th.training_pids(MATCHER, str(tmp_path / "none")) == []
+
+
+def test_used_memory_by_uuid_from_nvidia_smi():
+    text = "GPU-AB, 140000\nGPU-CD, 0\nGPU-EF, [N/A]\n\ngarbage\n"
+    assert th.used_by_uuid(text) == {"ab": 140000, "cd": 0}
+    assert th.used_by_uuid(None) == {} and th.short_uuid("5A1E-AB") == "5a1e-ab"
+    assert th.short_uuid(None) is None and th.short_uuid("") is None
+
+
+def test_compile_refuses_beside_a_training_unless_consented():
+    line = th.compile_refusal(["ab", "cd"], False)
+    assert line == ("verify_level=compile: refused on 2 GPU(s) held by the running training (it "
+                    "compiles and allocates on every GPU: a check for a stopped stack)")
+    assert th.compile_refusal(["ab"], True) is None and th.compile_refusal([], False) is None
+
+
+# ---- on the controller (pvegpu.verification.training_gpus)
+
+def test_held_by_training_maps_the_nodes_processes_to_this_container():
+    unit = {"gpu_uuid": "GPU-" + UUID.format(0), "cgroup": f"0::/lxc/200/ns/system.slice/{UNIT}"}
+    by_hand = {"gpu_uuid": "GPU-" + UUID.format(1), "cgroup": "0::/lxc/200/ns/user.slice"}
+    other_ct = {"gpu_uuid": "GPU-" + UUID.format(2), "cgroup": "0::/lxc/201/ns/user.slice"}
+    node = {"gpu_uuid": "GPU-" + UUID.format(3), "cmdline": "python x.py"}
+    probe = {"gpu_uuid": "GPU-" + UUID.format(4), "cgroup": "0::/lxc/200/ns/init.scope",
+             "argv": ["/root/venv/bin/python", "-c", "x", "pvegpu-probe"]}
+    held = held_by_training([unit, by_hand, other_ct, node, probe], 200, UNIT)
+    assert held == {UUID.format(0), UUID.format(1)}
+    assert held_by_training([], 200, UNIT) == set()
+
+
+def held_ct(indices, free=None):
+    """Container facts whose torch made no context on ``indices`` (a training holds them)."""
+    ct = ct_facts()
+    for d in ct["torch"]["devices"]:
+        if d["index"] in indices:
+            d.update(context=False, free_mib=None)
+    return ct
+
+
+def node_with_free(free):
+    node = node_facts()
+    for g in node["gpus"]:
+        g["memory_free_mib"] = free
+    return node
+
+
+def test_a_held_gpu_takes_its_free_memory_from_the_node_and_says_so():
+    v = run(node=node_with_free(2000), ct=held_ct({0, 1}))
+    rows = {r["gpu"]: r for r in v.rows}
+    assert (rows[0]["free_mib"], rows[0]["memory_from"]) == (2000, FROM_SMI)
+    assert rows[2]["free_mib"] == 143771 and "memory_from" not in rows[2]
+    assert v.ok, v.lines()
+    assert table(v)[-1] == (" GPU 0, 1: free MiB from nvidia-smi, name/total/capability from "
+                            "cudaGetDeviceProperties; no CUDA context made (a training holds them)")
+
+
+def test_a_held_gpu_short_of_memory_is_still_reported():
+    v = run(node=node_with_free(10), ct=held_ct({5}))
+    assert [p.gpu for p in v.problems] == [5] and "10 MiB free" in v.problems[0].found
+
+
+def test_no_footnote_when_every_gpu_had_a_context():
+    v = run()
+    assert not any("nvidia-smi" in line for line in table(v))
+
+
+def test_compile_refused_is_one_problem_line():
+    ct = ct_facts()
+    ct["compile"] = {"refused": th.compile_refusal(["a", "b"], False), "held": ["a", "b"]}
+    v = run(s=settings(verify_level="compile"), ct=ct)
+    assert v.lines() == [
+        "concurrent torch.compile: expected a stopped training stack (verify_level=compile "
+        "compiles on every GPU); found refused: a running training holds 2 GPU(s) here; fix: "
+        "stop the training first, or run deploy.py --data verify_level=compile --data "
+        "restart_training=true"
+    ]
