@@ -100,7 +100,8 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
                "gpu_memory_mib", "compute_cap", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s")
+               "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s",
+               "gsp_firmware")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -282,7 +283,7 @@ class SimNode:
                  compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
-                 apt_mirror=None,
+                 apt_mirror=None, gsp_firmware=True,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
                  cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
@@ -331,6 +332,8 @@ class SimNode:
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
             "pct_startup_s": float(pct_startup_s),
+            # the GPUs run GSP firmware (H100/H200 do): /proc's information files say so
+            "gsp_firmware": bool(gsp_firmware),
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None

@@ -93,6 +93,11 @@ def test_pci_bus_ids_join_across_spellings(a, b):
 def test_device_minor_read_from_the_information_file():
     info_minor = probe_functions()["info_minor"]
     assert info_minor(information(12, "0000:18:00.0")) == 12
+    # without GSP firmware: `GPU Firmware: \t N/A` from 590.44.01, no line before (nv-procfs.c)
+    na = information(12, "0000:18:00.0").replace("580.95.05", "N/A")
+    none = "".join(line for line in information(12, "0000:18:00.0").splitlines(True)
+                   if not line.startswith("GPU Firmware"))
+    assert info_minor(na) == info_minor(none) == 12
     assert info_minor("Model: \t\t NVIDIA H200\n") is None
 
 
