@@ -673,6 +673,12 @@ LogLevel ERROR
                     out[f"ct/{vmid}/.state"] = st.read_text().strip()
         return out
 
+    def fail_device_hotplug(self, *paths: str) -> None:
+        """Make pct's devN hot-plug (pve-container >= 6.0.4) of these device paths fail, as a
+        failing move_mount would (the sim cannot make a real one fail); none: all succeed again."""
+        self.run(["sh", "-c", "cat > /var/lib/pve-sim/hotplug-fail"],
+                 input="".join(p + "\n" for p in paths), check=True)
+
     # ------------------------------------------------------------------ GPU processes
     def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None,
                           cgroup: str | None = None) -> int:
