@@ -23,7 +23,13 @@ from ..plan.installer_tools import (
     missing_tools_line,
     plan_tools,
 )
-from ..plan.passthrough import plan_passthrough, restart_blocker
+from ..plan.passthrough import (
+    hotplug_failure,
+    hotplug_shell,
+    plan_passthrough,
+    restart_blocker,
+    set_calls,
+)
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -306,8 +312,16 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         yield StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
     if plan.new_text is not None:
         yield write_file_command(f"/etc/pve/lxc/{vmid}.conf", plan.new_text)
-    if plan.set_args:
-        yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in plan.set_args))
+    hotplug = bool(plan.hotplug)
+    for args in set_calls(plan.set_args, hotplug):
+        if hotplug:
+            yield StringCommand(
+                hotplug_shell(vmid, args, hotplug_blocker(vmid, args, ct, policy, training))
+            )
+        else:
+            yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
+    if hotplug:
+        yield wait_exec(vmid)  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
         yield StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1")
@@ -315,6 +329,15 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         # `pct start` fails on a running container: the status was read first (ct_detail=full).
         yield f"pct start {vmid}"
         yield wait_exec(vmid)
+
+
+def hotplug_blocker(
+    vmid: int, args: list[str], ct: dict, policy: RunPolicy, training: TrainingSettings
+) -> str | None:
+    """Why the container may not restart should the hot-plug of ``args`` fail (None: it may)."""
+    if policy.restart_training:
+        return None
+    return restart_blocker(vmid, unit_file(training), ct.get("live"), [hotplug_failure(args)])
 
 
 @operation()
