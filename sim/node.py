@@ -101,7 +101,7 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
                "gpu_memory_mib", "compute_cap", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
                "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s",
-               "gsp_firmware")
+               "gsp_firmware", "template_toolchain")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -283,7 +283,7 @@ class SimNode:
                  compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
-                 apt_mirror=None, gsp_firmware=True,
+                 apt_mirror=None, gsp_firmware=True, template_toolchain=True,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
                  cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
@@ -334,6 +334,10 @@ class SimNode:
             "pct_startup_s": float(pct_startup_s),
             # the GPUs run GSP firmware (H100/H200 do): /proc's information files say so
             "gsp_firmware": bool(gsp_firmware),
+            # containers created from now on: a C compiler and the Python headers in the template
+            # (the sim's trees have gcc and libpython3-dev so that tests not about the toolchain
+            # need no apt mirror) or not, as in Proxmox's real debian-<N>-standard templates
+            "template_toolchain": bool(template_toolchain),
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None

@@ -30,6 +30,7 @@ from ..plan.passthrough import (
     restart_blocker,
     set_calls,
 )
+from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -338,6 +339,35 @@ def hotplug_blocker(
     if policy.restart_training:
         return None
     return restart_blocker(vmid, unit_file(training), ct.get("live"), [hotplug_failure(args)])
+
+
+@operation()
+def compile_toolchain(vmid: int):
+    """Give the container what torch.compile's Triton compiles with: a C compiler and the
+    headers of the Python its venvs are made from, from the container's own apt sources.
+
+    .. code:: python
+
+        proxmox.compile_toolchain(name="CT 200's C compiler and Python headers", vmid=200)
+
+    Triton builds a small C extension at its first CUDA kernel (triton/runtime/build.py: ``$CC``,
+    else gcc, else clang, with ``-I`` the Python headers); Proxmox's standard templates have
+    neither, so a training that compiles flex_attention crash-loops without them.
+    """
+    _state, ct = node_state(vmid, "full")
+    live = ct.get("live")
+    if not ct.get("exists") or not live:
+        return  # not created yet (preview) or not running
+    toolchain = live.get("toolchain")
+    packages = toolchain_packages(toolchain)
+    if not packages:
+        return
+    yield note(
+        f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
+        f"installing {' '.join(packages)} from the container's apt sources"
+    )
+    script = install_toolchain_script(vmid, packages)
+    yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
 
 
 @operation()
