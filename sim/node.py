@@ -403,6 +403,11 @@ class SimNode:
             # containers are overlays of this machine's /: the default template's kmod is ours
             raise SimNodeError("this machine lacks Debian's kmod, which the simulated "
                                "containers' template has: apt-get install kmod (.ci/setup does)")
+        if (self.cfg["template_toolchain"] and self.cfg["ct_init"] == "exec"
+                and not os.path.exists("/var/lib/dpkg/info/gcc.list")):
+            # exec-model containers are overlays of this machine's /: their gcc is ours
+            raise SimNodeError("this machine lacks gcc, which the simulated containers' template "
+                               "has: apt-get install gcc libpython3-dev (.ci/setup does)")
         if self.state.exists() and any(self.state.iterdir()):
             raise SimNodeError(f"state dir {self.state} is not empty")
         _install_handlers()
