@@ -81,6 +81,18 @@ def ensure_deb(package: str, version: str | None = None, cache_dir=None) -> Path
         return cache / debs[0].name
 
 
+def ensure_toolchain_debs(tree, cache_dir=None) -> list[Path]:
+    """The .debs of what the sim's Debian `tree` has only for its C compiler and Python headers
+    (sim.pvelxc.toolchain_packages: gcc, libpython3.X-dev and what only they need), each of the
+    tree's own version, so a container made without them (``template_toolchain=False``) installs
+    exactly them from the loopback mirror. About 37 packages, 50 MiB on Debian 12; cached.
+    """
+    from sim.pvelxc import toolchain_packages
+
+    return [ensure_deb(name, version, cache_dir)
+            for name, version in toolchain_packages(tree).items()]
+
+
 def _user_exists(name: str) -> bool:
     try:
         pwd.getpwnam(name)

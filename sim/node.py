@@ -101,8 +101,9 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
             "USER": "root", "LOGNAME": "root"}
 
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
-               "gpu_memory_mib", "compute_cap", "compute_modes", "uvm_major", "caps_major", "uvm_nodes_at_boot", "template", "driver_loaded",
-               "minor_order", "excluded_gpus", "template_kmod", "apt_mirror", "pct_startup_s")
+               "gpu_memory_mib", "compute_cap", "compute_modes", "uvm_major", "caps_major",
+               "uvm_nodes_at_boot", "template", "driver_loaded", "minor_order", "excluded_gpus",
+               "template_kmod", "apt_mirror", "pct_startup_s", "gsp_firmware", "template_toolchain")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -284,7 +285,7 @@ class SimNode:
                  compute_cap="9.0", uvm_major=508,
                  caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
                  hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
-                 apt_mirror=None,
+                 apt_mirror=None, gsp_firmware=True, template_toolchain=True,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
                  cgroup_layout="host"):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
@@ -334,6 +335,12 @@ class SimNode:
             # their sources name (None: no apt source at all; the site is air-gapped)
             "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
             "pct_startup_s": float(pct_startup_s),
+            # the GPUs run GSP firmware (H100/H200 do): /proc's information files say so
+            "gsp_firmware": bool(gsp_firmware),
+            # containers created from now on: a C compiler and the Python headers in the template
+            # (the sim's trees have gcc and libpython3-dev so that tests not about the toolchain
+            # need no apt mirror) or not, as in Proxmox's real debian-<N>-standard templates
+            "template_toolchain": bool(template_toolchain),
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None
@@ -399,6 +406,11 @@ class SimNode:
             # containers are overlays of this machine's /: the default template's kmod is ours
             raise SimNodeError("this machine lacks Debian's kmod, which the simulated "
                                "containers' template has: apt-get install kmod (.ci/setup does)")
+        if (self.cfg["template_toolchain"] and self.cfg["ct_init"] == "exec"
+                and not os.path.exists("/var/lib/dpkg/info/gcc.list")):
+            # exec-model containers are overlays of this machine's /: their gcc is ours
+            raise SimNodeError("this machine lacks gcc, which the simulated containers' template "
+                               "has: apt-get install gcc libpython3-dev (.ci/setup does)")
         if self.state.exists() and any(self.state.iterdir()):
             raise SimNodeError(f"state dir {self.state} is not empty")
         _install_handlers()
@@ -673,6 +685,12 @@ LogLevel ERROR
                 if st.exists():
                     out[f"ct/{vmid}/.state"] = st.read_text().strip()
         return out
+
+    def fail_device_hotplug(self, *paths: str) -> None:
+        """Make pct's devN hot-plug (pve-container >= 6.0.4) of these device paths fail, as a
+        failing move_mount would (the sim cannot make a real one fail); none: all succeed again."""
+        self.run(["sh", "-c", "cat > /var/lib/pve-sim/hotplug-fail"],
+                 input="".join(p + "\n" for p in paths), check=True)
 
     # ------------------------------------------------------------------ GPU processes
     def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None,

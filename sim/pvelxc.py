@@ -386,3 +386,55 @@ def mountpoints(conf):
             # storage-backed volume: a directory under the container's state, like a subvol
             out.append((None, mp, d.get("ro") in ("1", "yes", "true", "on")))
     return out
+
+
+# ----------------------------------------------------------------------------- dpkg of a tree
+
+def stanza_package(stanza):
+    m = re.match(r"Package: (\S+)", stanza.lstrip("\n"))
+    return m.group(1) if m else None
+
+
+def installed_packages(lower):
+    """dpkg's installed packages of the tree at `lower`: {name: (version, [dependency names])}
+    (Depends and Pre-Depends; of alternatives the first one installed)."""
+    with open(f"{lower}/var/lib/dpkg/status") as f:
+        stanzas = f.read().split("\n\n")
+    fields = {}
+    for st in stanzas:
+        name = stanza_package(st)
+        if name and re.search(r"^Status: install ok installed$", st, re.M):
+            fields[name] = dict(re.findall(r"^([\w-]+): (.*)$", st, re.M))
+    out = {}
+    for name, f in fields.items():
+        deps = []
+        for key in ("Pre-Depends", "Depends"):
+            for group in filter(None, (g.strip() for g in f.get(key, "").split(","))):
+                alts = [re.split(r"[\s(:]", a.strip(), maxsplit=1)[0] for a in group.split("|")]
+                deps.append(next((a for a in alts if a in fields), alts[0]))
+        out[name] = (f.get("Version"), deps)
+    return out
+
+
+# Where the sim's trees got their compiler and Python headers (sim/rootfs.py PACKAGES); a real
+# debian-12/13-standard template has neither (Priority optional).
+TOOLCHAIN_ROOTS = ("gcc", "libpython3-dev")
+
+
+def toolchain_packages(lower):
+    """{name: version} of the packages only the toolchain needs in the tree at `lower`: the
+    dependency closure of TOOLCHAIN_ROOTS less everything the rest of the tree needs."""
+    installed = installed_packages(lower)
+
+    def closure(roots):
+        seen, todo = set(), [r for r in roots if r in installed]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += [d for d in installed[name][1] if d in installed]
+        return seen
+
+    tool = closure(TOOLCHAIN_ROOTS)
+    base = closure([n for n in installed if n not in tool])
+    return {n: installed[n][0] for n in sorted(tool - base)}

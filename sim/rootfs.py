@@ -17,7 +17,10 @@ Proxmox's own ``debian-<N>-standard`` templates (proxmox/dab-pve-appliances, bui
 proxmox/dab ``bootstrap``) hold every package of priority required, important and standard plus
 less, ssh, openssh-server, logrotate and postfix; minbase + the packages below is the part of
 that the product touches (python3, systemd, and kmod: priority important, so in every real
-standard template, and nvidia-installer needs its modprobe/rmmod/lsmod/depmod).
+standard template, and nvidia-installer needs its modprobe/rmmod/lsmod/depmod). gcc and
+libpython3-dev (what torch.compile's Triton compiles with) are NOT in a real standard template
+(Priority optional): the trees carry them so that tests not about them need no apt mirror, and
+``SimNode(template_toolchain=False)`` takes them out of a container as the real template has it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 DEFAULT_CACHE = Path("~/.cache/pvegpu-sim/rootfs")
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "ca-certificates",
-            "kmod")
+            "kmod", "gcc", "libpython3-dev")
 TRIM = ("var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info",
         "usr/share/locale", "var/cache/apt/archives", "var/cache/debconf/templates.dat-old",
         "var/log/bootstrap.log")

@@ -97,10 +97,26 @@ def gpu_list(cfg):
     return out
 
 
-def gpu_information(g, bus, driver):
+def firmware_line(driver, gsp_firmware):
+    """The `GPU Firmware:` line of a GPU's information file, or "" when none is printed.
+
+    With GSP firmware it holds the firmware's version (the driver's). Without it, drivers
+    before 590.44.01 print no line and 590.44.01 on print `N/A` (nv-procfs.c: the 580 branch,
+    580.142 included, still tests `firmware_version[0] != '\\0'`).
+
+    >>> firmware_line("580.95.05", False), firmware_line("590.48.01", False)
+    ('', 'GPU Firmware: \\t N/A\\n')
+    """
+    if gsp_firmware:
+        return f"GPU Firmware: \t {driver}\n"
+    always = tuple(int(x) for x in driver.split(".")) >= (590, 44, 1)
+    return "GPU Firmware: \t N/A\n" if always else ""
+
+
+def gpu_information(g, bus, driver, gsp_firmware=True):
     """/proc/driver/nvidia/gpus/<bus>/information as the kernel module prints it
-    (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info):
-    "GPU Firmware" appears with GSP firmware (H100/H200 and newer), whose version is the driver's.
+    (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info);
+    the `GPU Firmware:` line: firmware_line.
     """
     return (f"Model: \t\t {g['name']}\n"
             f"IRQ:   \t\t {200 + g['minor']}\n"
@@ -111,7 +127,7 @@ def gpu_information(g, bus, driver):
             "DMA Mask: \t 0xfffffffffffff\n"
             f"Bus Location: \t {bus}\n"
             f"Device Minor: \t {g['minor']}\n"
-            f"GPU Firmware: \t {driver}\n"
+            + firmware_line(driver, gsp_firmware) +
             f"GPU Excluded:\t {'Yes' if g.get('excluded') else 'No'}\n")
 
 
@@ -218,7 +234,8 @@ def apply(boot=False):
             if d not in want:
                 shutil.rmtree(pdn + "/gpus/" + d)
         for bus, g in want.items():
-            _write(f"{pdn}/gpus/{bus}/information", gpu_information(g, bus, ver))
+            _write(f"{pdn}/gpus/{bus}/information",
+                   gpu_information(g, bus, ver, cfg.get("gsp_firmware", True)))
         os.makedirs(pdn + "/sim", exist_ok=True)
         if not _mounted(pdn + "/sim"):
             os.system(f"mount --bind {GPU_DIR} {pdn}/sim")

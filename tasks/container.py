@@ -21,3 +21,6 @@ for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.driver_userspace(
         name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus
     )
+    proxmox.compile_toolchain(
+        name=f"Give CT {vmid} a C compiler and Python headers for torch.compile", vmid=vmid
+    )

@@ -146,6 +146,7 @@ class ContainerVerificationDoc(TypedDict, total=False):
     smi: dict[str, Any]
     torch: dict[str, Any] | None
     compile: dict[str, Any] | None
+    toolchain: dict[str, Any] | None
     packages: dict[str, str] | None
     pip_check: dict[str, Any] | None
     marker: dict[str, Any] | None

@@ -109,6 +109,7 @@ def hotplug_or_refuse(profile, site):
         assert ["set", "200"] in calls and not any(c[0] in ("shutdown", "stop", "reboot") for c in calls)
         assert "[pve:pending]" not in node.read("/etc/pve/lxc/200.conf")
         assert site.ct("test", "-c", "/dev/nvidia-uvm-tools").returncode == 0
+        failed_hotplug_means_restart(site)
     else:
         assert run.rc != 0
         assert "CT 200 must restart to get its GPUs right (its GPU passthrough config changes" \
@@ -116,3 +117,36 @@ def hotplug_or_refuse(profile, site):
         ok(site.deploy("restart_training=true"))
         assert site.ct("test", "-c", "/dev/nvidia-uvm-tools").returncode == 0
     assert ok(site.deploy()).changed == 0
+
+
+def failed_hotplug_means_restart(site):
+    """PVE 9: one devN per `pct set` (a failed hot-plug in a multi-devN call writes no config
+    while the earlier devices stay mounted), and a failed hot-plug is a restart the running
+    training blocks, never counted as done; once the training is stopped, the restart passes
+    the device through."""
+    node = site.node
+    conf = node.read("/etc/pve/lxc/200.conf")
+    keys = [line.split(":")[0] for line in conf.splitlines()
+            if line.endswith((": /dev/nvidia-uvm-tools", ": /dev/nvidia0"))]
+    for argv in (["stop", "200"], ["set", "200", "--delete", ",".join(keys)], ["start", "200"]):
+        assert node.run(["pct", *argv]).returncode == 0
+    site.ct("systemctl", "start", "dflash-train.service")
+    node.fail_device_hotplug("/dev/nvidia-uvm-tools")
+    try:
+        node.clear_pct_log()
+        blocked = site.deploy()
+        assert blocked.rc != 0
+        assert "CT 200 must restart to get its GPUs right (hot-plug of /dev/nvidia-uvm-tools " \
+            in blocked.output and "dflash-train.service is running in it" in blocked.output
+        sets = [c["argv"] for c in node.pct_calls() if c["argv"][:1] == ["set"]]
+        assert sets and all(sum(a.startswith("--dev") for a in argv) == 1 for argv in sets), sets
+        assert not any(c["argv"][0] in ("shutdown", "stop") for c in node.pct_calls())
+        assert site.ct("systemctl", "is-active", "dflash-train.service").stdout == "active\n"
+        assert site.ct("test", "-e", "/dev/nvidia-uvm-tools").returncode == 1
+        site.ct("systemctl", "stop", "dflash-train.service")
+        ok(site.deploy())  # the hot-plug fails again: now the container restarts with it
+        assert any(c["argv"][:2] == ["shutdown", "200"] for c in node.pct_calls())
+        assert site.ct("test", "-c", "/dev/nvidia-uvm-tools").returncode == 0
+        assert site.ct("test", "-c", "/dev/nvidia0").returncode == 0
+    finally:
+        node.fail_device_hotplug()

@@ -10,6 +10,7 @@ way; the last test leaves a gap (an excluded GPU), where taking one for the othe
 """
 
 import json
+import re
 
 import pytest
 
@@ -26,10 +27,13 @@ def node_options(request):
     return {"minor_order": "reverse", "profile": request.param}
 
 
-def smi_uuids(site):
-    """nvidia-smi's index -> UUID on the node."""
-    out = site.node.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]).stdout
-    return {int(i): u for i, u in (line.split(", ") for line in out.splitlines())}
+def smi_gpus(site):
+    """The node's GPUs as nvidia-smi lists them: (index, UUID without `GPU-`, parsed PCI bus id)."""
+    out = site.node.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
+                         "--format=csv,noheader"]).stdout
+    rows = (line.split(", ") for line in out.splitlines())
+    return [(int(i), u.removeprefix("GPU-"), tuple(int(x, 16) for x in re.split("[:.]", bus)))
+            for i, u, bus in rows]
 
 
 def alive(site, pid):
@@ -57,15 +61,16 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
     boot = node.read("/etc/systemd/system/nvidia-uvm-init.service")
     assert "-c 0 -c 1 -c 2 -c 3 -c 4 -c 5 -c 6 -c 7 -c 255" in boot, boot
 
-    # Verification: CUDA device i is nvidia-smi's GPU i (PCI order), roles follow it.
+    # Verification: CUDA device i (CUDA_DEVICE_ORDER=PCI_BUS_ID) is the node's i-th GPU in PCI
+    # bus order, joined by UUID (nothing promises nvidia-smi's index follows PCI order); each row
+    # names the node GPU of the same UUID; roles follow the CUDA numbering.
     report = tmp_path / "verify.json"
     ok = site.pyinfra("verify.py", f"verify_report={report}")
     assert ok.rc == 0, ok.output[-4000:]
     host = json.loads(report.read_text())["hosts"]["@pct/127.0.0.1/200"]
-    assert [g["node_gpu"] for g in host["gpus"]] == list(range(8))
-    uuids = smi_uuids(site)
-    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == \
-        [uuids[i].removeprefix("GPU-") for i in range(8)]
+    by_pci = sorted(smi_gpus(site), key=lambda g: g[2])
+    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == [u for _, u, _ in by_pci]
+    assert [g["node_gpu"] for g in host["gpus"]] == [i for i, _, _ in by_pci]
     assert [g["role"] for g in host["gpus"]] == ["target"] * 5 + ["drafter"] * 3
 
     # A second deploy changes nothing.
@@ -107,7 +112,7 @@ def test_an_excluded_gpu_leaves_a_gap_in_the_minors_that_passthrough_follows(sit
     info = node.read("/proc/driver/nvidia/gpus/0000:07:00.0/information")
     assert "Device Minor: \t 0\n" in info and "GPU Excluded:\t Yes\n" in info
     assert "Device Minor: \t 1\n" in node.read("/proc/driver/nvidia/gpus/0000:18:00.0/information")
-    assert sorted(smi_uuids(site)) == list(range(8))
+    assert sorted(i for i, _, _ in smi_gpus(site)) == list(range(8))
 
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
@@ -121,8 +126,6 @@ def test_an_excluded_gpu_leaves_a_gap_in_the_minors_that_passthrough_follows(sit
     ok = site.pyinfra("verify.py", f"verify_report={report}")
     assert ok.rc == 0, ok.output[-4000:]
     host = json.loads(report.read_text())["hosts"]["@pct/127.0.0.1/200"]
-    uuids = smi_uuids(site)
-    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == [
-        uuids[i].removeprefix("GPU-") for i in range(8)
-    ]
+    by_pci = sorted(smi_gpus(site), key=lambda g: g[2])
+    assert [g["uuid"].removeprefix("GPU-") for g in host["gpus"]] == [u for _, u, _ in by_pci]
     assert site.deploy().changed == 0

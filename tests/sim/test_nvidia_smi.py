@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from sim.fixtures import sim_node  # noqa: F401
+from sim.simctl import gpu_information
 from tests.sim.test_node import make_ct, pct
 
 FIELDS = Path(__file__).resolve().parents[2] / "sim" / "nvidia-smi-fields"
@@ -38,6 +39,23 @@ def test_an_unknown_field_is_rejected_like_the_real_tool(reverse, bad):
     assert (r.returncode, r.stdout, r.stderr) == rejected
     r = smi(reverse, f"--query-compute-apps=pid,{bad}", "--format=csv")
     assert (r.returncode, r.stdout, r.stderr) == rejected
+
+
+# `--help-query-compute-apps` of driver 590.48.01 (the capture; the same in 595 and 610): 8 names
+# and the aliases `name` (process_name) and `used_memory` (used_gpu_memory).
+COMPUTE_APPS = ["timestamp", "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid", "pid",
+                "process_name", "name", "used_gpu_memory", "used_memory"]
+# `--help-query-accounted-apps`'s own fields (and aliases): not valid for --query-compute-apps.
+ACCOUNTED_ONLY = ["gpu_utilization", "gpu_util", "mem_utilization", "mem_util",
+                  "max_memory_usage", "vgpu_instance", "time", "is_running"]
+
+
+def test_compute_apps_accepts_its_own_fields_and_rejects_accounted_apps_ones(reverse):
+    assert sorted(REAL_APPS) == sorted(COMPUTE_APPS)
+    for bad in ACCOUNTED_ONLY:
+        r = smi(reverse, f"--query-compute-apps=pid,{bad}", "--format=csv")
+        rejected = (2, f'Field "{bad}" is not a valid field to query.\n\n', "")
+        assert (r.returncode, r.stdout, r.stderr) == rejected
 
 
 def test_every_real_field_is_accepted_and_unmodelled_ones_are_na(reverse):
@@ -83,6 +101,25 @@ def test_minors_in_reverse_pci_order_everywhere(reverse):
     assert q[3].index(":") == 55 and q[3].startswith("Timestamp")
     first = smi(node, "-L").stdout.splitlines()[0]
     assert first.startswith("GPU 0: NVIDIA H200 (UUID: GPU-5a1e0000")
+
+
+@pytest.mark.parametrize("driver, gsp, line", [
+    ("590.48.01", True, "GPU Firmware: \t 590.48.01"), ("590.44.01", False, "GPU Firmware: \t N/A"),
+    ("580.142", False, None), ("580.95.05", True, "GPU Firmware: \t 580.95.05")])
+def test_the_firmware_line_follows_the_driver_release(driver, gsp, line):
+    """nv-procfs.c: 590.44.01 on prints `GPU Firmware:` always (`N/A` without GSP firmware);
+    before (and the whole 580 branch) only with firmware."""
+    gpu = {"name": "NVIDIA H200", "minor": 0, "uuid": "GPU-5a1e0000"}
+    text = gpu_information(gpu, "0000:18:00.0", driver, gsp)
+    keys = [line.split(":", 1)[0].strip() for line in text.splitlines()]
+    assert keys == (INFO_KEYS if line else [k for k in INFO_KEYS if k != "GPU Firmware"])
+    assert (line in text.splitlines()) if line else "Firmware" not in text
+
+
+def test_a_node_without_gsp_firmware_prints_no_firmware_line_before_590(reverse):
+    reverse.configure(gsp_firmware=False)
+    text = reverse.read("/proc/driver/nvidia/gpus/0000:18:00.0/information")
+    assert "GPU Firmware" not in text and "Device Minor: \t 3" in text.splitlines()
 
 
 def test_a_container_sees_the_gpu_behind_the_minor_it_was_given(reverse):

@@ -131,3 +131,46 @@ def test_pve_guests_unit_is_pve_managers(nodes):
                      "ExecStart=/usr/bin/pvesh --nooutput create /nodes/localhost/startall",
                      "After=lxc.service", "TimeoutSec=infinity"):
             assert line in lines
+
+
+def test_a_failed_hotplug_writes_no_config_but_keeps_the_earlier_devices(nodes):
+    """pve-container >= 6.0.4: vmconfig_hotplug_pending hot-plugs each added devN in key order
+    and collects failures; update_vm then writes no config at all ("don't write to config if we
+    get any errors", commit 11190ad) and exits 255, while devices hot-plugged before the failing
+    one stay in the running container."""
+    node = nodes["pve9"]
+    fresh_ct(node, 306, T9, "--unprivileged", "0")
+    node.fail_device_hotplug("/dev/nvidia1")
+    try:
+        before = conf(node, 306)
+        r = pct(node, "set", "306", "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidia1")
+        assert r.returncode == 255
+        assert r.stderr.startswith("400 Parameter verification failed.\n"
+                                   "dev1: unable to hotplug dev1: move_mount failed: ")
+        assert conf(node, 306) == before
+        assert node.ct_run(306, ["test", "-c", "/dev/nvidia0"]).returncode == 0
+        assert node.ct_run(306, ["test", "-e", "/dev/nvidia1"]).returncode == 1
+        # one devN per call: the one that worked is written, the failing one alone fails
+        assert pct(node, "set", "306", "--dev0", "/dev/nvidia0").returncode == 0
+        assert pct(node, "set", "306", "--dev1", "/dev/nvidia1").returncode == 255
+        assert "dev0: /dev/nvidia0" in conf(node, 306) and "dev1" not in conf(node, 306)
+    finally:
+        node.fail_device_hotplug()
+
+
+def test_pve_8_1_writes_a_devn_it_does_not_check_and_fails_at_the_next_start(tmp_path_factory):
+    """pve-container 5.0.7-5.0.9 (PVE 8.1) check a devN path only in update_lxc_config, after
+    the config is written (fixed in 5.0.10 by commit 556ddd3): a stopped CT's `pct set` dies
+    with the entry written; the start then fails on it."""
+    make, finish = _factory(tmp_path_factory)
+    try:
+        node = make(gpus=1, pve_version="8.1.4")
+        assert "pve-container: 5.0.8" in node.run(["pveversion", "-v"]).stdout
+        fresh_ct(node, 307, T8, "--unprivileged", "0", start=False)
+        r = pct(node, "set", "307", "--dev0", "/dev/nvidia9")
+        assert (r.returncode, r.stderr) == (255, "Device /dev/nvidia9 does not exist\n")
+        assert "dev0: /dev/nvidia9" in conf(node, 307).splitlines()
+        start = pct(node, "start", "307")
+        assert start.returncode == 255 and "Device /dev/nvidia9 does not exist" in start.stderr
+    finally:
+        finish()

@@ -42,6 +42,8 @@ def test_summary_of_a_healthy_container_whole():
         "packages": {"missing": [], "extra": [], "wrong": [],
                      "basis": "its pins and their dependencies (no lock)"},
         "compile": None,
+        "toolchain": {"cc": "/usr/bin/gcc", "cc_version": "12.2.0",
+                      "python_include": "/usr/include/python3.11", "python_h": True},
         "verify_level": "basic",
     }
 
@@ -55,7 +57,8 @@ def test_summary_without_any_facts_whole():
         "drafter_gpus": [5, 6, 7], "driver_node": None, "driver_container": {},
         "node_gpu_count": None, "container_gpus": None, "container_gpu_error": None,
         "compute_apps": [], "unit_active": None, "restart_pending": [], "venv": None,
-        "venv_real": None, "packages": None, "compile": None, "verify_level": "basic",
+        "venv_real": None, "packages": None, "compile": None, "toolchain": None,
+        "verify_level": "basic",
     }
     assert v.rows == []
     assert v.lines() == [

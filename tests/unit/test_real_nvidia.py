@@ -7,6 +7,7 @@ sim/nvidia-smi-fields/; the double answers from the same files.
 """
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -93,6 +94,11 @@ def test_pci_bus_ids_join_across_spellings(a, b):
 def test_device_minor_read_from_the_information_file():
     info_minor = probe_functions()["info_minor"]
     assert info_minor(information(12, "0000:18:00.0")) == 12
+    # without GSP firmware: `GPU Firmware: \t N/A` from 590.44.01, no line before (nv-procfs.c)
+    na = information(12, "0000:18:00.0").replace("580.95.05", "N/A")
+    none = "".join(line for line in information(12, "0000:18:00.0").splitlines(True)
+                   if not line.startswith("GPU Firmware"))
+    assert info_minor(na) == info_minor(none) == 12
     assert info_minor("Model: \t\t NVIDIA H200\n") is None
 
 
@@ -126,3 +132,38 @@ def test_gpu_rows_get_minors_by_bus_id_not_index(tmp_path):
     (tmp_path / "0000:5d:00.0" / "information").unlink()
     rows, _, _ = ns["gpus"]()
     assert rows[3]["minor"] is None
+
+
+def test_a_process_whose_name_has_a_comma_is_still_listed():
+    """nvidia-smi prints `process_name` unquoted: a name with a comma used to make a fifth value,
+    and the node probe dropped the process from leftover handling and verification."""
+    pid = os.getpid()  # a live process, so the probe can read its /proc/<pid>/cmdline
+    values = {"pid": str(pid), "process_name": "/opt/run,v2/python", "used_memory": "1000",
+              "used_gpu_memory": "1000", "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000"}
+    ns = probe_functions()
+
+    def fake_smi(argv, timeout=120):
+        query = argv[1].split("=", 1)[1].split(",")
+        bad = [f for f in query if f not in real_fields("compute-apps")]
+        if bad:
+            return 2, f'Field "{bad[0]}" is not a valid field to query.\n\n', ""
+        return 0, ", ".join(values[f] for f in query) + "\n", ""
+
+    ns["run"] = fake_smi
+    ns["read"] = lambda path: open(path).read()
+    apps = ns["compute_apps"]()
+    assert [(a["pid"], a["name"], a["used_mib"], a["gpu_uuid"]) for a in apps] == [
+        (pid, "/opt/run,v2/python", 1000, values["gpu_uuid"])]
+
+
+def test_leftover_clearing_numbers_gpus_as_cuda_does_not_by_index():
+    """The training GPUs are CUDA numbers (CUDA_DEVICE_ORDER=PCI_BUS_ID in the container); the
+    node probe that clears leftovers meets them through each GPU's PCI bus order and UUID, since
+    nothing promises nvidia-smi's index follows PCI order (NVML: "no guarantees")."""
+    tree = ast.parse(probe_source("training_leftovers"))
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+    ns: dict = {}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "training_leftovers", "exec"), ns)
+    rows = [["0", "GPU-b", "00000000:DB:00.0"], ["1", "GPU-a", "00000000:18:00.0"],
+            ["2", "GPU-c", "0000:2A:00.0"]]
+    assert ns["cuda_numbers"](rows) == {"GPU-a": 0, "GPU-c": 1, "GPU-b": 2}

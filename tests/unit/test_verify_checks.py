@@ -530,3 +530,20 @@ def test_unknown_unit_state_keeps_the_unit_cgroup_as_its_own():
     v = run(node=node_facts(apps=[own, by_hand]), deploying=True)
     assert checks_of(v) == ["GPU 1 (target) free"] and v.warnings == []
     assert "kill 15" in v.lines()[0]
+
+
+@pytest.mark.parametrize("toolchain, found", [
+    ({"cc": None, "cc_version": None, "python_include": "/usr/include/python3.11",
+      "python_h": True}, "no C compiler, Python.h in /usr/include/python3.11"),
+    ({"cc": "/usr/bin/gcc", "cc_version": "12.2.0", "python_include": "/usr/include/python3.11",
+      "python_h": False}, "gcc 12.2.0, no Python.h in /usr/include/python3.11"),
+])
+def test_a_container_without_the_compile_toolchain_fails_verification(toolchain, found):
+    """Triton builds a C helper at torch.compile's first CUDA kernel (triton/runtime/build.py):
+    without a compiler or the venv's Python.h the training, which compiles, cannot run."""
+    ct = ct_facts()
+    ct["toolchain"] = toolchain
+    v = run(ct=ct)
+    assert [p.check for p in v.problems] == ["torch.compile toolchain"]
+    assert f"found {found}; fix: run deploy.py (it installs gcc" in v.problems[0].line()
+    assert run().ok  # gcc and Python.h: no problem

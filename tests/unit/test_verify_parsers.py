@@ -84,9 +84,9 @@ def test_wrong_column_count_is_rejected():
 
 def test_compute_apps_shapes():
     text = (
-        "4242, /usr/bin/python3, 20000, GPU-5a1e6666-5157-4e4f-9d1a-0c0ffee00006\n"
-        "777, [Not Found], [N/A], GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000\n"
-        "778, python, [Insufficient Permissions], GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000\n"
+        "4242, 20000, GPU-5a1e6666-5157-4e4f-9d1a-0c0ffee00006, /usr/bin/python3\n"
+        "777, [N/A], GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000, [Not Found]\n"
+        "778, [Insufficient Permissions], GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000, python\n"
     )
     apps = parse_app_rows(text)
     assert apps[0] == {
@@ -98,6 +98,18 @@ def test_compute_apps_shapes():
     assert apps[1]["name"] is None and apps[1]["used_mib"] is None
     assert apps[2]["used_mib"] is None
     assert parse_app_rows("") == [] and parse_app_rows("\n") == []
+
+
+def test_a_process_name_with_commas_keeps_its_row():
+    """nvidia-smi prints process_name unquoted: `/opt/run,v2/python` used to split into an extra
+    value and the row was refused (or, in the node probe, dropped)."""
+    text = "4243, 1000, GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000, /opt/run,v2/python, x\n"
+    assert parse_app_rows(text) == [
+        {"pid": 4243, "used_mib": 1000, "name": "/opt/run,v2/python, x",
+         "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000"}
+    ]
+    with pytest.raises(ValueError, match="last field"):
+        parse_app_rows(text, ["pid", "process_name", "used_memory", "gpu_uuid"])
 
 
 @pytest.mark.parametrize(

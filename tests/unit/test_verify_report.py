@@ -24,7 +24,7 @@ def test_table_has_a_header_a_title_row_and_one_aligned_row_per_gpu():
     assert lines[0] == (
         "CT 200 on pve1: torch 2.11.0+cu130, CUDA 13.0, cuDNN 91300, NCCL 2.27.7, "
         "driver 580.95.05 (node = container), venv /root/venv -> "
-        "/root/venvs/torch-2.11.0-cu130"
+        "/root/venvs/torch-2.11.0-cu130, gcc 12.2.0, Python.h in /usr/include/python3.11"
     )
     assert lines[1].split() == [
         "GPU",

@@ -27,6 +27,11 @@ def node_facts(gpus=8, driver="580.95.05", apps=()):
     }
 
 
+# What the verification probe reads in a container with Debian 12's gcc and libpython3.11-dev.
+TOOLCHAIN = {"cc": "/usr/bin/gcc", "cc_version": "12.2.0",
+             "python_include": "/usr/include/python3.11", "python_h": True}
+
+
 def ct_facts(
     gpus=range(8),
     version="2.11.0+cu130",
@@ -76,4 +81,5 @@ def ct_facts(
             "output": "Checked 1 package in 1ms\nAll installed packages are compatible",
         },
         "compile": None,
+        "toolchain": dict(TOOLCHAIN),
     }

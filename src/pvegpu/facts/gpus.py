@@ -45,7 +45,9 @@ GPU_QUERY = [
     "driver_version",
     "compute_cap",
 ]
-APP_QUERY = ["pid", "process_name", "used_memory", "gpu_uuid"]
+#: ``process_name`` is free text nvidia-smi prints unquoted (a comma in it is not escaped), so it
+#: comes last and a row is split at most ``len(APP_QUERY) - 1`` times.
+APP_QUERY = ["pid", "used_memory", "gpu_uuid", "process_name"]
 
 _KEYS = {
     "index": "index",
@@ -115,12 +117,32 @@ def parse_gpu_rows(text: str, fields: list[str] = GPU_QUERY) -> list[dict]:
 def parse_app_rows(text: str, fields: list[str] = APP_QUERY) -> list[dict]:
     """Rows of ``nvidia-smi --query-compute-apps=<fields> --format=csv,noheader,nounits``.
 
-    >>> parse_app_rows("4242, python, [Insufficient Permissions], GPU-5a1e")
-    [{'pid': 4242, 'name': 'python', 'used_mib': None, 'gpu_uuid': 'GPU-5a1e'}]
+    nvidia-smi does not quote ``process_name``: with it as the last field, everything after the
+    other fields' commas is the name, commas included.
+
+    >>> parse_app_rows("4242, [Insufficient Permissions], GPU-5a1e, python")
+    [{'pid': 4242, 'used_mib': None, 'gpu_uuid': 'GPU-5a1e', 'name': 'python'}]
+    >>> parse_app_rows("7, 10, GPU-5a1e, /opt/a,b/python")[0]["name"]
+    '/opt/a,b/python'
     >>> parse_app_rows("")
     []
     """
-    return _rows(text, fields)
+    if "process_name" in fields[:-1]:
+        raise ValueError("process_name must be the last field: nvidia-smi does not quote it")
+    rows = []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = line.split(",", len(fields) - 1)
+        if len(cells) != len(fields):
+            raise FactProcessError(
+                f"nvidia-smi: line {line_no} has {len(cells)} values, expected {len(fields)} "
+                f"({','.join(fields)}): {line!r}"
+            )
+        rows.append(
+            {_KEYS.get(f, f.replace(".", "_")): smi_value(c, f) for f, c in zip(fields, cells)}
+        )
+    return rows
 
 
 def smi_error(rc: int | None, stdout: str, stderr: str) -> str | None:

@@ -23,7 +23,14 @@ from ..plan.installer_tools import (
     missing_tools_line,
     plan_tools,
 )
-from ..plan.passthrough import plan_passthrough, restart_blocker
+from ..plan.passthrough import (
+    hotplug_failure,
+    hotplug_shell,
+    plan_passthrough,
+    restart_blocker,
+    set_calls,
+)
+from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -306,8 +313,16 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         yield StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
     if plan.new_text is not None:
         yield write_file_command(f"/etc/pve/lxc/{vmid}.conf", plan.new_text)
-    if plan.set_args:
-        yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in plan.set_args))
+    hotplug = bool(plan.hotplug)
+    for args in set_calls(plan.set_args, hotplug):
+        if hotplug:
+            yield StringCommand(
+                hotplug_shell(vmid, args, hotplug_blocker(vmid, args, ct, policy, training))
+            )
+        else:
+            yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
+    if hotplug:
+        yield wait_exec(vmid)  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
         yield StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1")
@@ -315,6 +330,44 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         # `pct start` fails on a running container: the status was read first (ct_detail=full).
         yield f"pct start {vmid}"
         yield wait_exec(vmid)
+
+
+def hotplug_blocker(
+    vmid: int, args: list[str], ct: dict, policy: RunPolicy, training: TrainingSettings
+) -> str | None:
+    """Why the container may not restart should the hot-plug of ``args`` fail (None: it may)."""
+    if policy.restart_training:
+        return None
+    return restart_blocker(vmid, unit_file(training), ct.get("live"), [hotplug_failure(args)])
+
+
+@operation()
+def compile_toolchain(vmid: int):
+    """Give the container what torch.compile's Triton compiles with: a C compiler and the
+    headers of the Python its venvs are made from, from the container's own apt sources.
+
+    .. code:: python
+
+        proxmox.compile_toolchain(name="CT 200's C compiler and Python headers", vmid=200)
+
+    Triton builds a small C extension at its first CUDA kernel (triton/runtime/build.py: ``$CC``,
+    else gcc, else clang, with ``-I`` the Python headers); Proxmox's standard templates have
+    neither, so a training that compiles flex_attention crash-loops without them.
+    """
+    _state, ct = node_state(vmid, "full")
+    live = ct.get("live")
+    if not ct.get("exists") or not live:
+        return  # not created yet (preview) or not running
+    toolchain = live.get("toolchain")
+    packages = toolchain_packages(toolchain)
+    if not packages:
+        return
+    yield note(
+        f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
+        f"installing {' '.join(packages)} from the container's apt sources"
+    )
+    script = install_toolchain_script(vmid, packages)
+    yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
 
 
 @operation()

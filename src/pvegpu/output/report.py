@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..verification import Verdict
 from ..verification.training_gpus import memory_sources
+from ..verification.toolchain import toolchain_text
 
 COLUMNS = [
     ("GPU", "gpu", ">"),
@@ -59,6 +60,8 @@ def header(v: Verdict) -> str:
     if s.get("venv"):
         real = s.get("venv_real")
         parts.append(f"venv {s['venv']}" + (f" -> {real}" if real and real != s["venv"] else ""))
+    if s.get("toolchain"):
+        parts.append(toolchain_text(s["toolchain"]))
     comp = s.get("compile")
     if comp and comp.get("seconds") is not None:
         parts.append(

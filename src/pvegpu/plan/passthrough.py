@@ -17,6 +17,7 @@ Two modes, chosen by what the node supports:
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from .lxc_raw import DEV_KEY, is_our_raw_line, raw_lines_match, raw_lxc_lines, rewrite_config
@@ -164,6 +165,53 @@ def hotplug_additions(config: dict, set_args: list[str]) -> list[str] | None:
             return None
         added.append(value.split(",")[0])
     return added
+
+
+def set_calls(set_args: list[str], hotplug: bool) -> list[list[str]]:
+    """The `pct set` calls for ``set_args``: one devN per call where the node hot-plugs them
+    (``hotplug``), else one call. pve-container >= 6.0.4 writes no config when one hot-plug of
+    a call fails, while the devices hot-plugged before it stay in the container: one per call
+    keeps config and container in step.
+
+    >>> set_calls(["--dev1", "/dev/nvidia1", "--dev2", "/dev/nvidia2"], True)
+    [['--dev1', '/dev/nvidia1'], ['--dev2', '/dev/nvidia2']]
+    >>> set_calls(["--dev1", "/dev/nvidia1", "--delete", "dev0"], False)
+    [['--dev1', '/dev/nvidia1', '--delete', 'dev0']]
+    """
+    if not set_args:
+        return []
+    if not hotplug:
+        return [set_args]
+    return [set_args[i : i + 2] for i in range(0, len(set_args), 2)]
+
+
+def hotplug_shell(vmid: int, args: list[str], blocker: str | None) -> str:
+    """One devN hot-plug (`pct set <vmid> --devN <path>`) as a shell line that treats a failed
+    hot-plug as "restart needed", never as done: pct then wrote nothing and the device is not in
+    the container, so the container is shut down, the entry set (a stopped container takes it
+    into its config) and started; where a restart is not allowed (``blocker``: the training
+    runs), the host fails with that line instead.
+
+    >>> print(hotplug_shell(200, ["--dev5", "/dev/nvidia5"], None)[:46])
+    pct set 200 --dev5 /dev/nvidia5 || { echo 'hot
+    >>> "exit 1" in hotplug_shell(200, ["--dev5", "/dev/nvidia5"], "CT 200 must restart ...")
+    True
+    """
+    call = " ".join(["pct", "set", str(vmid), *(shlex.quote(a) for a in args)])
+    if blocker is not None:
+        return f"{call} || {{ echo {shlex.quote(blocker)} >&2; exit 1; }}"
+    said = f"{hotplug_failure(args)}: restarting CT {vmid} to pass it through"
+    restart = f"pct shutdown {vmid} --timeout 120 --forceStop 1 && {call} && pct start {vmid}"
+    return f"{call} || {{ echo {shlex.quote(said)} >&2; {restart}; }}"
+
+
+def hotplug_failure(args: list[str]) -> str:
+    """The restart reason a failed hot-plug of ``args`` (`--devN <path>`) gives.
+
+    >>> hotplug_failure(["--dev5", "/dev/nvidia5,mode=0666"])
+    'hot-plug of /dev/nvidia5 (dev5) failed'
+    """
+    return f"hot-plug of {args[1].split(',')[0]} ({args[0][2:]}) failed"
 
 
 # --- the whole plan ------------------------------------------------------------------------------

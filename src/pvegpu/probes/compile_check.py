@@ -41,8 +41,12 @@ out: dict = {
 
 
 def first_line(e):
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    lines = f"{type(e).__name__}: {e}".strip().splitlines()
+    # dynamo's BackendCompilerFailed reads "backend='inductor' raised:" + the cause on line 2
+    # (e.g. Triton's "RuntimeError: Failed to find C compiler. ..."): keep both
+    if len(lines) > 1 and lines[0].endswith("raised:"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else type(e).__name__
 
 
 try:

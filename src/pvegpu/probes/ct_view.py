@@ -30,6 +30,11 @@ for t in %(tools)s; do
   f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
     [ -f "$d/$t" ] && [ -x "$d/$t" ] && f=1 && break; done; unset IFS
   [ -n "$f" ] || echo "missing $t"; done
+cc=$(command -v gcc || command -v clang); v=
+[ -z "$cc" ] || v=$({ "$cc" -dumpfullversion 2>/dev/null || "$cc" -dumpversion; } | head -n1)
+echo "cc $cc $v"
+p=$(readlink /usr/bin/python3 2>/dev/null); p=${p##*/}
+echo "pyh $p $([ -n "$p" ] && [ -f "/usr/include/$p/Python.h" ] && echo yes)"
 for f in /etc/systemd/system/*.service; do
   [ -f "$f" ] && [ ! -L "$f" ] && [ "${f##*/}" != %(unit)s ] || continue
   case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
@@ -62,6 +67,9 @@ READ_FILES_END = '[ -z "$pvegpu_d" ] || rm -f "$pvegpu_d/%(i)d" "$pvegpu_d/%(i)d
 READS_END = '[ -z "$pvegpu_d" ] || rmdir "$pvegpu_d"\n'
 # "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
 # does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
+# "cc" and "pyh": what Triton needs at torch.compile's first CUDA kernel (runtime/build.py): gcc,
+# else clang, on PATH, and Python.h of the system python3 the venvs are made from
+# (/usr/include/python3.X: Debian's libpython3.X-dev).
 
 
 def with_reads(view, reads):
@@ -151,6 +159,7 @@ def container_view(proc):
         "unit_active": None,
         "missing_tools": [],
         "other_units": {},
+        "toolchain": {"cc": None, "cc_version": None, "python": None, "python_h": False},
     }
     for line in view_lines:
         tag, _, rest = line.partition(" ")
@@ -170,6 +179,14 @@ def container_view(proc):
             view["unit_active"] = rest.strip() or None
         elif tag == "missing":
             view["missing_tools"].append(rest.strip())
+        elif tag == "cc":
+            cc, _, version = rest.partition(" ")
+            view["toolchain"]["cc"] = cc or None
+            view["toolchain"]["cc_version"] = version.strip() or None
+        elif tag == "pyh":
+            python, _, found = rest.partition(" ")
+            view["toolchain"]["python"] = python or None
+            view["toolchain"]["python_h"] = found.strip() == "yes"
         elif tag == "other":
             name, _, active = rest.partition(" ")
             view["other_units"][name] = active.strip() or None

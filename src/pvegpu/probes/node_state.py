@@ -94,9 +94,11 @@ def proc_minors(base=PROC_GPUS):
 
 
 SMI_GPUS = ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"]
+# process_name last: nvidia-smi prints it unquoted, so a row splits at most 3 times (a comma in
+# a process's name would otherwise make an extra value and drop the process).
 SMI_APPS = [
     "nvidia-smi",
-    "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+    "--query-compute-apps=pid,used_memory,gpu_uuid,process_name",
     "--format=csv,noheader,nounits",
 ]
 
@@ -146,7 +148,7 @@ def compute_apps():
     apps = []
     if code == 0:
         for line in out.strip().splitlines():
-            cells = [c.strip() for c in line.split(",")]
+            cells = [c.strip() for c in line.split(",", 3)]
             if len(cells) == 4 and cells[0].isdigit():
                 raw = read(f"/proc/{cells[0]}/cmdline")
                 if not raw and exiting(cells[0]):
@@ -155,9 +157,9 @@ def compute_apps():
                 apps.append(
                     {
                         "pid": int(cells[0]),
-                        "name": cells[1],
-                        "gpu_uuid": cells[3],
-                        "used_mib": int(cells[2]) if cells[2].isdigit() else None,
+                        "name": cells[3],
+                        "gpu_uuid": cells[2],
+                        "used_mib": int(cells[1]) if cells[1].isdigit() else None,
                         "cmdline": cmdline,
                         # exact argv (the verify stage matches the training command on it)
                         "argv": raw.split("\0")[:-1] if raw else [],

@@ -55,6 +55,19 @@ def smi(query):
     ]
 
 
+def bus_key(bus_id):
+    """(domain, bus, device, function) of a PCI bus id such as ``00000000:83:00.0``."""
+    return tuple(int(x, 16) for x in re.split(r"[:.]", bus_id.strip()))
+
+
+def cuda_numbers(rows):
+    """GPU UUID -> the number CUDA gives it in the container (CUDA_DEVICE_ORDER=PCI_BUS_ID: PCI
+    bus order; the container has every node GPU), from ``index,uuid,pci.bus_id`` rows. Never
+    nvidia-smi's index: NVML promises no order for it."""
+    ranked = sorted((r for r in rows if len(r) == 3), key=lambda r: bus_key(r[2]))
+    return {r[1]: number for number, r in enumerate(ranked)}
+
+
 def argv_of(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -160,17 +173,17 @@ def wait_gone(pids, seconds):
 
 doc: dict = {"killed": [], "remaining": [], "foreign": [], "error": None}
 try:
-    uuid_to_index = {u: int(i) for i, u in smi("--query-gpu=index,uuid")}
+    uuid_to_cuda = cuda_numbers(smi("--query-gpu=index,uuid,pci.bus_id"))
     apps = smi("--query-compute-apps=pid,gpu_uuid,used_memory")
 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
     doc["error"] = f"nvidia-smi on the node failed: {e}"
-    apps, uuid_to_index = [], {}
+    apps, uuid_to_cuda = [], {}
 found: dict = {}
 foreign: dict = {}
 for cells in apps:
     if len(cells) < 2 or not cells[0].isdigit():
         continue
-    pid, gpu = int(cells[0]), uuid_to_index.get(cells[1])
+    pid, gpu = int(cells[0]), uuid_to_cuda.get(cells[1])
     if gpu not in A["gpus"]:
         continue
     target = found if is_training(pid) else foreign

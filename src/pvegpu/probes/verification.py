@@ -16,7 +16,9 @@
 import glob
 import json
 import os
+import shutil
 import subprocess
+import sysconfig
 import tempfile
 
 from pvegpu.probes.prelude import mtime, read, run, start_early  # sent as the prelude
@@ -123,6 +125,17 @@ def packages(venv):
     return found
 
 
+def toolchain():
+    # Triton's C helper (runtime/build.py): $CC, gcc or clang; Python.h (posix_local: posix_prefix)
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+    v = run_doc([cc, "-dumpfullversion"], timeout=30) if cc else {}
+    s = sysconfig.get_default_scheme()
+    inc = sysconfig.get_paths(scheme="posix_prefix" if s == "posix_local" else s)["include"]
+    version = (v.get("stdout") or "").strip() or None
+    has_h = os.path.exists(inc + "/Python.h")
+    return {"cc": cc, "cc_version": version, "python_include": inc, "python_h": has_h}
+
+
 def unit_state():
     unit = A.get("unit_name")
     if not unit:
@@ -187,6 +200,7 @@ doc = {
     "smi": run_doc(SMI),
     "torch": None,
     "compile": None,
+    "toolchain": toolchain(),
     "packages": None,
     "pip_check": None,
     "marker": None,

@@ -16,6 +16,7 @@ from .inputs import Inputs
 from .node import check_node
 from .packages import check_packages, drift_report
 from .processes import check_compute_processes
+from .toolchain import check_toolchain
 from .torch_build import check_torch
 from .verdict import Verdict
 
@@ -28,6 +29,7 @@ CHECKS: tuple[Callable[[Verdict, Inputs], None], ...] = (
     check_compute_processes,
     check_free_memory,
     check_packages,
+    check_toolchain,
     check_compile,
     finish_rows,
 )
@@ -95,5 +97,6 @@ def summary(f: Inputs) -> dict:
         "venv_real": ct.get("venv_real"),
         "packages": drift_report(f),
         "compile": ct.get("compile"),
+        "toolchain": ct.get("toolchain"),
         "verify_level": f.settings.verification.level,
     }

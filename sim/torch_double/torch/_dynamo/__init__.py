@@ -24,8 +24,9 @@ import tempfile
 import threading
 import time
 
-from .. import _build, _sim
+from .. import _build, _sim, _triton
 from ..fx import _symbolic_trace as _fx
+from . import exc
 
 MSG_FX_RACE = (
     "Detected that you are using FX to symbolically trace a dynamo-optimized function. "
@@ -99,6 +100,22 @@ def _write_cache(fn) -> None:
     os.replace(tmp, entry)
 
 
+def _inductor():
+    """The backend function dynamo names in its errors (``backend='inductor'``)."""
+
+
+_inductor.__name__ = "inductor"
+
+
+def _inductor_cuda_backend() -> None:
+    """inductor's first CUDA kernel starts Triton's driver, which builds its C helper with the
+    system's compiler and Python headers (see torch._triton); a failure there is the backend's."""
+    try:
+        _triton.cuda_utils()
+    except Exception as e:
+        raise exc.BackendCompilerFailed(_inductor, e) from e
+
+
 class _Optimized:
     def __init__(self, fn, options):
         self._orig_mod = fn
@@ -113,6 +130,7 @@ class _Optimized:
         sim_stats["traces"] += 1
         sim_tracing.set()
         try:
+            _inductor_cuda_backend()
             time.sleep(_trace_seconds())
             _write_cache(self._orig_mod)
         finally:
