@@ -69,7 +69,8 @@ ct_swap_mib = 0
 ct_rootfs = "local-lvm:128"
 ct_net0 = "name=eth0,bridge=vmbr0,ip=dhcp"
 # Privileged by default: GPU device nodes and the bind-mounted data dir keep plain root
-# ownership; unprivileged needs uid/gid mapping of both (see README, "Unprivileged containers").
+# ownership; unprivileged needs uid/gid mapping of both (see docs/node-and-container.md,
+# "Privileged by default").
 ct_unprivileged = False
 # LXC features (nesting lets systemd in the container sandbox its services).
 ct_features = "nesting=1"

@@ -13,5 +13,5 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[2]
 #: The Jinja templates of the boot units and the training unit.
 TEMPLATES = PROJECT / "templates"
-#: The one defaults file (see README).
+#: The one defaults file (every setting: docs/variables.md).
 GROUP_DATA = PROJECT / "group_data" / "all.py"

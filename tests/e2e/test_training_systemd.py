@@ -223,7 +223,7 @@ def test_child_ignoring_sigterm_is_killed_after_timeout_stop_sec(trainer_site):
     # The bound systemd applies, from its own timestamps (microseconds): the main process exited
     # within the first TimeoutStopSec, then final-sigterm waited a whole TimeoutStopSec from that
     # exit before SIGKILL; so the stop lasts more than one TimeoutStopSec and at most two (plus
-    # the SIGKILL), as README and the unit's comment say.
+    # the SIGKILL), as docs/training-unit.md and the unit's comment say.
     t = {k: int(v) for k, v in show(site, "ActiveExitTimestampMonotonic",
                                       "ExecMainExitTimestampMonotonic",
                                       "InactiveEnterTimestampMonotonic").items()}
@@ -241,8 +241,8 @@ def test_crash_restarts_then_start_limit_back_off(trainer_site):
     crashing = site.deploy("training_restart_delay_s=1", f"training_restart_burst={burst}")
     # Restart=on-failure restarts it after RestartSec while the starts in StartLimitIntervalSec
     # stay within StartLimitBurst: burst 3 is 3 starts in all, the deploy's own included, so
-    # exactly 2 automatic restarts (what README and the unit's comment say); the next restart is
-    # refused and the unit stays failed. Result keeps the first failure ('exit-code', not
+    # exactly 2 automatic restarts (what docs/training-unit.md and the unit's comment say); the
+    # next restart is refused and the unit stays failed. Result keeps the first failure ('exit-code', not
     # 'start-limit-hit'); NRestarts counts the refused one too.
     log = lambda: site.ct("journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout  # noqa
     text = wait_for("the start limit", log, lambda t: "Start request repeated too quickly" in t)

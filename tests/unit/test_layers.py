@@ -1,6 +1,6 @@
-"""The layers of src/pvegpu import one way, downward (README "How the code is laid out"): a module
-may import its own layer and the layers below it, never one above. The graph is the import-cycle
-test's (every import, relative ones resolved)."""
+"""The layers of src/pvegpu import one way, downward (docs/development.md, "How the code is laid
+out"): a module may import its own layer and the layers below it, never one above. The graph is
+the import-cycle test's (every import, relative ones resolved)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from .fleet import FLEET_DATA_KEYS, NODE_KEYS
 OWN_PREFIX = "x_"
 OWN_KEYS_SETTING = "extra_data_keys"
 HOW_TO_KEEP = (
-    "fix each name above (every setting: group_data/all.py, README Variables); a key of your "
+    "fix each name above (every setting: group_data/all.py, docs/variables.md); a key of your "
     f"own: start it with {OWN_PREFIX} or list it in {OWN_KEYS_SETTING}"
 )
 
