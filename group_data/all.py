@@ -125,3 +125,12 @@ pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
 # They live in each build (<build>/.pvegpu-train.env), so the unit is the same for every variant.
 variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}
+
+# --- site ---------------------------------------------------------------------------------------
+# Free space (GiB) the container's root disk (and, for a new container, its rootfs storage) must
+# have before a deploy changes anything: the floor under the build's own estimate (uv's cache, a
+# build of torch with its CUDA wheels, about 12 GiB, and keep_venvs builds beside it).
+min_free_gib = 20
+# Seconds between SSH keepalives on the node connections (the deploy lock's channel included,
+# idle for a whole run): a NAT or firewall idle timeout must not drop them.
+ssh_keepalive_s = 30

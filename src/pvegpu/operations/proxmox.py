@@ -201,6 +201,7 @@ def boot_persistence(gpus: GpuSettings):
             minors,
             tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
             gpus.extra_devices,
+            fabric=boot.on_fabric(state),
         ),
     }
     persistenced = tools.get("nvidia-persistenced")

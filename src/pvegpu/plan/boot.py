@@ -25,6 +25,12 @@ from .template_cache import with_cache
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
+#: NVIDIA Fabric Manager's unit (package nvidia-fabricmanager-<branch>): NVSwitch boards need it
+#: running before CUDA works.
+FABRICMANAGER_UNIT = "nvidia-fabricmanager.service"
+#: nvidia-smi's fabric.state of a GPU in an NVSwitch fabric (NVML nvmlGpuFabricState_t
+#: NOT_STARTED, IN_PROGRESS, COMPLETED); "Not Supported" and N/A mean no fabric.
+FABRIC_STATES = ("Not Started", "In Progress", "Completed")
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -59,7 +65,21 @@ def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
     return [" ".join(nodes), "-u -c 0"]
 
 
-def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=()) -> str:
+def on_fabric(state: dict) -> bool:
+    """Whether the node's GPUs report an NVSwitch fabric (the node read's ``fabric``).
+
+    >>> on_fabric({"fabric": [{"state": "Completed"}]}), on_fabric({"fabric": [{"state": "N/A"}]})
+    (True, False)
+    """
+    return any(r.get("state") in FABRIC_STATES for r in state.get("fabric") or [])
+
+
+def render_uvm_unit(
+    gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=(), fabric=False
+) -> str:
+    """The boot unit making the device nodes before pve-guests; on an NVSwitch board
+    (``fabric``) also ordered after, and pulling in, nvidia-fabricmanager.service, so Fabric
+    Manager runs before Proxmox starts its guests."""
     minors = sorted(set(gpu_minors))
     nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
     return (
@@ -69,6 +89,7 @@ def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extr
             nvidia_modprobe=nvidia_modprobe,
             commands=uvm_init_commands(minors, extras),
             gpu_nodes=nodes,
+            fabric=fabric,
         )
     )
 
