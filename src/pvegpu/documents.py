@@ -108,6 +108,8 @@ class NodeStateDoc(TypedDict, total=False):
     # without python3 answers {"python3_missing": true} instead (NodeState's shell guard).
     fabric: list[dict[str, str]]
     storages: dict[str, dict[str, dict[str, Any]] | None]
+    # nvidia-persistenced: daemons outside systemd, and whether the unit at our path is ours
+    persistenced: dict[str, Any]
 
 
 class ContainerStateDoc(TypedDict, total=False):

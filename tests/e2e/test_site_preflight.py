@@ -6,6 +6,8 @@ unchanged, and no traceback."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -86,3 +88,53 @@ def test_a_locked_or_full_container_is_refused_before_any_change(site):
         in run.output), run.output[-3000:]
     assert "Traceback" not in run.output
     assert node.tree_digest() == before
+
+
+# --- nvidia-persistenced someone else runs (issue 21 item 4) -----------------------------------
+UNIT = "/etc/systemd/system/nvidia-persistenced.service"
+ADMIN_UNIT = "[Unit]\nDescription=our own persistenced\n\n[Service]\nType=forking\n" \
+             "ExecStart=/usr/bin/nvidia-persistenced --user nvpd\n\n[Install]\n" \
+             "WantedBy=multi-user.target\n"
+
+
+def persistenced_changes(node) -> list[list[str]]:
+    """The node's systemctl calls that would change nvidia-persistenced.service (reads left out)."""
+    text = node.run(["cat", "/var/lib/pve-sim-systemd/calls.log"]).stdout
+    calls = [json.loads(line)["argv"] for line in text.splitlines() if line.strip()]
+    reads = ("is-active", "is-enabled", "show", "status", "cat")
+    return [c for c in calls if "nvidia-persistenced.service" in c and c[0] not in reads]
+
+
+def node_stage(site):
+    """The deploy of the node alone (its boot units), with -y."""
+    return site.pyinfra("deploy.py", extra=["--limit", "127.0.0.1"])
+
+
+def test_a_persistence_daemon_outside_systemd_is_left_alone(site):
+    node = site.node
+    # a daemon started by hand (argv[0] nvidia-persistenced), outside any unit
+    start = ("import os, sys; os.setsid(); os.execvp('sleep', ['nvidia-persistenced', '3600'])")
+    pid = node.run(["sh", "-c", f"python3 -c \"{start}\" >/dev/null 2>&1 & echo $!"],
+                   check=True).stdout.strip()
+    try:
+        run = node_stage(site)
+        assert run.rc == 0, run.output[-3000:]
+        assert (f"127.0.0.1: nvidia-persistenced already runs outside systemd (pid {pid}): left "
+                "alone (pvegpu neither writes nor starts nvidia-persistenced.service)") in run.output
+        assert node.run(["test", "-e", UNIT]).returncode == 1  # no second daemon's unit
+        assert persistenced_changes(node) == []
+        assert node.run(["test", "-e", "/etc/systemd/system/nvidia-uvm-init.service"]).returncode == 0
+    finally:
+        node.run(["kill", pid])
+
+
+def test_an_admins_own_persistenced_unit_is_never_overwritten(site):
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p /etc/systemd/system && cat > {UNIT}"], input=ADMIN_UNIT,
+             check=True)
+    run = node_stage(site)
+    assert run.rc == 0, run.output[-3000:]
+    assert (f"127.0.0.1: {UNIT} is not pvegpu's (no pvegpu marker on its first line): left alone "
+            "(never rewritten, enabled or started by pvegpu)") in run.output
+    assert node.read(UNIT) == ADMIN_UNIT
+    assert persistenced_changes(node) == []

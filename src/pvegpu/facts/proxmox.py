@@ -48,7 +48,9 @@ class NodeState(ProbeFact):
       (:mod:`pvegpu.run.ct_reads`);
     - ``fabric`` (each GPU's NVSwitch fabric state and status), ``storages`` (`pvesm status
       --content <c>` for each of ``storage_contents`` when a container is missing or
-      ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read).
+      ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read);
+    - ``persistenced``: ``outside_pids`` (nvidia-persistenced daemons not run by its unit) and
+      ``unit_ours`` (the unit file at ``persistenced_unit`` carries pvegpu's marker; None: none).
     """
 
     probe = "node_state"
@@ -66,6 +68,7 @@ class NodeState(ProbeFact):
         reads=None,
         storage_contents=(),
         recreate=False,
+        persistenced_unit=None,
     ):
         return NO_PYTHON3 + self.command_for(
             vmids=list(vmids),
@@ -80,6 +83,7 @@ class NodeState(ProbeFact):
             reads={str(k): list(v) for k, v in (reads or {}).items()},
             storage_contents=list(storage_contents),
             recreate=bool(recreate),
+            persistenced_unit=persistenced_unit,
         )
 
     def process(self, output) -> NodeStateDoc:

@@ -119,3 +119,31 @@ def manages_persistenced(unit: dict) -> bool:
     """
     ours = f"{UNIT_DIR}/{PERSISTENCED_UNIT}"
     return all(p == ours for p in unit.get("paths", []))
+
+
+def persistenced_left_alone(state: dict) -> str | None:
+    """Why pvegpu leaves nvidia-persistenced alone on this node (neither writes, enables nor
+    starts its unit), else None: a daemon already runs outside systemd (a second one would fail
+    to start, and `enable --now` with it), or the unit file at pvegpu's path is an admin's own
+    (no pvegpu marker: never overwritten).
+
+    >>> persistenced_left_alone({"persistenced": {"outside_pids": [812], "unit_ours": None}})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'nvidia-persistenced already runs outside systemd (pid 812): left alone (pvegpu neither
+    writes nor starts nvidia-persistenced.service)'
+    >>> persistenced_left_alone({"persistenced": {"outside_pids": [], "unit_ours": True}}) is None
+    True
+    """
+    found = state.get("persistenced") or {}
+    pids = found.get("outside_pids") or []
+    if pids:
+        return (
+            f"nvidia-persistenced already runs outside systemd (pid {', '.join(map(str, pids))}): "
+            f"left alone (pvegpu neither writes nor starts {PERSISTENCED_UNIT})"
+        )
+    if found.get("unit_ours") is False:
+        return (
+            f"{UNIT_DIR}/{PERSISTENCED_UNIT} is not pvegpu's (no pvegpu marker on its first "
+            "line): left alone (never rewritten, enabled or started by pvegpu)"
+        )
+    return None

@@ -187,6 +187,34 @@ def fabric():
     return rows
 
 
+# First line of the nvidia-persistenced unit pvegpu renders (its template)
+PERSISTENCED_MARKER = "# Rendered by pvegpu from templates/nvidia-persistenced.service.j2"
+
+
+def persistenced_outside_systemd():
+    """Pids of the node's nvidia-persistenced daemons not run by nvidia-persistenced.service
+    (started by hand, an init script, another unit; argv[0]'s name, as comm is cut at 15
+    characters), leaving out containers' processes (PVE's /lxc/<vmid>/ cgroups)."""
+    found = []
+    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+        raw = read(f"/proc/{pid}/cmdline")
+        if not raw or os.path.basename(raw.split("\0")[0]) != "nvidia-persistenced":
+            continue
+        cgroup = read(f"/proc/{pid}/cgroup") or ""
+        if "/lxc/" in cgroup or "/nvidia-persistenced.service" in cgroup:
+            continue
+        found.append(int(pid))
+    return found
+
+
+def persistenced(unit_path):
+    """{outside_pids, unit_ours}: daemons outside systemd, and whether the unit file at pvegpu's
+    path is pvegpu's own (True), an admin's (False) or absent (None)."""
+    text = read(unit_path) if unit_path else None
+    ours = None if text is None else text.startswith(PERSISTENCED_MARKER)
+    return {"outside_pids": persistenced_outside_systemd(), "unit_ours": ours}
+
+
 def pvesm_status_argv(content):
     return ["pvesm", "status", "--content", content]
 
@@ -385,6 +413,7 @@ doc = {
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
     "fabric": fabric() if gpu_rows else [],
     "storages": storages(contents),
+    "persistenced": persistenced(A.get("persistenced_unit")),
 }
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")

@@ -78,6 +78,9 @@ def node_problems(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
         )
+    left_alone = boot.persistenced_left_alone(state)
+    if left_alone:
+        warnings.append(f"{node}: {left_alone}")
     problems += fabric_problems(state, node)
     devn = devn_problem(settings, state, node)
     if devn:
@@ -253,6 +256,7 @@ def node_read_args(s: Settings) -> dict:
         # a container to create: its storages (pvesm status, read only then)
         "storage_contents": ["rootdir", "vztmpl"],
         "recreate": s.policy.rebuild == "container",
+        "persistenced_unit": f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}",
     }
 
 
