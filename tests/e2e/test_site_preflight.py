@@ -138,3 +138,22 @@ def test_an_admins_own_persistenced_unit_is_never_overwritten(site):
             "(never rewritten, enabled or started by pvegpu)") in run.output
     assert node.read(UNIT) == ADMIN_UNIT
     assert persistenced_changes(node) == []
+
+
+# NVIDIA's unit (package nvidia-fabricmanager-<branch>: /lib/systemd/system), abridged
+FM_UNIT = ("[Unit]\nDescription=NVIDIA fabric manager service\n\n[Service]\nType=forking\n"
+           "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+           "\n[Install]\nWantedBy=multi-user.target\n")
+
+
+def test_an_nvswitch_board_with_fabric_manager_running_converges_with_it_before_guests(site):
+    node = site.node
+    node.configure(fabric_state="Completed", fabric_status="Success")
+    node.run(["sh", "-c", "cat > /lib/systemd/system/nvidia-fabricmanager.service"], input=FM_UNIT,
+             check=True)
+    node.run(["systemctl", "enable", "--now", "nvidia-fabricmanager.service"], check=True)
+    run = node_stage(site)
+    assert run.rc == 0, run.output[-3000:]
+    uvm = node.read("/etc/systemd/system/nvidia-uvm-init.service").splitlines()
+    assert "After=nvidia-fabricmanager.service" in uvm and "Wants=nvidia-fabricmanager.service" in uvm
+    assert "Before=pve-guests.service" in uvm
