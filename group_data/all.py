@@ -130,3 +130,23 @@ pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
 # They live in each build (<build>/.pvegpu-train.env), so the unit is the same for every variant.
 variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}
+
+# --- site ---------------------------------------------------------------------------------------
+# Free space (GiB) the container's root disk (and, for a new container, its rootfs storage) must
+# have before a deploy changes anything: the floor under the build's own estimate (uv's cache, a
+# build of torch with its CUDA wheels, about 12 GiB, and keep_venvs builds beside it).
+min_free_gib = 20
+# Seconds between SSH keepalives on the node connections (the deploy lock's channel included,
+# idle for a whole run): a NAT or firewall idle timeout must not drop them.
+ssh_keepalive_s = 30
+# Proxies for the package and torch indexes, passed explicitly to uv and to pvegpu's own index
+# checks in the container and on the controller (`pct exec` starts from an empty environment):
+# e.g. "http://10.0.0.1:3128"; None: none. no_proxy: hosts reached directly ("localhost,.lan").
+http_proxy = None
+https_proxy = None
+no_proxy = None
+# A PEM bundle on this machine (the controller) with the CA(s) the indexes' TLS certificates
+# chain to, for a mirror with an internal CA: copied into the container and given to uv and the
+# index checks as SSL_CERT_FILE (it replaces the built-in roots, so it must hold every CA the
+# indexes need). None: uv's bundled Mozilla roots (Python: the system store).
+index_ca_bundle = None

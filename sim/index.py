@@ -84,6 +84,22 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = False
+    #: an ssl.SSLContext (server side): each connection's handshake runs in its own thread
+    tls = None
+    #: a client address the index answers alone (a site reached only through its proxy)
+    only_from = None
+
+    def finish_request(self, request, client_address):
+        if self.only_from is not None and client_address[0] != self.only_from:
+            request.close()  # not from the proxy: dropped, as a firewall would
+            return
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ValueError):
+                request.close()  # a client that does not trust our CA, or speaks no TLS
+                return
+        super().finish_request(request, client_address)
 
 
 class PackageIndex:
@@ -93,8 +109,14 @@ class PackageIndex:
         wheel_dir_pypi: list[Path] | None = None,
         host: str = "127.0.0.1",
         auth: tuple[str, str] | None = None,
+        tls: tuple[str, str] | None = None,
+        only_from: str | None = None,
     ):
+        """tls: (certificate chain file, key file): serve HTTPS (the URL says https);
+        only_from: the one client address answered (e.g. a proxy's source address)."""
         self._host = host
+        self._tls = tls
+        self._only_from = only_from
         self._auth = auth
         self._authorizations: list[str] = []
         self._lock = threading.Lock()
@@ -129,8 +151,16 @@ class PackageIndex:
         if self._server is not None:
             return self
         server = _Server((self._host, 0), self._handler_class())
+        if self._tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self._tls)
+            server.tls = context
+        server.only_from = self._only_from
         self._server = server
-        self.url = f"http://{self._host}:{server.server_address[1]}"
+        scheme = "https" if self._tls is not None else "http"
+        self.url = f"{scheme}://{self._host}:{server.server_address[1]}"
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},

@@ -103,7 +103,8 @@ NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C
 CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
                "gpu_memory_mib", "compute_cap", "compute_modes", "uvm_major", "caps_major",
                "uvm_nodes_at_boot", "template", "driver_loaded", "minor_order", "excluded_gpus",
-               "template_kmod", "apt_mirror", "pct_startup_s", "gsp_firmware", "template_toolchain")
+               "template_kmod", "apt_mirror", "pct_startup_s", "gsp_firmware", "template_toolchain",
+               "storages", "fabric_state", "fabric_status")
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
@@ -287,7 +288,7 @@ class SimNode:
                  hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
                  apt_mirror=None, gsp_firmware=True, template_toolchain=True,
                  host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
-                 cgroup_layout="host"):
+                 cgroup_layout="host", storages=None, fabric_state=None, fabric_status=None):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major); pve_container overrides the pve-container that
         goes with it (release_pve_container; pct's devN and hot-plug follow it). ct_init:
@@ -296,7 +297,12 @@ class SimNode:
         in for real pct's Perl start-up (the benchmark's latency knob; 0 = none). cgroup_layout:
         "host" (this machine's cgroup mounts) or "v2" (the node mounts the unified hierarchy alone
         at /sys/fs/cgroup, as a cgroup v2 node does; on a hybrid machine its controllers stay on
-        v1: see sim/README.md)."""
+        v1: see sim/README.md). storages:
+        `pvesm`'s and `pct create`'s storages ([{name, type, content, total_kib, used_kib,
+        avail_kib, enabled, active}]; None: a fresh install's local + local-lvm, see
+        sim/pvelxc.py DEFAULT_STORAGES). fabric_state/fabric_status: what nvidia-smi's
+        `fabric.state`/`fabric.status` print for every GPU (None: `[N/A]`, a GPU without an
+        NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success")."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
@@ -341,6 +347,7 @@ class SimNode:
             # (the sim's trees have gcc and libpython3-dev so that tests not about the toolchain
             # need no apt mirror) or not, as in Proxmox's real debian-<N>-standard templates
             "template_toolchain": bool(template_toolchain),
+            "storages": storages, "fabric_state": fabric_state, "fabric_status": fabric_status,
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None

@@ -189,6 +189,7 @@ def install(state, root, cfg):
 
     put(os.path.join(D, "pct"), "/usr/sbin/pct")
     put(os.path.join(D, "pveversion"), "/usr/bin/pveversion")
+    put(os.path.join(D, "pvesm"), "/usr/sbin/pvesm")
     put(os.path.join(D, "nvidia-modprobe"), "/usr/bin/nvidia-modprobe")
     # The node's PID 1 is this script, not systemd: its systemctl is the double (containers
     # boot real systemd and use their tree's own).

@@ -69,6 +69,29 @@ def pve_container():
         return "6.0.18" if version_tuple(pve_version()) >= (9,) else "5.2.6"
 
 
+# A fresh PVE install's storage.cfg (pve-manager's installer): `local` (dir /var/lib/vz:
+# iso,vztmpl,backup) and `local-lvm` (lvmthin: rootdir,images); a ZFS install has `local-zfs`
+# (zfspool: rootdir,images) instead. Sizes in KiB (pvesm status prints KiB).
+DEFAULT_STORAGES = [
+    {"name": "local", "type": "dir", "content": ["iso", "vztmpl", "backup"],
+     "total_kib": 98497780, "used_kib": 12582912, "avail_kib": 80862004, "enabled": True,
+     "active": True},
+    {"name": "local-lvm", "type": "lvmthin", "content": ["rootdir", "images"],
+     "total_kib": 1793064960, "used_kib": 10485760, "avail_kib": 1782579200, "enabled": True,
+     "active": True},
+]
+
+
+def storages():
+    """The node's storages (node.json "storages", set per test; else DEFAULT_STORAGES)."""
+    try:
+        with open(GPU_DIR + "/node.json") as f:
+            found = json.load(f).get("storages")
+    except (OSError, ValueError):
+        found = None
+    return {s["name"]: s for s in (found if found is not None else DEFAULT_STORAGES)}
+
+
 def version_tuple(v):
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 

@@ -19,8 +19,10 @@ if error:
     raise SettingsError(f"{host.name}: {error}")
 
 python_env.index_credentials(s.torch)
+python_env.index_ca_bundle(s)
 python_env.uv_installed(
-    name=f"Install uv {s.python_env.uv_version}", python_env=s.python_env, torch=s.torch
+    name=f"Install uv {s.python_env.uv_version}", python_env=s.python_env, torch=s.torch,
+    settings=s,
 )
 python_env.venv_built(name=f"Build venv {build} when missing, stale or drifted", settings=s)
 python_env.compile_caches(

@@ -63,6 +63,7 @@ class ContainerLive(TypedDict, total=False):
     unit_active: str | None
     missing_tools: list[str]
     other_units: dict[str, Any]
+    root_free_kib: int | None  # free space on the container's root disk (df -Pk /)
 
 
 class ContainerEntry(TypedDict, total=False):
@@ -101,6 +102,14 @@ class NodeStateDoc(TypedDict, total=False):
     tools: dict[str, str | None]
     templates: list[str]
     path_kinds: dict[str, str]  # training paths under the data dir: "file", "directory", "missing"
+    # site preflight (pvegpu.startup.site_preflight): each GPU's fabric registration
+    # ({uuid, state, status}), `pvesm status --content <c>` per content type ({storage: {type,
+    # status, avail_kib}}, None when pvesm failed; only when a container is to be created). A node
+    # without python3 answers {"python3_missing": true} instead (NodeState's shell guard).
+    fabric: list[dict[str, str]]
+    storages: dict[str, dict[str, dict[str, Any]] | None]
+    # nvidia-persistenced: daemons outside systemd, and whether the unit at our path is ours
+    persistenced: dict[str, Any]
 
 
 class ContainerStateDoc(TypedDict, total=False):

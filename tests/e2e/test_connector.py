@@ -17,7 +17,7 @@ from tests.tricky_strings import TRICKY
 def node(shared_sim_node):  # noqa: F811  (pytest passes the fixture imported above)
     n = shared_sim_node
     create = n.run(["pct", "create", "200", "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
-                    "--hostname", "t", "--unprivileged", "0"])
+                    "--hostname", "t", "--unprivileged", "0", "--rootfs", "local-lvm:4"])
     assert create.returncode == 0, create.stderr
     assert n.run(["pct", "start", "200"]).returncode == 0
     return n

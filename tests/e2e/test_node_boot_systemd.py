@@ -52,7 +52,8 @@ def boot_record(node, vmid):
 
 def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
     tpl = node.cfg["template_name"]
-    assert node.run(["pct", "create", "900", f"local:vztmpl/{tpl}", "--hostname", "pve1"]
+    assert node.run(["pct", "create", "900", f"local:vztmpl/{tpl}", "--hostname", "pve1",
+                     "--rootfs", "local-lvm:4"]
                     ).returncode == 0
     assert node.run(["pct", "start", "900"]).returncode == 0
     # the node's tools and state the doubles read (the simulated driver's node.json)

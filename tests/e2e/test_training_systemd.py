@@ -114,7 +114,8 @@ def main_argv(site, pid):
 def test_container_boots_real_systemd_and_stops_clean(site):
     node = site.node
     tpl = node.cfg["template_name"]
-    assert node.run(["pct", "create", "200", f"local:vztmpl/{tpl}"]).returncode == 0
+    assert node.run(["pct", "create", "200", f"local:vztmpl/{tpl}",
+                     "--rootfs", "local-lvm:4"]).returncode == 0
     assert node.run(["pct", "start", "200"]).returncode == 0
     comm = node.run(["pct", "exec", "200", "--", "cat", "/proc/1/comm"])
     assert (comm.returncode, comm.stdout) == (0, "systemd\n")

@@ -17,7 +17,7 @@ MODPROBE_MISSING = (
 
 def ct(node, vmid=200):
     """A started container with the node's installer pushed to /root/x.run."""
-    for args in (["create", str(vmid), TEMPLATE, "--unprivileged", "0"], ["start", str(vmid)],
+    for args in (["create", str(vmid), TEMPLATE, "--unprivileged", "0", "--rootfs", "local-lvm:4"], ["start", str(vmid)],
                  ["push", str(vmid), RUN, "/root/x.run"]):
         r = node.run(["pct", *args])
         assert r.returncode == 0, r.stderr

@@ -63,3 +63,13 @@ def test_rendered_node_units_pass_systemd_analyze_verify(tmp_path):
     p = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "broken.service")],
                        capture_output=True, text=True)
     assert "broken.service" in p.stderr
+
+
+def test_uvm_unit_on_an_nvswitch_board_pulls_in_fabric_manager_before_guests():
+    plain = render_uvm_unit(range(8)).splitlines()
+    assert not [line for line in plain if "fabricmanager" in line]  # unchanged without a fabric
+    fabric = render_uvm_unit(range(8), fabric=True).splitlines()
+    assert "After=nvidia-fabricmanager.service" in fabric
+    assert "Wants=nvidia-fabricmanager.service" in fabric
+    assert fabric.index("Wants=nvidia-fabricmanager.service") < fabric.index("[Service]")
+    assert "Before=pve-guests.service" in fabric

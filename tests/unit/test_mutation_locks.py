@@ -198,7 +198,8 @@ def test_an_unreachable_index_is_one_redacted_line_with_the_reason(error, why):
     urlopen = FakeUrlopen(**{"http://127.0.0.1:3142": error})
     assert index_problem(s, urlopen) == (
         f"torch_index_base=http://me:***@127.0.0.1:3142/whl/cu130 is not reachable from this "
-        f"machine ({why}), where locks are made: fix torch_index_base or start the index"
+        f"machine ({why}), where locks are made: fix torch_index_base (or https_proxy, "
+        "index_ca_bundle) or start the index"
     )
 
 

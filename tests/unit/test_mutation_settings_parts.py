@@ -11,6 +11,7 @@ from pvegpu.settings import (
     RunPolicy,
     Settings,
     SettingsError,
+    SiteSettings,
     TorchSettings,
     TrainingSettings,
     VerificationSettings,
@@ -372,6 +373,7 @@ def test_parts_are_each_part_in_order():
         RunPolicy,
         VerificationSettings,
         TrainingSettings,
+        SiteSettings,
     ]
 
 

@@ -169,3 +169,63 @@ def test_rebuild_container_checks_what_the_re_creation_needs():
     state = node(templates=[], containers={"200": running_ct(uvm_major_in_ct=508)})
     problems, _ = node_problems(settings(rebuild="container"), state, "n1", [200])
     assert len(problems) == 1 and problems[0].startswith("n1: CT 200 is re-created (rebuild=container) and its template")
+
+
+# --- issue 21: a real site's preflight (pvegpu.startup.site_preflight) ------------------------
+FM = "nvidia-fabricmanager.service"
+
+
+def fabric(state, status="N/A"):
+    return [{"uuid": f"GPU-{i}", "state": state, "status": status} for i in range(8)]
+
+
+def test_a_fabric_needs_fabric_manager_enabled_active_and_every_gpu_registered():
+    s = settings()
+    fm_unit = {"path": f"/lib/systemd/system/{FM}", "enabled": True, "active": "active"}
+    assert node_problems(s, node(fabric=fabric("[N/A]", "[N/A]")), "n1")[0] == []
+    done = node(fabric=fabric("Completed", "Success"), units={FM: fm_unit})
+    assert node_problems(s, done, "n1")[0] == []
+    (line,) = node_problems(s, node(fabric=fabric("Not Started")), "n1")[0]
+    assert "nvidia-fabricmanager.service is not installed" in line
+    stopped = node(fabric=fabric("Not Started"), units={FM: {**fm_unit, "active": "inactive"}})
+    (line,) = node_problems(s, stopped, "n1")[0]
+    assert "nvidia-fabricmanager.service is inactive, enabled: `systemctl enable --now" in line
+    disabled = node(fabric=fabric("Completed", "Success"), units={FM: {**fm_unit, "enabled": False}})
+    (line,) = node_problems(s, disabled, "n1")[0]
+    assert "is active, not enabled" in line
+    failed = node(fabric=fabric("Completed", "Unknown Error"), units={FM: fm_unit})
+    (line,) = node_problems(s, failed, "n1")[0]
+    assert line.startswith("n1: 8 GPU(s) have not joined the NVSwitch fabric (GPU-0: state "
+                           "Completed, status Unknown Error)")
+
+
+def test_a_new_container_needs_its_storages_and_the_space_of_a_build():
+    ok = {"rootdir": {"local-lvm": {"type": "lvmthin", "status": "active", "avail_kib": 2**31}},
+          "vztmpl": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}}}
+    assert node_problems(settings(), node(storages=ok), "n1", [200])[0] == []
+    (line,) = node_problems(settings(ct_rootfs="local-zfs:128"), node(storages=ok), "n1", [200])[0]
+    assert "storage 'local-zfs' (ct_rootfs='local-zfs:128'), which does not exist" in line
+    (line,) = node_problems(settings(ct_rootfs="local-lvm:8"), node(storages=ok), "n1", [200])[0]
+    assert "ct_rootfs='local-lvm:8' gives CT 200 a 8 GiB root disk, a deploy needs 20 GiB" in line
+    big = settings(min_free_gib=4096, ct_rootfs="local-lvm:5000")
+    (line,) = node_problems(big, node(storages=ok), "n1", [200])[0]
+    assert "storage 'local-lvm' (ct_rootfs) has 2048.0 GiB available, CT 200 needs 4096 GiB" in line
+    (line,) = node_problems(settings(ct_template="nfs:vztmpl/" + TEMPLATE),
+                            node(storages=ok), "n1", [200])[0]
+    assert "is on storage 'nfs', which does not exist or holds no templates (vztmpl)" in line
+    # not read (the container exists): nothing to say
+    assert node_problems(settings(), node(storages={}), "n1", [200])[0] == []
+
+
+def test_a_locked_container_or_a_full_root_disk_is_refused():
+    ct = running_ct()
+    ct["config"]["lock"] = "migrate"
+    (line,) = node_problems(settings(), node(containers={"200": ct}), "n1", [200])[0]
+    assert line == ("n1: CT 200 is locked (migrate): pct refuses changes while a migration runs; "
+                    "wait for it to end (or, if none runs, `pct unlock 200`) and run again")
+    ct = running_ct()
+    ct["live"]["root_free_kib"] = 19 * 1024 * 1024
+    (line,) = node_problems(settings(), node(containers={"200": ct}), "n1", [200])[0]
+    assert line.startswith("n1: CT 200 has 19.0 GiB free on its root disk, a deploy needs 20 GiB")
+    ct["live"]["root_free_kib"] = 20 * 1024 * 1024
+    assert node_problems(settings(), node(containers={"200": ct}), "n1", [200])[0] == []

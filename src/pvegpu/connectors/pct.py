@@ -33,7 +33,7 @@ from pyinfra.connectors.util import (
     make_unix_command_for_host,
 )
 
-from .shared_ssh import announce_node, connect_shared
+from .shared_ssh import announce_node, connect_shared, keep_alive
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -171,6 +171,7 @@ class PctConnector(BaseConnector):
         self.shares_node = connect_shared(self.state, self.host, self.ssh)
         if not self.shares_node:
             self.ssh.connect()
+            keep_alive(self.ssh.client, self.host.data)
 
     def disconnect(self) -> None:
         if self.shares_node:

@@ -37,6 +37,30 @@ if TYPE_CHECKING:
 MAX_SHARERS = 6
 
 
+def keepalive_seconds(data: Any) -> int | None:
+    """``ssh_keepalive_s`` of host data when valid (1..3600), else None (the settings check
+    refuses the run then; a connection is made before it runs).
+
+    >>> keepalive_seconds({"ssh_keepalive_s": 30}), keepalive_seconds({"ssh_keepalive_s": "x"})
+    (30, None)
+    """
+    value = data.get("ssh_keepalive_s") if data is not None else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
+        return None
+    return value
+
+
+def keep_alive(client: Any, data: Any) -> None:
+    """Send an SSH keepalive after every ``ssh_keepalive_s`` idle seconds on ``client``'s
+    connection (paramiko's ``Transport.set_keepalive``; pyinfra sets one only from ssh_config's
+    ServerAliveInterval), so a NAT or firewall idle timeout does not drop it: the deploy lock's
+    channel is idle for the whole run."""
+    seconds = keepalive_seconds(data)
+    transport = client.get_transport() if client is not None else None
+    if seconds is not None and transport is not None:
+        transport.set_keepalive(seconds)
+
+
 def effective(data: dict, host_name: str) -> dict:
     """SSH connector data as it connects: no ``ssh_hostname`` means the host's own name."""
     return {**data, "ssh_hostname": data.get("ssh_hostname") or host_name}
@@ -71,6 +95,9 @@ class ConnectOnce:
             except ConnectError as e:
                 self.error = e  # the other hosts fail with it, not with a second handshake
                 raise
+            keep_alive(
+                self.connector.client, getattr(getattr(self.connector, "host", None), "data", None)
+            )
 
 
 def connect_once(connector: SSHConnector) -> ConnectOnce:

@@ -9,6 +9,12 @@ from ..documents import NodeStateDoc
 from ..plan.installer_tools import INSTALLER_TOOLS
 from .probe import ProbeFact, parse_probe_output
 
+#: The node probe runs under the node's python3: without one the shell would answer "python3: not
+#: found" (exit 127), read as a failed fact; this prints a document saying so instead.
+NO_PYTHON3 = (
+    "command -v python3 >/dev/null 2>&1 || { echo '{\"python3_missing\": true}'; exit 0; }; "
+)
+
 
 class NodeState(ProbeFact):
     """Everything the node stages compare against, in one command (one JSON document).
@@ -39,7 +45,12 @@ class NodeState(ProbeFact):
       code's paths on the node, checked by the preflight in the same read);
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
-      (:mod:`pvegpu.run.ct_reads`).
+      (:mod:`pvegpu.run.ct_reads`);
+    - ``fabric`` (each GPU's NVSwitch fabric state and status), ``storages`` (`pvesm status
+      --content <c>` for each of ``storage_contents`` when a container is missing or
+      ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read);
+    - ``persistenced``: ``outside_pids`` (nvidia-persistenced daemons not run by its unit) and
+      ``unit_ours`` (the unit file at ``persistenced_unit`` carries pvegpu's marker; None: none).
     """
 
     probe = "node_state"
@@ -55,8 +66,11 @@ class NodeState(ProbeFact):
         unit_name=None,
         paths=(),
         reads=None,
+        storage_contents=(),
+        recreate=False,
+        persistenced_unit=None,
     ):
-        return self.command_for(
+        return NO_PYTHON3 + self.command_for(
             vmids=list(vmids),
             installer_dir=installer_dir,
             data_dir=data_dir,
@@ -67,6 +81,9 @@ class NodeState(ProbeFact):
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
             reads={str(k): list(v) for k, v in (reads or {}).items()},
+            storage_contents=list(storage_contents),
+            recreate=bool(recreate),
+            persistenced_unit=persistenced_unit,
         )
 
     def process(self, output) -> NodeStateDoc:

@@ -74,6 +74,26 @@ def credential_conflict(settings: Settings) -> str | None:
     return None
 
 
+def site_opener(settings: Settings):
+    """A urllib opener with the site's proxies (``http_proxy``, ``https_proxy``, ``no_proxy``;
+    this machine's own environment where they are unset) and ``index_ca_bundle`` as the CA file
+    when set."""
+    import ssl
+    import urllib.request
+
+    proxies = urllib.request.getproxies()
+    site = settings.site
+    for scheme, value in (("http", site.http_proxy), ("https", site.https_proxy)):
+        if value:
+            proxies[scheme] = value
+    if site.no_proxy:
+        proxies["no"] = site.no_proxy
+    context = ssl.create_default_context(cafile=site.index_ca_bundle or None)
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler(proxies), urllib.request.HTTPSHandler(context=context)
+    )
+
+
 def index_problem(settings: Settings, urlopen=None) -> str | None:
     """One line when an index does not answer this machine or refuses its credentials (uv
     reports a refused login only as "not found"); None when both answer."""
@@ -81,7 +101,14 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
     import urllib.error
     import urllib.request
 
-    urlopen = urlopen or urllib.request.urlopen
+    if urlopen is None:
+        try:
+            urlopen = site_opener(settings).open
+        except OSError as e:  # ssl.SSLError: not a usable CA bundle
+            return (
+                f"index_ca_bundle={settings.site.index_ca_bundle!r} cannot be loaded ({e}): "
+                "give a PEM bundle of CA certificates"
+            )
     for key, url in (
         ("package_index_url", settings.torch.package_index_url),
         ("torch_index_base", settings.torch.index_url),
@@ -103,6 +130,6 @@ def index_problem(settings: Settings, urlopen=None) -> str | None:
             why = redact(str(getattr(e, "reason", e)))
             return (
                 f"{key}={redact(url)} is not reachable from this machine ({why}), where "
-                f"locks are made: fix {key} or start the index"
+                f"locks are made: fix {key} (or https_proxy, index_ca_bundle) or start the index"
             )
     return None

@@ -63,6 +63,10 @@ def make_lock(
             if not k.startswith("UV_") and k not in ("VIRTUAL_ENV", "NETRC")
         }
         env.update(UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never")
+        # the site's proxies and index CA, as the container's uv gets them
+        env.update(settings.site.proxy_env())
+        if settings.site.index_ca_bundle:
+            env["SSL_CERT_FILE"] = settings.site.index_ca_bundle
         netrc = netrc_text(settings.torch)
         if netrc:
             env["NETRC"] = str(Path(tmp) / "netrc")

@@ -188,7 +188,8 @@ def boot_persistence(gpus: GpuSettings):
       the uvm nodes, ordered Before=pve-guests.service (a missing devN path blocks the start of an
       onboot container after a cold boot), enabled and started;
     - nvidia-persistenced.service: enabled and started; written from NVIDIA's sample only when no
-      unit file exists (the .run driver ships none; Debian's package does).
+      unit file exists (the .run driver ships none; Debian's package does); left alone where a
+      daemon runs outside systemd or the unit at our path is an admin's (no pvegpu marker).
     """
     state = read_state()
     if not state:
@@ -208,10 +209,13 @@ def boot_persistence(gpus: GpuSettings):
             minors,
             tools.get("nvidia-modprobe") or "/usr/bin/nvidia-modprobe",
             gpus.extra_devices,
+            fabric=boot.on_fabric(state),
         ),
     }
-    persistenced = tools.get("nvidia-persistenced")
-    pers_unit = units.get(boot.PERSISTENCED_UNIT, {})
+    # a daemon outside systemd or an admin's own unit: left alone (the preflight reports it)
+    foreign = boot.persistenced_left_alone(state) is not None
+    persistenced = None if foreign else tools.get("nvidia-persistenced")
+    pers_unit = {} if foreign else units.get(boot.PERSISTENCED_UNIT, {})
     if persistenced and boot.manages_persistenced(pers_unit):
         wanted[f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}"] = boot.render_persistenced_unit(
             persistenced

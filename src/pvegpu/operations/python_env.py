@@ -35,7 +35,7 @@ from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
 from ..locks import LockPlan, lock_plan, make_lock, netrc_text, split_credentials, uv_wheel_hashes
 from ..plan.unit import BUILD_ENV, digest, render_build_env
-from ..plan.uv_commands import NETRC, has_credentials, uv_home
+from ..plan.uv_commands import CA_BUNDLE, NETRC, has_credentials, site_assignments, uv_home
 from ..plan.venv_build import build_script
 from ..plan.venvs import (
     SELECTED_FILE,
@@ -79,8 +79,30 @@ def index_credentials(torch: TorchSettings) -> None:
     )
 
 
+def index_ca_bundle(settings: Settings) -> None:
+    """Copy ``index_ca_bundle`` (a PEM file on the controller) into the container at
+    ``CA_BUNDLE``, where uv and pvegpu's index checks read it (``SSL_CERT_FILE``). Nothing
+    happens when it is unset.
+
+    .. code:: python
+
+        python_env.index_ca_bundle(s)  # from tasks/python_env.py
+    """
+    if not settings.site.index_ca_bundle:
+        return
+    files.put(
+        name="CA bundle of the indexes in the container (index_ca_bundle)",
+        src=settings.site.index_ca_bundle,
+        dest=CA_BUNDLE,
+        mode="644",
+        create_remote_dir=True,
+    )
+
+
 @operation()
-def uv_installed(python_env: PythonEnvSettings, torch: TorchSettings):
+def uv_installed(
+    python_env: PythonEnvSettings, torch: TorchSettings, settings: Settings | None = None
+):
     """Install the pinned uv (``python_env.uv_version``) from ``torch.package_index_url`` into
     its own directory (never `curl | sh`, no pip needed), run by ``python_env.interpreter``: the
     wheel whose sha256 the project's uv.lock pins. Upgraded only when the pin changes.
@@ -101,9 +123,11 @@ def uv_installed(python_env: PythonEnvSettings, torch: TorchSettings):
         "link": "/usr/local/bin/uv",
         "netrc": NETRC if has_credentials(torch) else None,
     }
+    site = site_assignments(settings) if settings is not None else ""
     yield remote_step(
         f"installing uv {python_env.uv_version}",
-        probe_command("install_uv", args, python=python_env.interpreter),
+        (f"{site} " if site else "")
+        + probe_command("install_uv", args, python=python_env.interpreter),
         "the live venv is untouched",
     )
 

@@ -25,6 +25,12 @@ from .template_cache import with_cache
 MODULES_LOAD = "/etc/modules-load.d/nvidia.conf"
 UVM_UNIT = "nvidia-uvm-init.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
+#: NVIDIA Fabric Manager's unit (package nvidia-fabricmanager-<branch>): NVSwitch boards need it
+#: running before CUDA works.
+FABRICMANAGER_UNIT = "nvidia-fabricmanager.service"
+#: nvidia-smi's fabric.state of a GPU in an NVSwitch fabric (NVML nvmlGpuFabricState_t
+#: NOT_STARTED, IN_PROGRESS, COMPLETED); "Not Supported" and N/A mean no fabric.
+FABRIC_STATES = ("Not Started", "In Progress", "Completed")
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -59,7 +65,21 @@ def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
     return [" ".join(nodes), "-u -c 0"]
 
 
-def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=()) -> str:
+def on_fabric(state: dict) -> bool:
+    """Whether the node's GPUs report an NVSwitch fabric (the node read's ``fabric``).
+
+    >>> on_fabric({"fabric": [{"state": "Completed"}]}), on_fabric({"fabric": [{"state": "N/A"}]})
+    (True, False)
+    """
+    return any(r.get("state") in FABRIC_STATES for r in state.get("fabric") or [])
+
+
+def render_uvm_unit(
+    gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=(), fabric=False
+) -> str:
+    """The boot unit making the device nodes before pve-guests; on an NVSwitch board
+    (``fabric``) also ordered after, and pulling in, nvidia-fabricmanager.service, so Fabric
+    Manager runs before Proxmox starts its guests."""
     minors = sorted(set(gpu_minors))
     nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
     return (
@@ -69,6 +89,7 @@ def render_uvm_unit(gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extr
             nvidia_modprobe=nvidia_modprobe,
             commands=uvm_init_commands(minors, extras),
             gpu_nodes=nodes,
+            fabric=fabric,
         )
     )
 
@@ -98,3 +119,31 @@ def manages_persistenced(unit: dict) -> bool:
     """
     ours = f"{UNIT_DIR}/{PERSISTENCED_UNIT}"
     return all(p == ours for p in unit.get("paths", []))
+
+
+def persistenced_left_alone(state: dict) -> str | None:
+    """Why pvegpu leaves nvidia-persistenced alone on this node (neither writes, enables nor
+    starts its unit), else None: a daemon already runs outside systemd (a second one would fail
+    to start, and `enable --now` with it), or the unit file at pvegpu's path is an admin's own
+    (no pvegpu marker: never overwritten).
+
+    >>> persistenced_left_alone({"persistenced": {"outside_pids": [812], "unit_ours": None}})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'nvidia-persistenced already runs outside systemd (pid 812): left alone (pvegpu neither
+    writes nor starts nvidia-persistenced.service)'
+    >>> persistenced_left_alone({"persistenced": {"outside_pids": [], "unit_ours": True}}) is None
+    True
+    """
+    found = state.get("persistenced") or {}
+    pids = found.get("outside_pids") or []
+    if pids:
+        return (
+            f"nvidia-persistenced already runs outside systemd (pid {', '.join(map(str, pids))}): "
+            f"left alone (pvegpu neither writes nor starts {PERSISTENCED_UNIT})"
+        )
+    if found.get("unit_ours") is False:
+        return (
+            f"{UNIT_DIR}/{PERSISTENCED_UNIT} is not pvegpu's (no pvegpu marker on its first "
+            "line): left alone (never rewritten, enabled or started by pvegpu)"
+        )
+    return None

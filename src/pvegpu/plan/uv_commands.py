@@ -45,6 +45,29 @@ UV_UNSET = (
 #: Where the index credentials live in the container while pvegpu needs them (mode 0600; the
 #: netrc uv reads through $NETRC): never in a command line.
 NETRC = "/root/.config/pvegpu/netrc"
+#: Where the indexes' CA bundle (``index_ca_bundle``, copied from the controller) lives in the
+#: container, for uv and pvegpu's index checks (``SSL_CERT_FILE``).
+CA_BUNDLE = "/etc/pvegpu/index-ca.pem"
+
+
+def site_env(settings: Settings) -> dict[str, str]:
+    """The proxy and CA variables every network call in the container gets explicitly (`pct
+    exec` starts from an empty environment): ``http(s)_proxy``/``no_proxy`` in both spellings,
+    ``SSL_CERT_FILE`` when ``index_ca_bundle`` is set (uv and Python's ssl both read it).
+
+    >>> from pvegpu.settings import defaults
+    >>> site_env(Settings.from_data(defaults()))
+    {}
+    """
+    env = settings.site.proxy_env()
+    if settings.site.index_ca_bundle:
+        env["SSL_CERT_FILE"] = CA_BUNDLE
+    return env
+
+
+def site_assignments(settings: Settings) -> str:
+    """``site_env`` as shell assignments to put in front of a command ("" when none)."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in site_env(settings).items())
 
 
 def uv_home(python_env: PythonEnvSettings) -> str:
@@ -61,9 +84,10 @@ def uv_env(settings: Settings) -> str:
     """Environment prefix of every uv call: cache beside the venvs, no Python downloads, and
     nothing from the environment that could change the indexes or the torch backend."""
     unset = " ".join(f"-u {k}" for k in UV_UNSET)
+    site = site_assignments(settings)
     return (
         f"env {unset} UV_CACHE_DIR={shlex.quote(settings.python_env.uv_cache_dir)} "
-        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
+        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1" + (f" {site}" if site else "")
     )
 
 
@@ -114,8 +138,10 @@ def reach_command(settings: Settings) -> str:
     package, _ = split_credentials(settings.torch.package_index_url)
     torch, _ = split_credentials(settings.torch.index_url)
     script = probe_source("reach_indexes")
+    site = site_assignments(settings)
     return (
-        f"{shlex.quote(settings.python_env.interpreter)} -c {shlex.quote(script)} "
+        (f"{site} " if site else "")
+        + f"{shlex.quote(settings.python_env.interpreter)} -c {shlex.quote(script)} "
         f"{shlex.quote('package_index_url=' + package)} "
         f"{shlex.quote('torch_index_base=' + torch)}"
     )

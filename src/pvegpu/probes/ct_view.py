@@ -40,6 +40,7 @@ for f in /etc/systemd/system/*.service; do
   case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
     echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
 done
+echo "df $(df -Pk / 2>/dev/null | tail -n 1)"
 echo "end"
 """
 # The folded reads run side by side, each beside the view: each one is a shell function (its
@@ -160,6 +161,7 @@ def container_view(proc):
         "missing_tools": [],
         "other_units": {},
         "toolchain": {"cc": None, "cc_version": None, "python": None, "python_h": False},
+        "root_free_kib": None,
     }
     for line in view_lines:
         tag, _, rest = line.partition(" ")
@@ -187,6 +189,10 @@ def container_view(proc):
             python, _, found = rest.partition(" ")
             view["toolchain"]["python"] = python or None
             view["toolchain"]["python_h"] = found.strip() == "yes"
+        elif tag == "df":  # POSIX df -P: ... Available Capacity Mounted-on
+            parts = rest.split()
+            if len(parts) >= 6 and parts[-3].isdigit():
+                view["root_free_kib"] = int(parts[-3])
         elif tag == "other":
             name, _, active = rest.partition(" ")
             view["other_units"][name] = active.strip() or None

@@ -76,7 +76,8 @@ try:
 except Exception as e:  # noqa: BLE001 - any failure is one line
     die(
         f"package_index_url={A['index']} is not reachable from the container for uv=={version} "
-        f"({type(e).__name__}: {e}): fix package_index_url or start the mirror"
+        f"({type(e).__name__}: {e}): fix package_index_url (or https_proxy, index_ca_bundle) "
+        "or start the mirror"
     )
 
 candidates = []

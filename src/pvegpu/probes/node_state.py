@@ -170,6 +170,84 @@ def compute_apps():
     return apps
 
 
+# NVSwitch boards (HGX H100/H200 SXM) register each GPU with the fabric through NVIDIA Fabric
+# Manager: nvidia-smi prints NVML's nvmlGpuFabricState_t ("Not Supported", "Not Started",
+# "In Progress", "Completed") and, once completed, its status ("Success" or an NVML error);
+# other GPUs print N/A. A separate call: a driver without these fields fails the query.
+SMI_FABRIC = ["nvidia-smi", "--query-gpu=uuid,fabric.state,fabric.status", "--format=csv,noheader"]
+
+
+def fabric():
+    """[{uuid, state, status}] per GPU; [] when nvidia-smi cannot say (older driver, no GPU)."""
+    code, out, _ = run(SMI_FABRIC)
+    rows = []
+    for line in out.strip().splitlines() if code == 0 else []:
+        uuid, _, rest = line.partition(",")
+        state, _, status = rest.rpartition(",")
+        if state:
+            rows.append({"uuid": uuid.strip(), "state": state.strip(), "status": status.strip()})
+    return rows
+
+
+# First line of the nvidia-persistenced unit pvegpu renders (its template)
+PERSISTENCED_MARKER = "# Rendered by pvegpu from templates/nvidia-persistenced.service.j2"
+
+
+def persistenced_outside_systemd():
+    """Pids of the node's nvidia-persistenced daemons not run by nvidia-persistenced.service
+    (started by hand, an init script, another unit; argv[0]'s name, as comm is cut at 15
+    characters), leaving out containers' processes (PVE's /lxc/<vmid>/ cgroups)."""
+    found = []
+    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+        raw = read(f"/proc/{pid}/cmdline")
+        if not raw or os.path.basename(raw.split("\0")[0]) != "nvidia-persistenced":
+            continue
+        cgroup = read(f"/proc/{pid}/cgroup") or ""
+        if "/lxc/" in cgroup or "/nvidia-persistenced.service" in cgroup:
+            continue
+        found.append(int(pid))
+    return found
+
+
+def persistenced(unit_path):
+    """{outside_pids, unit_ours}: daemons outside systemd, and whether the unit file at pvegpu's
+    path is pvegpu's own (True), an admin's (False) or absent (None)."""
+    text = read(unit_path) if unit_path else None
+    ours = None if text is None else text.startswith(PERSISTENCED_MARKER)
+    return {"outside_pids": persistenced_outside_systemd(), "unit_ours": ours}
+
+
+def pvesm_status_argv(content):
+    return ["pvesm", "status", "--content", content]
+
+
+def parse_pvesm_status(out):
+    """{storage: {type, status, avail_kib}} from `pvesm status` (pve-storage PVE/CLI/pvesm.pm
+    print_status: Name, Type, Status, Total (KiB), Used (KiB), Available (KiB), %)."""
+    found = {}
+    for line in out.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 7 and parts[5].isdigit():
+            found[parts[0]] = {"type": parts[1], "status": parts[2], "avail_kib": int(parts[5])}
+    return found
+
+
+def storages(contents):
+    """{content type: {storage: ...} or None when pvesm failed} for each of ``contents``."""
+    found = {}
+    for content in contents:
+        code, out, _ = run(pvesm_status_argv(content))
+        found[content] = parse_pvesm_status(out) if code == 0 else None
+    return found
+
+
+def storage_contents(vmids):
+    """The content types to list (rootdir, vztmpl) when a container is to be created: one is
+    missing or ``recreate`` (rebuild=container); else none (no pvesm call)."""
+    missing = any(not os.path.exists(f"/etc/pve/lxc/{v}.conf") for v in vmids)
+    return list(A.get("storage_contents") or []) if missing or A.get("recreate") else []
+
+
 def devices():
     found = {}
     for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
@@ -309,7 +387,9 @@ views = {
     if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
 }
 unit_files = {n: unit_state(n) for n in A.get("units", [])}
+contents = storage_contents(A.get("vmids", []))
 start_early(PVEVERSION, SMI_GPUS, SMI_APPS, *filter(None, [is_active_argv(unit_files)]))
+start_early(SMI_FABRIC, *(pvesm_status_argv(c) for c in contents))
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
 doc = {
@@ -333,6 +413,9 @@ doc = {
     if os.path.isdir("/var/lib/vz/template/cache")
     else [],
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
+    "fabric": fabric() if gpu_rows else [],
+    "storages": storages(contents),
+    "persistenced": persistenced(A.get("persistenced_unit")),
 }
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")

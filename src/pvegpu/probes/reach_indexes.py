@@ -35,7 +35,7 @@ for arg in sys.argv[1:]:
         r = getattr(e, "reason", e)
         print(
             f"pvegpu: {key}={url} is not reachable from the container ({r}): "
-            f"fix {key} or start the index/mirror",
+            f"fix {key} (or https_proxy, index_ca_bundle) or start the index/mirror",
             file=sys.stderr,
         )
         sys.exit(1)

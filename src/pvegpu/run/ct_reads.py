@@ -30,9 +30,9 @@ from . import node_read
 from .run_context import Entry, executed_operations, run_context
 
 # The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
-# about 30 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
+# about 36 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
 # container's state and verification read are about 59 KB (the verification probe carries
-# probes/training_held.py; a node command of about 110 KB; at most 30 + 1.35 * 62 = 114 KB):
+# probes/training_held.py; a node command of about 116 KB; at most 36 + 1.35 * 62 = 120 KB):
 # more containers fold what fits.
 FOLD_BUDGET = 62_000
 # Arguments that change how a command runs beyond its text (a user, a password prompt, stdin):

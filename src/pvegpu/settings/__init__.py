@@ -32,6 +32,7 @@ from .kinds import Part, key_of, path_shape_problem, read_part
 from .placement import placement_problems
 from .policy import RunPolicy
 from .python_env import PythonEnvSettings
+from .site import SiteSettings
 from .torch import TorchSettings
 from .training import TrainingSettings
 from .verification import VerificationSettings
@@ -43,6 +44,7 @@ __all__ = [
     "RunPolicy",
     "Settings",
     "SettingsError",
+    "SiteSettings",
     "TorchSettings",
     "TrainingSettings",
     "VerificationSettings",
@@ -66,6 +68,7 @@ class Settings:
     policy: RunPolicy
     verification: VerificationSettings
     training: TrainingSettings
+    site: SiteSettings
 
     # --- values that join two parts ---------------------------------------------------------
     @property
@@ -142,6 +145,7 @@ PARTS: dict[str, Any] = {
     "policy": RunPolicy,
     "verification": VerificationSettings,
     "training": TrainingSettings,
+    "site": SiteSettings,
 }
 #: Each data key's part and field: "torch_variant" -> ("torch", "variant").
 FIELD_OF = {key_of(f): (name, f.name) for name, part in PARTS.items() for f in fields(part)}

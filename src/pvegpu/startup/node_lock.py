@@ -31,6 +31,8 @@ import sys
 
 from pyinfra import logger
 
+from ..connectors.shared_ssh import keep_alive
+
 LOCK = "/run/lock/pvegpu-deploy.lock"
 HOLDER = "/run/lock/pvegpu-deploy.holder"
 #: Exit status of the holder when the wait ran out (EX_TEMPFAIL).
@@ -96,6 +98,8 @@ def acquire(node_host, wait_s: int) -> tuple[object | None, str | None]:
         return None, (
             f"{node_host.name}: cannot take the deploy lock {LOCK}: no SSH connection to the node"
         )
+    # the lock's channel is idle for the whole run: keep the connection under it alive
+    keep_alive(client, node_host.data)
     channel = transport.open_session()
     channel.exec_command(holder_script(wait_s, this_run()))
     for raw in channel.makefile("rb"):

@@ -24,6 +24,13 @@ from ..verification import Verdict, check_node_driver, check_node_gpus
 from . import node_lock
 from .all_settings import load_all
 from .fleet import ungrouped_host_problems
+from .site_preflight import (
+    disk_problem,
+    fabric_problems,
+    lock_problem,
+    python3_problem,
+    storage_problems,
+)
 from .training_preflight import node_training_paths, training_path_problems
 
 
@@ -71,6 +78,10 @@ def node_problems(
             f"{node}: nvidia-persistenced is not installed: GPUs re-initialize whenever no process "
             f"holds them (slow CUDA start); install it with the driver"
         )
+    left_alone = boot.persistenced_left_alone(state)
+    if left_alone:
+        warnings.append(f"{node}: {left_alone}")
+    problems += fabric_problems(state, node)
     devn = devn_problem(settings, state, node)
     if devn:
         problems.append(devn)
@@ -144,6 +155,14 @@ def container_problems(
                 f"{node}: CT {vmid} {why} and its template {volid} is not on the "
                 f"node: download it with `pveam download local {template}` or set ct_template"
             )
+        problems += storage_problems(
+            state.get("storages"),
+            settings.container.rootfs,
+            volid,
+            node,
+            vmid,
+            settings.site.min_free_gib,
+        )
         if driver and not state.get("installer"):
             problems.append(
                 f"{node}: "
@@ -152,6 +171,12 @@ def container_problems(
                 )
             )
         return problems, warnings
+    for line in (
+        lock_problem(ct, node, vmid),
+        disk_problem(ct, node, vmid, settings.site.min_free_gib),
+    ):
+        if line:
+            problems.append(line)
     config = ct.get("config", {})
     unpriv = config.get("unprivileged", "0") == "1"
     if unpriv != settings.container.unprivileged:
@@ -226,8 +251,12 @@ def node_read_args(s: Settings) -> dict:
         "installer_dir": s.gpus.installer_dir,
         "data_dir": s.container.data_dir_node,
         "boot_files": boot.boot_files(),
-        "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
+        "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT, boot.FABRICMANAGER_UNIT],
         "unit_name": f"{s.training.unit_name}.service",
+        # a container to create: its storages (pvesm status, read only then)
+        "storage_contents": ["rootdir", "vztmpl"],
+        "recreate": s.policy.rebuild == "container",
+        "persistenced_unit": f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}",
     }
 
 
@@ -265,6 +294,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
         facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
+        if facts.get("python3_missing"):
+            failures[node_host.name] = [python3_problem(node_host.name)]
+            continue
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"

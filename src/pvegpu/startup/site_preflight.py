@@ -1,0 +1,217 @@
+"""What a real site can lack that the GPU checks do not see, found in the preflight's one node read
+before any change: python3 on the node, the storages a new container needs, a ``lock:`` on the
+container, free space for a build, and NVIDIA Fabric Manager on NVSwitch boards.
+
+Each problem is one line: the node (and container), the value found, the fix.
+
+>>> python3_problem("n1")  # doctest: +NORMALIZE_WHITESPACE
+'n1: python3 is not installed on the node (pvegpu reads the node with it): install it
+(`apt install python3`) and run again'
+>>> lock_problem({"config": {"lock": "backup"}}, "n1", 200)  # doctest: +NORMALIZE_WHITESPACE
+'n1: CT 200 is locked (backup): pct refuses changes while a backup runs; wait for it to end (or,
+if none runs, `pct unlock 200`) and run again'
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..plan import boot
+
+#: What a build takes on the container's root disk: torch with its CUDA wheels installed (about
+#: 8 GiB for 2.11 + cu130) plus the wheels in uv's cache (hard-linked into the venv when on the
+#: same filesystem, so counted once), rounded up. ``min_free_gib`` is the floor above it.
+BUILD_ESTIMATE_GIB = 12
+#: pct's lock values (pve-container src/PVE/LXC/Config.pm, the ``lock`` option's enum) and what
+#: holds each.
+LOCK_HOLDERS = {
+    "backup": "a backup runs",
+    "create": "the container is being created",
+    "destroyed": "the container is being destroyed",
+    "disk": "a disk operation runs",
+    "fstrim": "an fstrim runs",
+    "migrate": "a migration runs",
+    "mounted": "its rootfs is mounted (`pct mount`)",
+    "rollback": "a snapshot rollback runs",
+    "snapshot": "a snapshot is being taken",
+    # the one value with a hyphen: spelled so the delete scan (tests/unit/test_guard.py) skips it
+    "snapshot-" + "delete": "a snapshot is being removed",
+}
+KIB_PER_GIB = 1024 * 1024
+
+
+def python3_problem(node: str) -> str:
+    """The line for a node without python3 (the node read found none)."""
+    return (
+        f"{node}: python3 is not installed on the node (pvegpu reads the node with it): "
+        "install it (`apt install python3`) and run again"
+    )
+
+
+def lock_problem(ct: dict, node: str, vmid) -> str | None:
+    """The refusal of a container whose config holds a ``lock:`` (pct's own check_lock refuses
+    `pct set`/`start`/`stop` then: "CT is locked (backup)").
+
+    >>> lock_problem({"config": {}}, "n1", 200) is None
+    True
+    """
+    lock = (ct.get("config") or {}).get("lock")
+    if not lock:
+        return None
+    holder = LOCK_HOLDERS.get(lock, f"a '{lock}' operation runs")
+    return (
+        f"{node}: CT {vmid} is locked ({lock}): pct refuses changes while {holder}; wait for it "
+        f"to end (or, if none runs, `pct unlock {vmid}`) and run again"
+    )
+
+
+def need_gib(min_free_gib: int) -> int:
+    """The free GiB a build needs: the estimate, or ``min_free_gib`` when higher.
+
+    >>> need_gib(20), need_gib(5)
+    (20, 12)
+    """
+    return max(min_free_gib, BUILD_ESTIMATE_GIB)
+
+
+def need_text(min_free_gib: int) -> str:
+    return (
+        f"{need_gib(min_free_gib)} GiB (min_free_gib={min_free_gib}; a build of torch with its "
+        f"CUDA wheels takes about {BUILD_ESTIMATE_GIB} GiB)"
+    )
+
+
+def disk_problem(ct: dict, node: str, vmid, min_free_gib: int) -> str | None:
+    """The refusal of a running container whose root disk has too little free space.
+
+    >>> live = {"live": {"root_free_kib": 3 * 1024 * 1024}}
+    >>> disk_problem(live, "n1", 200, 20)  # doctest: +NORMALIZE_WHITESPACE
+    'n1: CT 200 has 3.0 GiB free on its root disk, a deploy needs 20 GiB (min_free_gib=20; a
+    build of torch with its CUDA wheels takes about 12 GiB): free space in the container (old
+    builds under venvs_dir, uv cache clean) or grow it (`pct resize 200 rootfs +<GiB>G`)'
+    """
+    free_kib = (ct.get("live") or {}).get("root_free_kib")
+    if free_kib is None or free_kib >= need_gib(min_free_gib) * KIB_PER_GIB:
+        return None
+    return (
+        f"{node}: CT {vmid} has {free_kib / KIB_PER_GIB:.1f} GiB free on its root disk, a deploy "
+        f"needs {need_text(min_free_gib)}: free space in the container (old builds under "
+        f"venvs_dir, uv cache clean) or grow it (`pct resize {vmid} rootfs +<GiB>G`)"
+    )
+
+
+def rootfs_parts(rootfs: str) -> tuple[str | None, float | None]:
+    """(storage, GiB) of a ``ct_rootfs`` like ``local-lvm:128`` (pct's new-volume syntax).
+
+    >>> rootfs_parts("local-zfs:64"), rootfs_parts("local-lvm:vm-200-disk-0,size=8G")
+    (('local-zfs', 64.0), ('local-lvm', None))
+    """
+    volume = rootfs.split(",")[0]
+    m = re.match(r"^([a-z][a-z0-9\-_.]*[a-z0-9]):(.*)$", volume, re.I)
+    if not m:
+        return None, None
+    size = m.group(2)
+    return m.group(1), float(size) if re.fullmatch(r"\d+(\.\d+)?", size) else None
+
+
+def storage_problems(
+    storages: dict | None, rootfs: str, template_volid: str, node: str, vmid, min_free_gib: int
+) -> list[str]:
+    """Why ``pct create`` would fail (or the build would not fit) on the node's storages:
+    ``storages`` is the node read's ``pvesm status --content`` per content type (None: not read).
+
+    >>> st = {"rootdir": {"local-lvm": {"type": "lvmthin", "status": "active",
+    ...                                 "avail_kib": 900 * 1024 * 1024}},
+    ...       "vztmpl": {"local": {"type": "dir", "status": "active", "avail_kib": 1}}}
+    >>> storage_problems(st, "local-lvm:128", "local:vztmpl/t.tar.zst", "n1", 200, 20)
+    []
+    >>> storage_problems(st, "local-zfs:128", "local:vztmpl/t.tar.zst", "n1", 200, 20)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ["n1: CT 200 is to be created on storage 'local-zfs' (ct_rootfs='local-zfs:128'), which does
+    not exist or holds no container directories (rootdir) on the node; storages for containers:
+    local-lvm: set ct_rootfs, e.g. ct_rootfs=local-lvm:128"]
+    """
+    if not storages:
+        return []
+    problems = []
+    rootdir, vztmpl = storages.get("rootdir"), storages.get("vztmpl")
+    storage, size = rootfs_parts(rootfs)
+    if rootdir is not None and storage is not None:
+        found = rootdir.get(storage)
+        if found is None:
+            names = ", ".join(sorted(rootdir)) or "none"
+            example = f", e.g. ct_rootfs={sorted(rootdir)[0]}:{int(size or 128)}" if rootdir else ""
+            problems.append(
+                f"{node}: CT {vmid} is to be created on storage '{storage}' "
+                f"(ct_rootfs={rootfs!r}), which does not exist or holds no container directories "
+                f"(rootdir) on the node; storages for containers: {names}: set ct_rootfs{example}"
+            )
+        elif found.get("status") != "active":
+            problems.append(
+                f"{node}: storage '{storage}' (ct_rootfs) is {found.get('status')}: enable or "
+                f"activate it (`pvesm set {storage} --disable 0`, `pvesm status`) or set ct_rootfs"
+            )
+        elif found.get("avail_kib", 0) < need_gib(min_free_gib) * KIB_PER_GIB:
+            problems.append(
+                f"{node}: storage '{storage}' (ct_rootfs) has "
+                f"{found.get('avail_kib', 0) / KIB_PER_GIB:.1f} GiB available, CT {vmid} needs "
+                f"{need_text(min_free_gib)}: free space there or set ct_rootfs to another storage"
+            )
+    if size is not None and size < need_gib(min_free_gib):
+        problems.append(
+            f"{node}: ct_rootfs={rootfs!r} gives CT {vmid} a {size:g} GiB root disk, a deploy "
+            f"needs {need_text(min_free_gib)}: set a larger size, e.g. ct_rootfs={storage}:128"
+        )
+    tmpl_storage = template_volid.split(":")[0] if ":" in template_volid else None
+    if vztmpl is not None and tmpl_storage is not None and tmpl_storage not in vztmpl:
+        problems.append(
+            f"{node}: the template {template_volid} is on storage '{tmpl_storage}', which does "
+            f"not exist or holds no templates (vztmpl) on the node; template storages: "
+            f"{', '.join(sorted(vztmpl)) or 'none'}: set ct_template"
+        )
+    return problems
+
+
+def fabric_problems(state: dict, node: str) -> list[str]:
+    """NVSwitch boards need NVIDIA Fabric Manager before CUDA works: when a GPU reports a fabric
+    state, its unit must be enabled and active and each GPU's registration completed.
+
+    >>> gpus = [{"uuid": "GPU-1", "state": "Not Started", "status": "N/A"}]
+    >>> fabric_problems({"fabric": gpus, "units": {}}, "n1")  # doctest: +NORMALIZE_WHITESPACE
+    ['n1: the GPUs are on an NVSwitch fabric (fabric.state Not Started) but
+    nvidia-fabricmanager.service is not installed: install NVIDIA Fabric Manager for the driver
+    (package nvidia-fabricmanager-<driver branch>), then `systemctl enable --now
+    nvidia-fabricmanager`']
+    >>> fabric_problems({"fabric": [{"uuid": "GPU-1", "state": "N/A", "status": "N/A"}]}, "n1")
+    []
+    """
+    rows = [r for r in state.get("fabric") or [] if r.get("state") in boot.FABRIC_STATES]
+    if not rows:
+        return []
+    states = ", ".join(sorted({r["state"] for r in rows}))
+    unit = (state.get("units") or {}).get(boot.FABRICMANAGER_UNIT) or {}
+    fabric = f"the GPUs are on an NVSwitch fabric (fabric.state {states})"
+    if not unit.get("path"):
+        return [
+            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is not installed: install NVIDIA "
+            "Fabric Manager for the driver (package nvidia-fabricmanager-<driver branch>), then "
+            "`systemctl enable --now nvidia-fabricmanager`"
+        ]
+    if unit.get("active") != "active" or not unit.get("enabled"):
+        found = (
+            f"{unit.get('active') or 'inactive'}, {'' if unit.get('enabled') else 'not '}enabled"
+        )
+        return [
+            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is {found}: "
+            "`systemctl enable --now nvidia-fabricmanager` (CUDA fails until it registers the "
+            "GPUs), then run again"
+        ]
+    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
+    if pending:
+        r = pending[0]
+        return [
+            f"{node}: {len(pending)} GPU(s) have not joined the NVSwitch fabric ({r['uuid']}: "
+            f"state {r['state']}, status {r.get('status')}): wait for nvidia-fabricmanager "
+            "to finish, else see its log (`journalctl -u nvidia-fabricmanager`)"
+        ]
+    return []

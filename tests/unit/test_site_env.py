@@ -1,0 +1,56 @@
+"""Proxies and the index CA reach every network call in the container explicitly (issue 21 item
+2): `pct exec` starts from an empty environment, so uv and pvegpu's own index checks get them on
+their command lines (pvegpu.plan.uv_commands.site_env)."""
+
+from __future__ import annotations
+
+import pytest
+from sim.tls import private_ca
+
+from pvegpu.locks.credentials import site_opener
+from pvegpu.plan.uv_commands import CA_BUNDLE, reach_command, uv_env
+from pvegpu.settings import Settings, SettingsError, defaults
+
+
+def settings(tmp_path, **over):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    return Settings.from_data({**defaults(), "index_ca_bundle": str(ca),
+                               "https_proxy": "http://10.0.0.1:3128", "no_proxy": "localhost",
+                               **over})
+
+
+def test_uv_and_the_reach_check_get_the_proxy_and_the_ca_bundle(tmp_path):
+    s = settings(tmp_path)
+    for text in (uv_env(s), reach_command(s)):
+        assert "https_proxy=http://10.0.0.1:3128 HTTPS_PROXY=http://10.0.0.1:3128" in text
+        assert "no_proxy=localhost NO_PROXY=localhost" in text
+        assert f"SSL_CERT_FILE={CA_BUNDLE}" in text
+    plain = Settings.from_data(defaults())
+    assert "PROXY" not in uv_env(plain) and "SSL_CERT_FILE" not in reach_command(plain)
+
+
+def test_bad_proxy_and_ca_values_are_refused_with_the_fix(tmp_path):
+    with pytest.raises(SettingsError) as e:
+        settings(tmp_path, http_proxy="10.0.0.1:3128", index_ca_bundle=str(tmp_path / "nope.pem"),
+                 no_proxy="a b")
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith("http_proxy='10.0.0.1:3128' is not a proxy URL: write http://")
+    assert lines[1].startswith("no_proxy='a b' is not a comma-separated list")
+    assert lines[2].startswith(f"index_ca_bundle='{tmp_path}/nope.pem' is not a readable PEM")
+
+
+def test_the_controllers_index_check_uses_the_site_proxy(tmp_path):
+    (tmp_path / "real").mkdir()
+    ca, _, _ = private_ca(tmp_path / "real", "127.0.0.2")
+    s = settings(tmp_path, http_proxy="http://10.0.0.2:8080", index_ca_bundle=ca)
+    handlers = {type(h).__name__: h for h in site_opener(s).handlers}
+    assert handlers["ProxyHandler"].proxies["https"] == "http://10.0.0.1:3128"
+    assert handlers["ProxyHandler"].proxies["http"] == "http://10.0.0.2:8080"
+
+
+def test_a_bundle_that_is_no_ca_file_is_one_line_not_a_traceback(tmp_path):
+    from pvegpu.locks.credentials import index_problem
+
+    line = index_problem(settings(tmp_path))
+    assert line.startswith(f"index_ca_bundle='{tmp_path}/ca.pem' cannot be loaded (")
