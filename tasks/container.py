@@ -19,5 +19,6 @@ for vmid in host.data.get("pve_ct_ids") or []:
         vmid=vmid, gpus=s.gpus, policy=s.policy, training=s.training,
     )
     proxmox.driver_userspace(
-        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus
+        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus,
+        progress_interval_s=s.policy.progress_interval_s,
     )
