@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -109,9 +110,10 @@ class Streaming:
         if into is self.stderr:
             self.lines.put(None)
 
-    def wait_for(self, what: str, timeout: float = 600) -> str:
-        """The first line (from now on) containing ``what``, read while the deploy runs; fails
-        when the deploy ends first (a bound on waiting, never an assertion on time)."""
+    def wait_for(self, what: str, timeout: float = 600, pattern: str = "") -> str:
+        """The first line (from now on) containing ``what`` (and matching the regex
+        ``pattern``), read while the deploy runs; fails when the deploy ends first (a bound on
+        waiting, never an assertion on time)."""
         while True:
             try:
                 line = self.lines.get(timeout=timeout)
@@ -120,7 +122,7 @@ class Streaming:
             if line is None:
                 tail = "".join(self.stderr)[-4000:]
                 raise AssertionError(f"the deploy ended without a line with {what!r}:\n{tail}")
-            if what in line:
+            if what in line and re.search(pattern, line):
                 return line
 
     def join(self) -> None:

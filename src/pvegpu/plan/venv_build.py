@@ -67,6 +67,19 @@ def build_progress_poll(settings: Settings) -> str:
     )
 
 
+def size_text(kib: int) -> str:
+    """A size in KiB as a person reads it.
+
+    >>> size_text(900), size_text(20480), size_text(5 * 1024 * 1024)
+    ('900 KiB', '20.0 MiB', '5.0 GiB')
+    """
+    if kib < 1024:
+        return f"{kib} KiB"
+    if kib < 1024 * 1024:
+        return f"{kib / 1024:.1f} MiB"
+    return f"{kib / 1024 / 1024:.1f} GiB"
+
+
 def build_progress_detail(packages: int):
     """-> a function turning :func:`build_progress_poll`'s output into the line's end: the phase
     (download until the first package is installed), what uv's cache received, and how many of
@@ -85,15 +98,10 @@ def build_progress_detail(packages: int):
         fields = (lines[-1].split() if lines else []) + ["", ""]
         if not (fields[0].lstrip("-").isdigit() and fields[1].isdigit()):
             return ""
-        mib, installed = max(int(fields[0]), 0) / 1024, int(fields[1])
+        size, installed = size_text(max(int(fields[0]), 0)), int(fields[1])
         if installed == 0:
-            return (
-                f"download: {mib:.1f} MiB into uv's cache so far, 0 of {packages} packages "
-                "installed"
-            )
-        return (
-            f"install: {installed} of {packages} packages installed ({mib:.1f} MiB into uv's cache)"
-        )
+            return f"download: {size} into uv's cache so far, 0 of {packages} packages installed"
+        return f"install: {installed} of {packages} packages installed ({size} into uv's cache)"
 
     return detail
 
