@@ -12,7 +12,7 @@ for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",
-        vmid=vmid, container=s.container,
+        vmid=vmid, container=s.container, progress_interval_s=s.policy.progress_interval_s,
     )
     proxmox.gpu_passthrough(
         name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",

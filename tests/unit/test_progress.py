@@ -104,3 +104,37 @@ def test_the_stop_says_how_long_it_waited_and_its_timeout_from_systemd():
         ("waiting for dflash-train.service to stop (a training writes its checkpoint): 0 s so "
          "far; stop-sigterm, SIGKILL after TimeoutStopSec=15min", True)
     ]
+
+
+def test_the_container_waits_and_the_installer_say_how_long_they_run():
+    from pvegpu.operations import proxmox
+
+    wait = proxmox.wait_exec(200, 3)
+    assert str(wait).startswith("i=0; until pct exec 200 -- true")
+    assert wait.progress == waiting_for("`pct exec` to answer in CT 200", 3, "about 60 s")
+
+
+def test_the_build_poll_reads_what_uvs_cache_received_and_the_packages_installed(tmp_path):
+    import subprocess
+
+    from pvegpu.plan.venv_build import CACHE_START, build_progress_detail, build_progress_poll
+
+    s = Settings.from_data({**defaults(), "venvs_dir": str(tmp_path / "venvs"),
+                            "uv_cache_dir": str(tmp_path / "cache")})
+    poll = build_progress_poll(s)
+    detail = build_progress_detail(3)
+    building = tmp_path / "venvs" / f"{s.torch.build_name}.building"
+    assert subprocess.run(["sh", "-c", poll], capture_output=True, text=True).stdout == ""
+    (tmp_path / "cache").mkdir()
+    (building / ".pvegpu-sync").mkdir(parents=True)
+    start = subprocess.run(["du", "-sk", str(tmp_path / "cache")], capture_output=True, text=True)
+    (building / CACHE_START).write_text(start.stdout.split()[0] + "\n")
+    (tmp_path / "cache" / "torch.part").write_bytes(b"\1" * (4 << 20))  # 4 MiB arrived
+
+    def now():
+        out = subprocess.run(["sh", "-c", poll], capture_output=True, text=True).stdout
+        return detail(out.splitlines())
+
+    assert now().startswith("download: 4.0 MiB into uv's cache so far, 0 of 3 packages"), now()
+    (building / "lib/python3.11/site-packages/filelock-3.20.0.dist-info").mkdir(parents=True)
+    assert now().startswith("install: 1 of 3 packages installed (4.0 MiB"), now()

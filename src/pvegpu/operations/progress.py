@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gevent
@@ -140,6 +141,37 @@ def run_with_progress(state, host, command, progress: Progress) -> tuple[bool, C
     return result
 
 
+@contextmanager
+def progress_while(host, progress: Progress) -> Iterator[None]:
+    """Log progress lines while the body runs: for a step that is not one command (a fact read
+    such as the verification). The body must wait cooperatively (pyinfra's I/O does, under
+    gevent); nothing is logged when it ends within the interval.
+
+    .. code:: python
+
+        with progress_while(host, Progress("verifying the new build", 10)):
+            ct = host.get_fact(ContainerVerification, ...)
+    """
+    started = time.monotonic()
+
+    def tick():
+        while True:
+            gevent.sleep(progress.interval_s)
+            detail = poll_detail(host, progress)
+            waited = time.monotonic() - started
+            host.log_styled(
+                progress_line(progress.what, waited, progress.limit, detail),
+                fg="blue",
+                log_func=logger.info,
+            )
+
+    ticker = gevent.spawn(tick)
+    try:
+        yield
+    finally:
+        ticker.kill()
+
+
 def with_progress(command: StringCommand | str, progress: Progress) -> ProgressCommand:
     """``command`` as a pyinfra command that logs progress lines while it runs (see
     :func:`run_with_progress`). It fails as the plain command would: the same exit status, and
@@ -218,6 +250,7 @@ __all__ = [
     "Progress",
     "ProgressCommand",
     "progress_line",
+    "progress_while",
     "run_with_progress",
     "unit_stop_progress",
     "waiting_for",

@@ -240,11 +240,12 @@ def boot_persistence(gpus: GpuSettings):
 
 
 @operation()
-def container_present(vmid: int, container: ContainerSettings):
+def container_present(vmid: int, container: ContainerSettings, progress_interval_s: int = 10):
     """Create the container from ``container`` (the ``ct_*`` settings and the data mount) when it
-    does not exist; on an existing one, converge cores, memory, swap, onboot, the data mount and
-    protection with `pct set`. The data directory on the node (``data_dir_node``) is created
-    first.
+    does not exist (saying every ``progress_interval_s`` how long `pct create` has run: it
+    unpacks the template); on an existing one, converge cores, memory, swap, onboot, the data
+    mount and protection with `pct set`. The data directory on the node (``data_dir_node``) is
+    created first.
 
     .. code:: python
 
@@ -270,7 +271,10 @@ def container_present(vmid: int, container: ContainerSettings):
             f"`pveam download local {template_file}` or set ct_template"
         )
         return
-    yield StringCommand(*(shlex.quote(a) for a in create_args(container, vmid, template)))
+    yield with_progress(
+        StringCommand(*(shlex.quote(a) for a in create_args(container, vmid, template))),
+        Progress(f"creating CT {vmid} from {template_file}", progress_interval_s),
+    )
 
 
 @operation()
