@@ -335,13 +335,15 @@ def test_a_restart_says_how_long_the_stop_has_waited_while_the_checkpoint_runs(t
     restart = ("progress_interval_s=1", "training_stop_timeout_s=600", "restart_training=true")
     with site.deploy_streaming(*restart) as run:
         try:
-            line = run.wait_for(f"waiting for {UNIT} to stop", timeout=120)
+            # the first line once systemd is stopping it (an earlier one may come before the
+            # SIGTERM): the sub-state and the timeout systemd applies (the unit reloaded: 600 s)
+            line = run.wait_for(f"waiting for {UNIT} to stop", timeout=120,
+                                pattern="so far; stop-sigterm, SIGKILL after TimeoutStopSec=10min")
             # the line came while the checkpoint was still being written: the trainer holds
-            assert ckpt_files(site, "stopping") == [f"stopping-{pid}"]
+            assert wait_for("the checkpoint to begin",
+                            lambda: ckpt_files(site, "stopping")) == [f"stopping-{pid}"]
             assert ckpt_files(site, "checkpoint") == []
-            assert show(site, "ActiveState")["ActiveState"] == "deactivating"
-            # the sub-state and the timeout systemd applies to this stop (reloaded: 600 s)
-            assert "so far; stop-sigterm, SIGKILL after TimeoutStopSec=10min" in line, line
+            assert show(site, "ActiveState")["ActiveState"] == "deactivating", line
         finally:
             node.run(["touch", f"{CKPT_NODE}/release"], check=True)  # the checkpoint ends
         done = run.finish()
