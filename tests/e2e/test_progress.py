@@ -24,3 +24,25 @@ def test_the_userspace_installer_says_how_long_it_has_run_while_it_runs(deployed
         done = run.finish()
     assert done.rc == 0, done.output[-4000:]
     assert site.ct("test", "-x", "/usr/bin/nvidia-smi").returncode == 0
+
+
+def test_a_container_start_says_how_long_it_has_waited_for_pct_exec(deployed):
+    site = deployed
+    node = site.node
+    assert node.run(["pct", "stop", "200"]).returncode == 0
+    # the next start's container does not answer `pct exec` until the test lets it
+    node.run(["sh", "-c", "mkdir -p /var/lib/pve-sim/exec-hold && touch "
+              "/var/lib/pve-sim/exec-hold/200"], check=True)
+    try:
+        with site.deploy_streaming("progress_interval_s=1") as run:
+            line = run.wait_for("waiting for `pct exec` to answer in CT 200: ", timeout=300)
+            assert "so far (it may take up to about 60 s)" in line, line
+            # still waiting: the container runs, `pct exec` does not answer yet
+            assert node.run(["pct", "status", "200"]).stdout == "status: running\n"
+            assert node.run(["pct", "exec", "200", "--", "true"]).returncode != 0
+            node.run(["rm", "/var/lib/pve-sim/exec-hold/200"], check=True)
+            done = run.finish()
+    finally:
+        node.run(["rm", "-f", "/var/lib/pve-sim/exec-hold/200"])
+    assert done.rc == 0, done.output[-4000:]
+    assert node.run(["pct", "exec", "200", "--", "true"]).returncode == 0
