@@ -92,6 +92,10 @@ restart_training = False
 # One deploy at a time per node (an flock on the node): how many seconds a deploy waits for
 # another one to finish before it refuses, naming the holder.
 deploy_lock_wait_s = 600
+# Seconds between two progress lines of a long step (the venv build, a stop waiting for the
+# training's checkpoint, the NVIDIA userspace installer, a container start): one line at least
+# this often while the step lasts.
+progress_interval_s = 10
 # Keys of your own that may sit in the same data (a group_data file, the fleet file, --data):
 # every other key that is not a setting above nor pyinfra's own (ssh_*, _sudo, ...) stops the run
 # as a likely typo. Keys starting with x_ are always yours: no need to list them.

@@ -23,6 +23,7 @@ replaces it (and the advertised ``#sha256=``), like a compromised mirror swappin
         index.downloads()   # file names of wheel files served by GET
         index.set_mode("error500")
         index.authorization_headers()  # the Authorization header values received, in order
+        release = index.hold("torch-")  # a slow mirror: see hold()
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class PackageIndex:
         self._pypi = _Repo()
         self._log: list[tuple[str, str, int]] = []
         self._mode = "normal"
+        self._holds: list[tuple[str, threading.Event]] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.url: str | None = None
@@ -145,6 +147,20 @@ class PackageIndex:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         with self._lock:
             self._mode = mode
+
+    def hold(self, prefix: str) -> threading.Event:
+        """A slow mirror, for as long as a test wants: every GET of a wheel file whose name
+        starts with ``prefix`` sends its headers and the first half of its body, then waits
+        until the returned event is set (``stop()`` sets it too), then sends the rest. The
+        client sees a download in progress: its bytes arrive, the transfer does not end."""
+        release = threading.Event()
+        with self._lock:
+            self._holds.append((prefix, release))
+        return release
+
+    def _held(self, name: str) -> list[threading.Event]:
+        with self._lock:
+            return [event for prefix, event in self._holds if name.startswith(prefix)]
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> "PackageIndex":
@@ -173,6 +189,9 @@ class PackageIndex:
     def stop(self) -> None:
         server, thread = self._server, self._thread
         self._server = self._thread = None
+        with self._lock:
+            for _, release in self._holds:
+                release.set()  # no request thread stays stalled
         if server is None:
             return
         try:
@@ -369,6 +388,12 @@ class PackageIndex:
                         self.end_headers()
                         if send_body:
                             with open(body, "rb") as f:
+                                held = index._held(body.name) if body.suffix == ".whl" else []
+                                if held:
+                                    self.wfile.write(f.read(body.stat().st_size // 2))
+                                    self.wfile.flush()
+                                    for release in held:
+                                        release.wait(timeout=300)  # a bound for a lost test
                                 shutil.copyfileobj(f, self.wfile, 1 << 20)
                     else:
                         self.send_header("Content-Length", str(len(body)))

@@ -12,14 +12,15 @@ for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",
-        vmid=vmid, container=s.container,
+        vmid=vmid, container=s.container, progress_interval_s=s.policy.progress_interval_s,
     )
     proxmox.gpu_passthrough(
         name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",
         vmid=vmid, gpus=s.gpus, policy=s.policy, training=s.training,
     )
     proxmox.driver_userspace(
-        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus
+        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus,
+        progress_interval_s=s.policy.progress_interval_s,
     )
     proxmox.compile_toolchain(
         name=f"Give CT {vmid} a C compiler and Python headers for torch.compile", vmid=vmid

@@ -4,8 +4,12 @@ the real pyinfra CLI against them."""
 from __future__ import annotations
 
 import json
+import queue
+import re
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,8 +63,77 @@ class Site:
     def deploy(self, *data: str, **kw) -> Run:
         return self.pyinfra("deploy.py", *data, **kw)
 
+    @contextmanager
+    def deploy_streaming(self, *data: str):
+        """Start `pyinfra inventory.py deploy.py -y --json` and read its output as it arrives
+        (a test can act while the deploy runs); the process is ended on the way out if it is
+        still running (a failed test)."""
+        argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y", "--json",
+                *self.base_data]
+        for kv in data:
+            argv += ["--data", kv]
+        p = subprocess.Popen(argv, cwd=ROOT, env=site_env(self.node), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        stream = Streaming(p)
+        try:
+            yield stream
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            stream.join()
+
     def ct(self, *argv: str, vmid=200):
         return self.node.ct_run(vmid, list(argv))
+
+
+class Streaming:
+    """A running pyinfra's output, line by line as it arrives (stderr: pyinfra's log lines)."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: list[str] = []
+        self.stdout: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(process.stderr, self.stderr), daemon=True),
+            threading.Thread(target=self._read, args=(process.stdout, self.stdout), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, pipe, into: list[str]) -> None:
+        for line in pipe:
+            into.append(line)
+            if into is self.stderr:
+                self.lines.put(line)
+        if into is self.stderr:
+            self.lines.put(None)
+
+    def wait_for(self, what: str, timeout: float = 600, pattern: str = "") -> str:
+        """The first line (from now on) containing ``what`` (and matching the regex
+        ``pattern``), read while the deploy runs; fails when the deploy ends first (a bound on
+        waiting, never an assertion on time)."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no line with {what!r} in {timeout} s") from None
+            if line is None:
+                tail = "".join(self.stderr)[-4000:]
+                raise AssertionError(f"the deploy ended without a line with {what!r}:\n{tail}")
+            if what in line and re.search(pattern, line):
+                return line
+
+    def join(self) -> None:
+        for reader in self._readers:
+            reader.join()
+
+    def finish(self, timeout: float = 900) -> Run:
+        """Wait for the deploy to end: -> its Run (all of its output)."""
+        rc = self.process.wait(timeout=timeout)
+        self.join()
+        return Run(rc, "".join(self.stdout), "".join(self.stderr))
 
 
 @pytest.fixture

@@ -4,9 +4,14 @@ a failed build that leaves the live venv alone, compile caches that outlive swap
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
+import re
 import socket
 import sys
+import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
@@ -318,3 +323,45 @@ def test_index_credentials_never_reach_output_argv_or_the_lock(wheelhouse, tmp_p
         assert (f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
                 "refused the credentials (HTTP 401): fix the user:token") in line, line
         assert torch_of(site) == "2.11.0+cu130"
+
+
+def padded_wheel(wheel: Path, out: Path, mib: int) -> Path:
+    """A copy of ``wheel`` with ``mib`` MiB of random bytes stored (uncompressed) in it, listed
+    in its RECORD: a wheel big enough that a download stalled halfway has visibly arrived."""
+    pad = os.urandom(mib << 20)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(pad).digest()).rstrip(b"=").decode()
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out / wheel.name, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data += f"torch/_padding.bin,sha256={digest},{len(pad)}\n".encode()
+            dst.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+        dst.writestr("torch/_padding.bin", pad, compress_type=zipfile.ZIP_STORED)
+    return out / wheel.name
+
+
+def test_a_slow_download_prints_the_builds_progress_while_it_runs(site, wheelhouse, tmp_path):
+    """The index stalls halfway through a torch wheel of 8 MiB until the test releases it: the
+    deploy prints the build's phase and what uv's cache received while the download is in
+    progress (the lock is made on first use, from the index as it is now)."""
+    site.index.add([padded_wheel(wheelhouse.torch["cu130"], tmp_path / "padded", 8)], "cu130")
+    release = site.index.hold("torch-")
+    building = f"/root/venvs/{CU130}"
+    with site.deploy_streaming("progress_interval_s=1") as run:
+        try:
+            # the first line once the download has begun (an earlier one may come before it)
+            line = run.wait_for(f"building {building}.next: ", timeout=600,
+                                pattern=r"so far; download: [\d.]+ MiB into uv's cache")
+            # the build is still downloading: nothing installed, no finished build; the first
+            # half of the wheel (4 MiB) is in uv's cache
+            found = re.search(r"download: ([\d.]+) MiB into uv's cache so far, "
+                              r"0 of \d+ packages installed", line)
+            assert found and float(found[1]) >= 1, line
+            assert site.ct("test", "-d", f"{building}.building").returncode == 0
+            assert site.ct("test", "-e", f"{building}.next").returncode == 1
+        finally:
+            release.set()
+        done = run.finish()
+    assert done.rc == 0, done.output[-4000:]
+    assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(building)

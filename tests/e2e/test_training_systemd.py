@@ -323,6 +323,36 @@ def test_a_deploy_during_a_stop_in_progress(trainer_site):
     assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"]
 
 
+def test_a_restart_says_how_long_the_stop_has_waited_while_the_checkpoint_runs(trainer_site):
+    """A restart whose checkpoint takes long (the trainer holds until released): the deploy
+    prints its waiting lines while systemd still waits for the checkpoint, not only after it."""
+    site = trainer_site
+    node = site.node
+    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"],
+             check=True)
+    first = site.deploy()
+    assert first.rc == 0, first.output[-4000:]
+    pid = show(site, "MainPID")["MainPID"]
+    restart = ("progress_interval_s=1", "training_stop_timeout_s=600", "restart_training=true")
+    with site.deploy_streaming(*restart) as run:
+        try:
+            # the first line once systemd is stopping it (an earlier one may come before the
+            # SIGTERM): the sub-state and the timeout systemd applies (the unit reloaded: 600 s)
+            line = run.wait_for(f"waiting for {UNIT} to stop", timeout=120,
+                                pattern="so far; stop-sigterm, SIGKILL after TimeoutStopSec=10min")
+            # the line came while the checkpoint was still being written: the trainer holds
+            assert wait_for("the checkpoint to begin",
+                            lambda: ckpt_files(site, "stopping")) == [f"stopping-{pid}"]
+            assert ckpt_files(site, "checkpoint") == []
+            assert show(site, "ActiveState")["ActiveState"] == "deactivating", line
+        finally:
+            node.run(["touch", f"{CKPT_NODE}/release"], check=True)  # the checkpoint ends
+        done = run.finish()
+    assert done.rc == 0, done.output[-4000:]
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{pid}"]
+    assert show(site, "ActiveState")["ActiveState"] == "active"
+
+
 def by_hand(site):
     """Start the training command by hand in CT 200, outside the unit (detached, like a run
     someone started in a shell): -> its pid in the container, once it has started."""

@@ -122,6 +122,8 @@ def test_read_part_reads_every_field_and_names_each_missing_one():
     assert errors == [
         "deploy_lock_wait_s is not set: define it in group_data/all.py or pass "
         "--data deploy_lock_wait_s=...",
+        "progress_interval_s is not set: define it in group_data/all.py or pass "
+        "--data progress_interval_s=...",
         "extra_data_keys is not set: define it in group_data/all.py or pass "
         "--data extra_data_keys=...",
     ]
@@ -162,11 +164,12 @@ def test_paths_by_where():
 
 
 def test_items_are_each_field_with_its_value_in_order():
-    p = RunPolicy("venv", True, 5)
+    p = RunPolicy("venv", True, 5, 10)
     assert [(f.name, v) for f, v in p.items()] == [
         ("rebuild", "venv"),
         ("restart_training", True),
         ("lock_wait_s", 5),
+        ("progress_interval_s", 10),
         ("extra_keys", ()),
     ]
 
@@ -222,7 +225,7 @@ def test_strict_fields_leave_their_characters_to_the_part():
 
 
 def test_integers_and_flags_are_not_searched_for_control_characters():
-    p = RunPolicy(None, False, 10)
+    p = RunPolicy(None, False, 10, 10)
     assert p.field_problems() == [] and p.problems() == []
 
 
@@ -568,6 +571,19 @@ def test_lock_wait_range(wait, ok):
         ]
     )
     assert lines(deploy_lock_wait_s=wait) == expected
+
+
+@pytest.mark.parametrize("every, ok", [(1, True), (3600, True), (0, False), (3601, False)])
+def test_progress_interval_range(every, ok):
+    expected = (
+        []
+        if ok
+        else [
+            f"progress_interval_s={every} must be 1..3600: the seconds between two progress "
+            "lines of a long step (default 10)"
+        ]
+    )
+    assert lines(progress_interval_s=every) == expected
 
 
 def test_policy_and_verification_lines_word_for_word():

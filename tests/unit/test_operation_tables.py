@@ -18,12 +18,15 @@ from pyinfra.api import FunctionCommand
 
 from pvegpu.digests import text_digest
 from pvegpu.operations import proxmox, python_env, training
+from pvegpu.operations.progress import ProgressCommand
 from pvegpu.plan import boot
 from pvegpu.settings import Settings, defaults
 
 
 def shown(command) -> str:
     """A yielded command as a line of the table (a file write as ``write <path> <mode>``)."""
+    if isinstance(command, ProgressCommand):
+        return str(command)  # the shell command it runs, with progress lines
     if isinstance(command, FunctionCommand):
         kind = command.function.__qualname__.split(".")[0]
         lines = inspect.getclosurevars(command.function).nonlocals.get("lines")

@@ -19,6 +19,7 @@ from ..run.ct_reads import container_fact
 from ..run.run_context import run_context
 from ..settings import GpuSettings, Settings, TorchSettings
 from ..verification import Verdict, torch_problems, verify
+from .progress import Progress, progress_while
 from .util import fail
 
 
@@ -38,6 +39,19 @@ def torch_runtime(python: str, torch: TorchSettings, gpus: GpuSettings):
     )
     if problems:
         yield fail(*problems)
+
+
+def verifying(settings: Settings, mode: str = "deploy") -> Progress:
+    """The progress lines of a long verification (torch on every GPU, and with
+    ``verify_level=compile`` a torch.compile per GPU).
+
+    >>> from pvegpu.settings import defaults
+    >>> verifying(Settings.from_data({**defaults(), "verify_level": "compile"})).what
+    'verifying /root/venvs/torch-2.11.0-cu130 (torch on every GPU, a torch.compile on each)'
+    """
+    args = verification_args(settings, mode)
+    check = "torch on every GPU" + (", a torch.compile on each" if args["compile_check"] else "")
+    return Progress(f"verifying {args['venv']} ({check})", settings.policy.progress_interval_s)
 
 
 def verification_args(settings: Settings, mode: str = "deploy") -> dict:
@@ -140,7 +154,8 @@ def verified(settings: Settings):
     # container's are independent: read them side by side
     node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
     # served from the preflight's node read when nothing ran since (pvegpu.run.ct_reads)
-    ct = container_fact(host, ContainerVerification, **verification_args(settings, run.mode))
+    with progress_while(host, verifying(settings, run.mode)):
+        ct = container_fact(host, ContainerVerification, **verification_args(settings, run.mode))
     node = node_read_.get() if node_read_ is not None else {}
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))

@@ -35,6 +35,7 @@ from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
+from .progress import Progress, ProgressCommand, waiting_for, with_progress
 from .util import fail, note, write_file_command
 
 
@@ -51,12 +52,16 @@ def node_state(vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
     return state, state.get("containers", {}).get(str(vmid), {})
 
 
-def wait_exec(vmid: int) -> StringCommand:
-    """Wait until `pct exec` answers in a freshly started container (its init may lag)."""
-    return StringCommand(
+def wait_exec(vmid: int, interval_s: int) -> ProgressCommand:
+    """Wait until `pct exec` answers in a freshly started container (its init may lag), saying
+    every ``interval_s`` how long it has waited."""
+    command = StringCommand(
         f"i=0; until pct exec {vmid} -- true >/dev/null 2>&1; do i=$((i+1)); "
         f"[ $i -ge 60 ] && echo 'CT {vmid} started but pct exec does not answer after 60 s' >&2 "
         f"&& exit 1; sleep 1; done"
+    )
+    return with_progress(
+        command, waiting_for(f"`pct exec` to answer in CT {vmid}", interval_s, "about 60 s")
     )
 
 
@@ -246,11 +251,12 @@ def boot_persistence(gpus: GpuSettings):
 
 
 @operation()
-def container_present(vmid: int, container: ContainerSettings):
+def container_present(vmid: int, container: ContainerSettings, progress_interval_s: int = 10):
     """Create the container from ``container`` (the ``ct_*`` settings and the data mount) when it
-    does not exist; on an existing one, converge cores, memory, swap, onboot, the data mount and
-    protection with `pct set`. The data directory on the node (``data_dir_node``) is created
-    first.
+    does not exist (saying every ``progress_interval_s`` how long `pct create` has run: it
+    unpacks the template); on an existing one, converge cores, memory, swap, onboot, the data
+    mount and protection with `pct set`. The data directory on the node (``data_dir_node``) is
+    created first.
 
     .. code:: python
 
@@ -276,7 +282,10 @@ def container_present(vmid: int, container: ContainerSettings):
             f"`pveam download local {template_file}` or set ct_template"
         )
         return
-    yield StringCommand(*(shlex.quote(a) for a in create_args(container, vmid, template)))
+    yield with_progress(
+        StringCommand(*(shlex.quote(a) for a in create_args(container, vmid, template))),
+        Progress(f"creating CT {vmid} from {template_file}", progress_interval_s),
+    )
 
 
 @operation()
@@ -329,11 +338,14 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         yield wait_exec(vmid)  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
-        yield StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1")
+        yield with_progress(
+            StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1"),
+            waiting_for(f"CT {vmid} to shut down", policy.progress_interval_s, "120 s"),
+        )
     if reasons or not plan.running:
         # `pct start` fails on a running container: the status was read first (ct_detail=full).
         yield f"pct start {vmid}"
-        yield wait_exec(vmid)
+        yield wait_exec(vmid, policy.progress_interval_s)
 
 
 def hotplug_blocker(
@@ -375,13 +387,15 @@ def compile_toolchain(vmid: int):
 
 
 @operation()
-def driver_userspace(vmid: int, gpus: GpuSettings):
+def driver_userspace(vmid: int, gpus: GpuSettings, progress_interval_s: int = 10):
     """Install exactly the kernel module's version as NVIDIA userspace in the container, with
-    the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir).
+    the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir), saying every
+    ``progress_interval_s`` how long the installer has run.
 
     .. code:: python
 
-        proxmox.driver_userspace(name="CT 200's NVIDIA userspace", vmid=200, gpus=s.gpus)
+        proxmox.driver_userspace(name="CT 200's NVIDIA userspace", vmid=200, gpus=s.gpus,
+                                 progress_interval_s=s.policy.progress_interval_s)
 
     The target is the version the container itself sees in /proc/driver/nvidia/version (the
     node's module). libcuda, libnvidia-ml and nvidia-smi must match it to the patch level, or CUDA
@@ -430,7 +444,10 @@ def driver_userspace(vmid: int, gpus: GpuSettings):
         f"rm -f {target_path}; exit $rc"
     )
     # pct push exits 0 even when the copy fails inside the container: the script checks it.
-    yield StringCommand(
+    install = StringCommand(
         f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target_path)} && "
         f"pct exec {vmid} -- sh -c {shlex.quote(script)}"
+    )
+    yield with_progress(
+        install, Progress(f"CT {vmid}: installing NVIDIA userspace {target}", progress_interval_s)
     )

@@ -33,10 +33,18 @@ from pyinfra.operations import files
 
 from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
-from ..locks import LockPlan, lock_plan, make_lock, netrc_text, split_credentials, uv_wheel_hashes
+from ..locks import (
+    LockPlan,
+    lock_plan,
+    make_lock,
+    netrc_text,
+    parse_pins,
+    split_credentials,
+    uv_wheel_hashes,
+)
 from ..plan.unit import BUILD_ENV, digest, render_build_env
 from ..plan.uv_commands import CA_BUNDLE, NETRC, has_credentials, site_assignments, uv_home
-from ..plan.venv_build import build_script
+from ..plan.venv_build import build_progress_detail, build_progress_poll, build_script
 from ..plan.venvs import (
     SELECTED_FILE,
     build_reasons,
@@ -53,6 +61,7 @@ from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .checks import torch_runtime
 from .container_fact import container_state, remember
 from .folded_reads import verification_reads_of
+from .progress import Progress
 from .remote_step import remote_step
 from .util import fail, note, write_file_command
 
@@ -222,6 +231,12 @@ def venv_built(settings: Settings):
                 "the index changed a released file (never edit the lock to match it)"
             )
         },
+        Progress(
+            f"building {settings.build_venv}.next",
+            settings.policy.progress_interval_s,
+            poll=build_progress_poll(settings),
+            detail=build_progress_detail(len(parse_pins(plan.text))),
+        ),
     )
 
 

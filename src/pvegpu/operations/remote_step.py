@@ -7,6 +7,7 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand, StringCommand
 
 from ..locks import redact, uv_error
+from .progress import Progress, run_with_progress
 
 
 def remote_step(
@@ -15,9 +16,11 @@ def remote_step(
     fix: str,
     notes: tuple[str, ...] = (),
     hints: dict[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> FunctionCommand:
     """Run ``script`` on the host; on failure log one line: what failed, why, and the fix
-    (``hints``: a fix that replaces it when the reason contains the key).
+    (``hints``: a fix that replaces it when the reason contains the key; ``progress``: the lines
+    it logs while it runs, :mod:`pvegpu.operations.progress`).
 
     .. code:: python
 
@@ -27,11 +30,14 @@ def remote_step(
     def step(state, host):
         for line in notes:
             host.log_styled(line, fg="yellow", log_func=logger.warning)
-        status, output = host.run_shell_command(
-            StringCommand(script),
-            print_output=state.print_output,
-            print_input=state.print_input,
-        )
+        if progress:
+            status, output = run_with_progress(state, host, StringCommand(script), progress)
+        else:
+            status, output = host.run_shell_command(
+                StringCommand(script),
+                print_output=state.print_output,
+                print_input=state.print_input,
+            )
         lines = [o.line for o in output.combined_lines]
         ours = [line.split("pvegpu: ", 1)[1] for line in lines if "pvegpu: " in line]
         if status:

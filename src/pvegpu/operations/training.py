@@ -43,6 +43,7 @@ from ..plan.unit import (
 from ..run.run_context import mark_container_only
 from ..settings import Settings
 from .container_fact import container_state, remember
+from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
 from .util import fail, notice, write_file_command
 
@@ -60,18 +61,19 @@ def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
     return unit_plan(settings, state.get("unit_active"), state.get("unit_started"), built)
 
 
-def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> StringCommand:
+def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> ProgressCommand:
     """Stop the unit (``unit_name``, default the training unit) and wait until systemd reports
     it down (`systemctl stop` blocks through the stop timeout and SIGKILL; the loop makes sure
-    nothing is still deactivating)."""
+    nothing is still deactivating), saying every ``progress_interval_s`` how long it has waited."""
     name = unit_name or unit_file(settings.training)
     unit = shlex.quote(name)
-    return StringCommand(
+    command = StringCommand(
         f"systemctl stop {unit} && for i in $(seq 1 60); do "
         f"case $(systemctl show -p ActiveState --value {unit}) in "
         "active|activating|deactivating|reloading) sleep 1 ;; *) exit 0 ;; esac; done; "
         f"echo {shlex.quote(name + ' did not stop')} >&2; exit 1"
     )
+    return with_progress(command, unit_stop_progress(name, settings.policy.progress_interval_s))
 
 
 def start_command(settings: Settings) -> str:

@@ -42,6 +42,70 @@ def gzip_write_command(path: str, text: str) -> str:
     return f"printf %s {payload} | base64 -d | gzip -dc > {shlex.quote(path)}"
 
 
+#: uv's cache size (KiB) when the build began, inside ``<build>.building``.
+CACHE_START = ".pvegpu-sync/cache-kb"
+
+
+def build_progress_poll(settings: Settings) -> str:
+    """The container command a running build's progress line reads: ``<KiB uv's cache grew
+    since the build began> <packages installed in the new venv>`` (nothing before the build dir
+    exists or once it is renamed). uv streams each wheel into its cache as it downloads it, then
+    installs them all from there, so the cache grows during the download and dist-info dirs
+    appear during the install.
+
+    >>> from pvegpu.settings import defaults
+    >>> print(build_progress_poll(Settings.from_data(defaults())))  # doctest: +ELLIPSIS
+    T=/root/venvs/torch-2.11.0-cu130.building; [ -f "$T/.pvegpu-sync/cache-kb" ] || exit 0; ...
+    """
+    T = shlex.quote(f"{settings.build_venv}.building")
+    cache = shlex.quote(settings.python_env.uv_cache_dir)
+    return (
+        f'T={T}; [ -f "$T/{CACHE_START}" ] || exit 0; '
+        f'start=$(cat "$T/{CACHE_START}"); now=$(du -sk {cache} 2>/dev/null | cut -f1); '
+        'n=$(ls -d "$T"/lib/python*/site-packages/*.dist-info 2>/dev/null | wc -l); '
+        'echo "$((${now:-0} - ${start:-0})) $n"'
+    )
+
+
+def size_text(kib: int) -> str:
+    """A size in KiB as a person reads it.
+
+    >>> size_text(900), size_text(20480), size_text(5 * 1024 * 1024)
+    ('900 KiB', '20.0 MiB', '5.0 GiB')
+    """
+    if kib < 1024:
+        return f"{kib} KiB"
+    if kib < 1024 * 1024:
+        return f"{kib / 1024:.1f} MiB"
+    return f"{kib / 1024 / 1024:.1f} GiB"
+
+
+def build_progress_detail(packages: int):
+    """-> a function turning :func:`build_progress_poll`'s output into the line's end: the phase
+    (download until the first package is installed), what uv's cache received, and how many of
+    the lock's ``packages`` are installed.
+
+    >>> detail = build_progress_detail(23)
+    >>> detail(["20480 0"])
+    "download: 20.0 MiB into uv's cache so far, 0 of 23 packages installed"
+    >>> detail(["512000 5"])
+    "install: 5 of 23 packages installed (500.0 MiB into uv's cache)"
+    >>> detail([])
+    ''
+    """
+
+    def detail(lines: list[str]) -> str:
+        fields = (lines[-1].split() if lines else []) + ["", ""]
+        if not (fields[0].lstrip("-").isdigit() and fields[1].isdigit()):
+            return ""
+        size, installed = size_text(max(int(fields[0]), 0)), int(fields[1])
+        if installed == 0:
+            return f"download: {size} into uv's cache so far, 0 of {packages} packages installed"
+        return f"install: {installed} of {packages} packages installed ({size} into uv's cache)"
+
+    return detail
+
+
 def compile_cache_pth(settings: Settings) -> str:
     """The ``.pth`` line pointing torch.compile's caches at the build's cache dirs (unless the
     environment already sets them)."""
@@ -79,6 +143,9 @@ def build_script(settings: Settings, plan: LockPlan, python_version: str | None)
         delete_command([T, N], venvs_dir=V),
         f"{env} " + quoted([*venv_argv, "--python", settings.python_env.interpreter, T]),
         f"mkdir {shlex.quote(T + '/.pvegpu-sync')}",
+        # where uv's cache starts, for the progress lines (build_progress_poll)
+        f"du -sk {shlex.quote(settings.python_env.uv_cache_dir)} | cut -f1 > "
+        f"{shlex.quote(T + '/' + CACHE_START)}",
         gzip_write_command(lock, plan.text),
         gzip_write_command(pyproject, training_pyproject(settings, lock_requirements(plan.text))),
     ]

@@ -1,6 +1,6 @@
 """What a run may disrupt: rebuilds, restarting the training, waiting for another deploy.
 
->>> RunPolicy("everything", False, 600).problems()  # doctest: +NORMALIZE_WHITESPACE
+>>> RunPolicy("everything", False, 600, 10).problems()  # doctest: +NORMALIZE_WHITESPACE
 ["rebuild='everything' is unknown: use rebuild=venv or rebuild=container (or leave it unset)"]
 """
 
@@ -15,12 +15,14 @@ REBUILDS = (None, "venv", "container")
 
 @dataclass(frozen=True)
 class RunPolicy(Part):
-    """``rebuild``, ``restart_training``, ``deploy_lock_wait_s`` (group_data/all.py, "rebuild /
-    restarts") and ``extra_data_keys`` (keys of the user's own the run accepts in the data)."""
+    """``rebuild``, ``restart_training``, ``deploy_lock_wait_s``, ``progress_interval_s``
+    (group_data/all.py, "rebuild / restarts") and ``extra_data_keys`` (keys of the user's own
+    the run accepts in the data)."""
 
     rebuild: str | None = setting("rebuild", optional_text)
     restart_training: bool = setting("restart_training", flag)
     lock_wait_s: int = setting("deploy_lock_wait_s", integer)
+    progress_interval_s: int = setting("progress_interval_s", integer)
     extra_keys: tuple[str, ...] = setting("extra_data_keys", text_list, default=())
 
     def problems(self) -> list[str]:
@@ -40,4 +42,9 @@ class RunPolicy(Part):
             for key in self.extra_keys
             if not key.isidentifier()
         ]
+        if not 1 <= self.progress_interval_s <= 3600:
+            errs.append(
+                f"progress_interval_s={self.progress_interval_s} must be 1..3600: the seconds "
+                "between two progress lines of a long step (default 10)"
+            )
         return errs
