@@ -12,12 +12,13 @@ for vmid in host.data.get("pve_ct_ids") or []:
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",
-        vmid=vmid, container=s.container,
+        vmid=vmid, container=s.container, policy=s.policy, training=s.training,
     )
     proxmox.gpu_passthrough(
         name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",
         vmid=vmid, gpus=s.gpus, policy=s.policy, training=s.training,
     )
     proxmox.driver_userspace(
-        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus
+        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus,
+        policy=s.policy,
     )

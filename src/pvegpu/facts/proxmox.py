@@ -37,6 +37,9 @@ class NodeState(ProbeFact):
       missing_tools: the utilities NVIDIA's installer needs that it would not find there);
     - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
       code's paths on the node, checked by the preflight in the same read);
+    - ``containers[<vmid>]["processes"]`` ("full", running only): the container's processes
+      running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
+      its cgroup uses, cgroup v2, else None);
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
       (:mod:`pvegpu.run.ct_reads`).
@@ -55,6 +58,7 @@ class NodeState(ProbeFact):
         unit_name=None,
         paths=(),
         reads=None,
+        training_script=None,
     ):
         return self.command_for(
             vmids=list(vmids),
@@ -67,6 +71,7 @@ class NodeState(ProbeFact):
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
             reads={str(k): list(v) for k, v in (reads or {}).items()},
+            training_script=training_script,
         )
 
     def process(self, output) -> NodeStateDoc:

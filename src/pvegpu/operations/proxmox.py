@@ -24,10 +24,12 @@ from ..plan.installer_tools import (
     plan_tools,
 )
 from ..plan.passthrough import plan_passthrough, restart_blocker
+from ..plan.running_training import others
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
+from .training_gate import running_here, wait_for
 from .util import fail, note, write_file_command
 
 
@@ -234,8 +236,60 @@ def boot_persistence(gpus: GpuSettings):
 # --- container ----------------------------------------------------------------------------------
 
 
+LOWERABLE = ("cores", "memory", "swap")
+MIB = 1024 * 1024
+
+
+def lowered(config: dict, args: list[str]) -> list[str]:
+    """The resources ``args`` (`pct set` args) lower against ``config``: cores, memory, swap.
+
+    >>> lowered({"cores": "16", "memory": "131072", "swap": "512"},
+    ...         ["--cores", "32", "--memory", "262144", "--swap", "0"])
+    ['swap']
+    """
+    pairs = dict(zip(args[::2], args[1::2]))
+    defaults = {"swap": "512", "memory": "512", "cores": "0"}
+    found = []
+    for key in LOWERABLE:
+        want, have = pairs.get(f"--{key}"), config.get(key, defaults[key])
+        if want is not None and have.isdigit() and (int(have) == 0 or int(want) < int(have)):
+            found.append(key)
+    return found
+
+
+def without(args: list[str], keys: list[str]) -> list[str]:
+    """``args`` (`pct set` args, flag-value pairs) without the flags of ``keys``.
+
+    >>> without(["--cores", "32", "--swap", "0"], ["swap"])
+    ['--cores', '32']
+    """
+    pairs = list(zip(args[::2], args[1::2]))
+    return [x for flag, value in pairs if flag[2:] not in keys for x in (flag, value)]
+
+
+def memory_below_use(vmid: int, memory_mib: int, used: int | None) -> str | None:
+    """The refusal of a memory limit under what the container uses now (cgroup v2 writes
+    memory.max without a check: the kernel would reclaim, then OOM-kill inside it).
+
+    >>> memory_below_use(200, 1024, 3 * 1024 ** 3)[:60]
+    'CT 200 uses 3072 MiB of memory now: ct_memory_mib=1024 would'
+    """
+    if used is None or memory_mib * MIB >= used:
+        return None
+    return (
+        f"CT {vmid} uses {used // MIB} MiB of memory now: ct_memory_mib={memory_mib} would "
+        f"have the kernel reclaim and OOM-kill in it; set ct_memory_mib >= {-(-used // MIB)} "
+        "(or free memory in the container first)"
+    )
+
+
 @operation()
-def container_present(vmid: int, container: ContainerSettings):
+def container_present(
+    vmid: int,
+    container: ContainerSettings,
+    policy: RunPolicy | None = None,
+    training: TrainingSettings | None = None,
+):
     """Create the container from ``container`` (the ``ct_*`` settings and the data mount) when it
     does not exist; on an existing one, converge cores, memory, swap, onboot, the data mount and
     protection with `pct set`. The data directory on the node (``data_dir_node``) is created
@@ -252,6 +306,20 @@ def container_present(vmid: int, container: ContainerSettings):
         yield StringCommand("mkdir", "-p", shlex.quote(container.data_dir_node))
     if ct.get("exists"):
         args = settings_args(ct.get("config", {}), container)
+        lower = lowered(ct.get("config", {}), args)
+        if "memory" in lower:
+            _, full = node_state(vmid, "full")
+            refusal = memory_below_use(vmid, container.memory_mib, full.get("memory_current"))
+            if refusal:
+                yield fail(refusal)
+                return
+        trainers = running_here(host, vmid, unit_file(training) if training else None)
+        if lower and trainers and not (policy and policy.restart_training):
+            for key in lower:
+                flag = args.index(f"--{key}")
+                change = f"pct set {vmid} --{key} {args[flag + 1]} (lowers {key})"
+                wait_for(host, vmid, change, trainers)
+            args = without(args, lower)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
@@ -293,7 +361,13 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
     plan = plan_passthrough(gpus.passthrough_mode, gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     if reasons:
-        blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons)
+        trainers = running_here(host, vmid, unit_file(training))
+        blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons, trainers)
+        if blocker and not policy.restart_training and others(trainers):
+            wait_for(
+                host, vmid, f"the restart of CT {vmid} ({'; '.join(reasons)})", others(trainers)
+            )
+            return
         if blocker and not policy.restart_training:
             yield fail(blocker)
             return
@@ -318,7 +392,7 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
 
 
 @operation()
-def driver_userspace(vmid: int, gpus: GpuSettings):
+def driver_userspace(vmid: int, gpus: GpuSettings, policy: RunPolicy | None = None):
     """Install exactly the kernel module's version as NVIDIA userspace in the container, with
     the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir).
 
@@ -345,6 +419,10 @@ def driver_userspace(vmid: int, gpus: GpuSettings):
     if not live.get("nvidia_smi"):
         wrong.append("nvidia-smi missing")
     if not wrong:
+        return
+    trainers = running_here(host, vmid)
+    if trainers and not (policy and policy.restart_training):
+        wait_for(host, vmid, f"the NVIDIA userspace reinstall ({', '.join(wrong)})", trainers)
         return
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:

@@ -27,6 +27,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import FactProcessError
 
 from ..facts.probe import parse_probe_output, probe_command
+from ..plan.running_training import others
 from ..plan.unit import (
     RUNNING,
     build_env_path,
@@ -44,6 +45,7 @@ from ..run.run_context import mark_container_only
 from ..settings import Settings
 from .container_fact import container_state, remember
 from .python_env import live_switch
+from .training_gate import running_here, wait_for
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
@@ -192,6 +194,12 @@ def live_build_and_unit(settings: Settings):
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
+    foreign = others(running_here(host, unit=unit_file(settings.training)))
+    if switch and foreign and not settings.policy.restart_training:
+        # the build is built and verified beside it; what runs from venv_path is left alone
+        venv = settings.python_env.venv_path
+        wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
+        switch, switched = [], None
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
@@ -270,6 +278,15 @@ def unit_running(settings: Settings):
     """
     unit = unit_file(settings.training)
     state = container_state()
+    foreign = others(running_here(host, unit=unit))
+    if foreign and not settings.policy.restart_training:
+        # never a second trainer on the same GPUs and checkpoints, nor one at the next boot;
+        # a training pvegpu did not start is no leftover: nothing is cleared
+        if state.get("unit_enabled") != "enabled":
+            wait_for(host, None, f"systemctl enable {unit}", foreign)
+        if state.get("unit_active") not in RUNNING:
+            wait_for(host, None, f"the start of {unit}", foreign)
+        return
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.policy.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))

@@ -16,8 +16,9 @@ from ..plan import boot
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
+from ..plan.running_training import others, running_training
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
-from ..run import node_read
+from ..run import adoption, node_read
 from ..run.run_context import run_context
 from ..settings import Settings, SettingsError
 from ..verification import Verdict, check_node_driver, check_node_gpus
@@ -162,10 +163,11 @@ def container_problems(
     plan = plan_passthrough(settings.gpus.passthrough_mode, settings.gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     live = ct.get("live")
-    blocker = (
-        restart_blocker(vmid, unit_file(settings.training), live, reasons) if reasons else None
-    )
-    if blocker and not settings.policy.restart_training:
+    unit = unit_file(settings.training)
+    trainers = running_training(int(vmid), ct, state, unit) if live is not None else []
+    blocker = restart_blocker(vmid, unit, live, reasons, trainers) if reasons else None
+    # a training pvegpu did not start: the restart waits for it (the operation lists it)
+    if blocker and not settings.policy.restart_training and not others(trainers):
         problems.append(f"{node}: {blocker}")
     running_old = running_other_units((live or {}).get("other_units"))
     if running_old and not settings.policy.restart_training:
@@ -228,6 +230,7 @@ def node_read_args(s: Settings) -> dict:
         "boot_files": boot.boot_files(),
         "units": [boot.UVM_UNIT, boot.PERSISTENCED_UNIT],
         "unit_name": f"{s.training.unit_name}.service",
+        "training_script": s.training.script,
     }
 
 
@@ -265,6 +268,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
         facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
+        for vmid in vmids if facts else ():  # the run's one notion of what trains where
+            adoption.running_in(state, node_host.name, vmid, facts, args["unit_name"])
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"
