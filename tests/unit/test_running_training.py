@@ -167,3 +167,10 @@ def test_raw_lines_missing_a_device_are_still_converted():
     assert plan.set_args and plan.restart_reasons
     # the user's nvidia-modeset moves to a devN entry with the rest, never dropped
     assert "/dev/nvidia-modeset" in plan.set_args
+
+
+def test_hybrid_cgroups_name_the_unit_from_the_hierarchy_that_holds_it():
+    cgroup = ("9:name=systemd:/lxc/200/payload\n4:memory:/lxc/200\n"
+              "0::/lxc/200/payload/system.slice/train.service")
+    (t,) = running_training(200, {"processes": [proc(5, cgroup)]}, {}, UNIT)
+    assert t.started_by == "train.service"

@@ -257,6 +257,15 @@ def lowered(config: dict, args: list[str]) -> list[str]:
     return found
 
 
+def resized(args: list[str]) -> list[str]:
+    """The resources (cores, memory, swap) ``args`` (`pct set` args) set.
+
+    >>> resized(["--cores", "32", "--onboot", "1"])
+    ['cores']
+    """
+    return [key for key in LOWERABLE if f"--{key}" in args[::2]]
+
+
 def without(args: list[str], keys: list[str]) -> list[str]:
     """``args`` (`pct set` args, flag-value pairs) without the flags of ``keys``.
 
@@ -314,12 +323,16 @@ def container_present(
                 yield fail(refusal)
                 return
         trainers = running_here(host, vmid, unit_file(training) if training else None)
-        if lower and trainers and not (policy and policy.restart_training):
-            for key in lower:
+        # under a training pvegpu did not start, its resources stay as its owner set them until
+        # the takeover; under our own unit, only a lowering waits (a raised limit is safe)
+        held = resized(args) if others(trainers) else lower
+        if held and trainers and not (policy and policy.restart_training):
+            for key in held:
                 flag = args.index(f"--{key}")
-                change = f"pct set {vmid} --{key} {args[flag + 1]} (lowers {key})"
-                wait_for(host, vmid, change, trainers)
-            args = without(args, lower)
+                what = "lowers" if key in lower else "changes"
+                change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
+                wait_for(host, vmid, change, others(trainers) or trainers)
+            args = without(args, held)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return

@@ -74,15 +74,19 @@ def container_path(cgroup: str, vmid: int) -> str | None:
     '/system.slice/x.service'
     >>> container_path("", 200) is None
     True
+    >>> container_path("4:memory:/lxc/200" + chr(10) + "0::/lxc/200/ns/system.slice/t.service", 200)
+    '/ns/system.slice/t.service'
     """
+    found = []
     for line in (cgroup or "").splitlines():
         path = line.strip().split(":", 2)[-1]
         if "/lxc.monitor" in path:
             continue
         m = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(/.*|$)", path)
         if m:
-            return m.group(1)
-    return None
+            found.append(m.group(1))
+    # cgroup v1 (hybrid): the container's systemd keeps its units in one hierarchy only
+    return max(found, key=len) if found else None
 
 
 def started_by(path: str) -> str:
