@@ -2,13 +2,19 @@
 # carry exactly the node's driver userspace.
 from pyinfra import host
 
-from pvegpu.operations import proxmox
+from pvegpu.operations import proxmox, takeover
 from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 ct = s.container
 
 for vmid in host.data.get("pve_ct_ids") or []:
+    # first: a training pvegpu did not start is stopped (restart_training=true) before anything
+    # changes under it; without consent nothing below touches it (the changes wait)
+    takeover.training_taken_over(
+        name=f"Take over the training running in CT {vmid} (only with restart_training=true)",
+        vmid=vmid, policy=s.policy, training=s.training,
+    )
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",

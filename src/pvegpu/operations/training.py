@@ -209,6 +209,8 @@ def live_build_and_unit(settings: Settings):
         ]
     if not (env or switch or unit):
         return
+    if switch and state.get("venv_path_is_dir"):
+        yield aside_note(settings.python_env.venv_path)
     # the build's settings before the link: whatever starts from the link finds them
     yield StringCommand(" && ".join([*env, *switch, *unit]))
     if unit and not state.get("unit_digest"):
@@ -225,6 +227,25 @@ def live_build_and_unit(settings: Settings):
             doc.update(unit_digest=digest(text))
 
     remember(update)
+
+
+def aside_note(path: str) -> FunctionCommand:
+    """A command that names the venv made by hand at ``path`` with its size, before the switch
+    moves it aside (``<path>.pre-pvegpu.<time>``, kept: pvegpu never deletes it)."""
+
+    def report(state, host):
+        q = shlex.quote(path)
+        ok, out = host.run_shell_command(StringCommand(f"du -sh {q} | cut -f1"))
+        size = out.stdout.strip() if ok and out.stdout.strip() else "size unknown"
+        host.log_styled(
+            f"{path} is a venv made by hand ({size}): moved aside to {path}.pre-pvegpu.<time> "
+            "and kept (delete it yourself once the new build runs)",
+            fg="yellow",
+            log_func=logger.warning,
+        )
+        return True
+
+    return FunctionCommand(report, (), {})
 
 
 def old_units_retired(settings: Settings, state: dict):

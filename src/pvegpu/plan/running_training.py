@@ -200,3 +200,26 @@ def waiting_line(vmid: int, change: str, trainer: Trainer) -> str:
     'CT 200: pct set 200 --swap 0 waits for the running training (pid 4242, started by hand)'
     """
     return f"CT {vmid}: {change} waits for the running training ({trainer.named})"
+
+
+def stop_by_hand_script(trainer: Trainer, script: str, timeout_s: int) -> str:
+    """The node shell script that ends a training started by hand, as a unit's stop would:
+    SIGTERM to its process group (its own: a group led by the trainer; else the trainer alone),
+    up to ``timeout_s`` for its checkpoint, then SIGKILL. The pid is checked to still run
+    ``script`` before each signal (a pid can be reused).
+
+    >>> s = stop_by_hand_script(Trainer(42, "p t.py", HAND, pgid=42), "/data/t.py", 900)
+    >>> "kill -TERM -42;" in s and "kill -KILL -42;" in s and "-lt 900" in s
+    True
+    """
+    pid = trainer.pid
+    # `kill -TERM -<pgid>`: dash (sh on Debian) takes no `--` before a negative pid
+    target = f"-{pid}" if trainer.pgid == pid else str(pid)
+    same = f"tr '\\0' '\\n' < /proc/{pid}/cmdline 2>/dev/null | grep -qxF '{script}'"
+    return (
+        f"if {same}; then kill -TERM {target}; fi; i=0; "
+        f"while {same} && [ $i -lt {timeout_s} ]; do sleep 1; i=$((i+1)); done; "
+        f"if {same}; then echo 'training pid {pid} did not stop in {timeout_s} s "
+        f"(training_stop_timeout_s): SIGKILL' >&2; kill -KILL {target}; sleep 1; fi; "
+        f"! {same}"
+    )
