@@ -20,6 +20,7 @@ from ..plan.running_training import HAND, other_units, others, stop_by_hand_scri
 from ..plan.unit import unit_file
 from ..run import adoption
 from ..settings import RunPolicy, TrainingSettings
+from .training import LEFTOVER_LOG
 from .training_gate import running_here
 from .util import note
 
@@ -55,7 +56,10 @@ def training_taken_over(vmid: int, policy: RunPolicy, training: TrainingSettings
             f"CT {vmid}: stopping the training started by hand (pid {t.pid}: {t.command}): "
             f"SIGTERM, up to {training.stop_timeout_s} s to checkpoint, then SIGKILL"
         )
-        yield StringCommand(stop_by_hand_script(t, training.script, training.stop_timeout_s))
+        script = stop_by_hand_script(
+            t, training.script, training.stop_timeout_s, vmid=vmid, log=LEFTOVER_LOG
+        )
+        yield StringCommand(script)
     adoption.forget(host.state, host.name, vmid)
 
 

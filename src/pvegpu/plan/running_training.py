@@ -25,7 +25,9 @@ running container's ``processes``), so it costs no round trip of its own.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from .unit import RUNNING
@@ -202,11 +204,34 @@ def waiting_line(vmid: int, change: str, trainer: Trainer) -> str:
     return f"CT {vmid}: {change} waits for the running training ({trainer.named})"
 
 
-def stop_by_hand_script(trainer: Trainer, script: str, timeout_s: int) -> str:
+def _log_command(trainer: Trainer, vmid: int, sig: str, log: str) -> str:
+    """Append one JSON line for a signal sent, as the leftover clearing logs its own."""
+    entry = json.dumps(
+        {
+            "vmid": vmid,
+            "pid": trainer.pid,
+            "signal": sig,
+            "gpus": list(trainer.gpus),
+            "argv": trainer.command.split(),
+            "by": "takeover",
+        },
+        sort_keys=True,
+    )
+    fmt = '{"time": %s, ' + entry[1:].replace("%", "%%") + "\\n"
+    q = shlex.quote(log)
+    return (
+        f"mkdir -p {shlex.quote(log.rsplit('/', 1)[0])}; "
+        f'printf {shlex.quote(fmt)} "$(date +%s.%3N)" >> {q}'
+    )
+
+
+def stop_by_hand_script(
+    trainer: Trainer, script: str, timeout_s: int, vmid: int = 0, log: str | None = None
+) -> str:
     """The node shell script that ends a training started by hand, as a unit's stop would:
     SIGTERM to its process group (its own: a group led by the trainer; else the trainer alone),
-    up to ``timeout_s`` for its checkpoint, then SIGKILL. The pid is checked to still run
-    ``script`` before each signal (a pid can be reused).
+    up to ``timeout_s`` for its checkpoint, then SIGKILL; each signal appended to ``log``. The
+    pid is checked to still run ``script`` before each signal (a pid can be reused).
 
     >>> s = stop_by_hand_script(Trainer(42, "p t.py", HAND, pgid=42), "/data/t.py", 900)
     >>> "kill -TERM -42;" in s and "kill -KILL -42;" in s and "-lt 900" in s
@@ -215,11 +240,13 @@ def stop_by_hand_script(trainer: Trainer, script: str, timeout_s: int) -> str:
     pid = trainer.pid
     # `kill -TERM -<pgid>`: dash (sh on Debian) takes no `--` before a negative pid
     target = f"-{pid}" if trainer.pgid == pid else str(pid)
-    same = f"tr '\\0' '\\n' < /proc/{pid}/cmdline 2>/dev/null | grep -qxF '{script}'"
+    same = f"tr '\\0' '\\n' 2>/dev/null < /proc/{pid}/cmdline | grep -qxF -- {shlex.quote(script)}"
+    term = f"{_log_command(trainer, vmid, 'SIGTERM', log)}; " if log else ""
+    kill = f"{_log_command(trainer, vmid, 'SIGKILL', log)}; " if log else ""
     return (
-        f"if {same}; then kill -TERM {target}; fi; i=0; "
+        f"if {same}; then {term}kill -TERM {target}; fi; i=0; "
         f"while {same} && [ $i -lt {timeout_s} ]; do sleep 1; i=$((i+1)); done; "
         f"if {same}; then echo 'training pid {pid} did not stop in {timeout_s} s "
-        f"(training_stop_timeout_s): SIGKILL' >&2; kill -KILL {target}; sleep 1; fi; "
+        f"(training_stop_timeout_s): SIGKILL' >&2; {kill}kill -KILL {target}; sleep 1; fi; "
         f"! {same}"
     )

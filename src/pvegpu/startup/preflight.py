@@ -23,6 +23,7 @@ from ..run.run_context import run_context
 from ..settings import Settings, SettingsError
 from ..verification import Verdict, check_node_driver, check_node_gpus
 from . import node_lock
+from .adoption_plan import adoption_lines
 from .all_settings import load_all
 from .fleet import ungrouped_host_problems
 from .training_preflight import node_training_paths, training_path_problems
@@ -270,6 +271,8 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         for vmid in vmids if facts else ():  # the run's one notion of what trains where
             adoption.running_in(state, node_host.name, vmid, facts, args["unit_name"])
+            for line in adoption_lines(s, facts, node_host.name, vmid):
+                logger.warning(f"--> {line}")
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"
