@@ -17,45 +17,13 @@ import time
 
 import pytest
 from sim.fixtures import skip_without_real_systemd
+from sim.trainer import TRAINER
 
 CKPT_NODE = "/tank/dflash/checkpoints"  # /data/checkpoints in CT 200
 TRAIN_NODE = "/tank/dflash/dflash/train.py"
 TRAIN_ARGV = ["/root/venv/bin/python", "/data/dflash/train.py", "--checkpoint-dir",
               "/data/checkpoints"]
 
-TRAINER = '''\
-"""Stand-in trainer (tests/e2e/test_adopt.py): checkpoints on SIGTERM, taking checkpoint_s."""
-import os
-import signal
-import sys
-import re
-import time
-
-import torch
-
-ckpt = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
-os.makedirs(ckpt, exist_ok=True)
-pid = os.getpid()
-with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
-    f.write(f"{torch.__version__} {sys.executable}\\n")
-
-
-def checkpoint(signum, frame):
-    try:
-        seconds = float(open(os.path.join(ckpt, "checkpoint_s")).read())
-    except (OSError, ValueError):
-        seconds = 0
-    open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
-    time.sleep(seconds)
-    with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
-        f.write("saved on SIGTERM\\n")
-    sys.exit(0)
-
-
-signal.signal(signal.SIGTERM, checkpoint)
-while True:
-    time.sleep(1)
-'''
 
 USERS_UNIT = """\
 [Unit]
