@@ -183,6 +183,12 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     assert "switch of /root/venv" in run.output
     assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
     assert site.ct("systemctl", "is-enabled", "dflash-train.service").stdout.strip() != "enabled"
+    # verify.py names the same training, not a leftover, and changes nothing
+    check = site.pyinfra("verify.py")
+    assert f"is held by the running training (pid {node_pid}, {started_by})" in check.output, \
+        check.output[-6000:]
+    assert "leftover" not in check.output
+    assert snapshot(site, pid) == before
 
 
 @pytest.mark.parametrize("how", ["by hand", "users' unit"])

@@ -174,3 +174,17 @@ def test_hybrid_cgroups_name_the_unit_from_the_hierarchy_that_holds_it():
               "0::/lxc/200/payload/system.slice/train.service")
     (t,) = running_training(200, {"processes": [proc(5, cgroup)]}, {}, UNIT)
     assert t.started_by == "train.service"
+
+
+def test_the_preflight_refuses_a_memory_limit_under_the_containers_use_before_any_change():
+    from pvegpu.settings import Settings, defaults
+    from pvegpu.startup.preflight import container_problems
+
+    s = Settings.from_data({**defaults(), "ct_memory_mib": 65536})
+    ct = {"exists": True, "status": "running", "config": {"memory": "131072"},
+          "memory_current": 100 * 1024**3}
+    problems, _ = container_problems(s, {"containers": {"200": ct}}, "n1", 200)
+    assert any("CT 200 uses 102400 MiB of memory now: ct_memory_mib=65536" in p for p in problems)
+    ct["memory_current"] = 10 * 1024**3
+    problems, _ = container_problems(s, {"containers": {"200": ct}}, "n1", 200)
+    assert not any("memory now" in p for p in problems)

@@ -11,6 +11,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from ..operations.folded_reads import preflight_reads
+from ..operations.proxmox import memory_below_use
 from ..output import summary
 from ..plan import boot
 from ..plan.ct_template import default_template
@@ -155,6 +156,9 @@ def container_problems(
             )
         return problems, warnings
     config = ct.get("config", {})
+    below = memory_below_use(vmid, settings.container.memory_mib, ct.get("memory_current"))
+    if below:
+        problems.append(f"{node}: {below}")
     unpriv = config.get("unprivileged", "0") == "1"
     if unpriv != settings.container.unprivileged:
         warnings.append(
