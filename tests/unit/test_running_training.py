@@ -188,3 +188,10 @@ def test_the_preflight_refuses_a_memory_limit_under_the_containers_use_before_an
     ct["memory_current"] = 10 * 1024**3
     problems, _ = container_problems(s, {"containers": {"200": ct}}, "n1", 200)
     assert not any("memory now" in p for p in problems)
+
+
+def test_a_unit_pvegpu_left_under_an_earlier_name_is_its_own_not_taken_over():
+    ct = {"live": {"unit_active": "inactive", "other_units": {"old-train.service": "active"}},
+          "processes": [proc(5, "0::/lxc/200/ns/system.slice/old-train.service")]}
+    (t,) = running_training(200, ct, {}, UNIT)
+    assert t.ours and others([t]) == []

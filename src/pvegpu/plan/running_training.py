@@ -127,6 +127,9 @@ def running_training(
     []
     """
     index = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
+    # pvegpu's own units: this one, and one left under an earlier training_unit_name (its
+    # marker, the container's view): those follow the renamed-unit rules, not a takeover
+    own = {unit, *((ct.get("live") or {}).get("other_units") or {})}
     found: dict[int, Trainer] = {}
     for app in node.get("compute_apps") or []:
         path = container_path(app.get("cgroup") or "", vmid)
@@ -140,7 +143,7 @@ def running_training(
         gpus = tuple(sorted({*(have.gpus if have else ()), *([gpu] if gpu is not None else [])}))
         by = started_by(path)
         command = _command(app.get("argv"), app.get("cmdline") or app.get("name") or "?")
-        found[pid] = Trainer(pid, command, by, by == unit, None, gpus)
+        found[pid] = Trainer(pid, command, by, by in own, None, gpus)
     for proc in ct.get("processes") or []:
         path = container_path(proc.get("cgroup") or "", vmid)
         if path is None:
@@ -152,7 +155,7 @@ def running_training(
             pid,
             _command(proc.get("argv"), "?"),
             by,
-            by == unit,
+            by in own,
             proc.get("pgid"),
             have.gpus if have else (),
         )
