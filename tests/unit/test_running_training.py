@@ -195,3 +195,93 @@ def test_a_unit_pvegpu_left_under_an_earlier_name_is_its_own_not_taken_over():
           "processes": [proc(5, "0::/lxc/200/ns/system.slice/old-train.service")]}
     (t,) = running_training(200, ct, {}, UNIT)
     assert t.ours and others([t]) == []
+
+
+# --- the gates inside the operations (their bodies, fact readers replaced) -------------------------
+
+HAND_RUN = Trainer(4242, " ".join(SCRIPT), HAND, pgid=4242, gpus=(0,))
+
+
+def gate(monkeypatch, module, trainers):
+    from types import SimpleNamespace
+
+    waits = []
+    monkeypatch.setattr(module, "host", SimpleNamespace(name="ct200"))
+    monkeypatch.setattr(module, "running_here", lambda host, *a, **k: trainers)
+    monkeypatch.setattr(module, "wait_for",
+                        lambda host, vmid, change, found: waits.append((change, found[0].pid)))
+    return waits
+
+
+def settings_with(**overrides):
+    from pvegpu.settings import Settings, defaults
+
+    return Settings.from_data({**defaults(), **overrides})
+
+
+@pytest.mark.parametrize("consent", [False, True])
+def test_unit_running_never_starts_beside_a_training_nor_clears_it_without_consent(
+        monkeypatch, consent):
+    from pvegpu.operations import training
+
+    waits = gate(monkeypatch, training, [HAND_RUN])
+    monkeypatch.setattr(training, "container_state",
+                        lambda: {"unit_active": "inactive", "unit_enabled": "disabled"})
+    s = settings_with(restart_training=consent)
+    commands = [str(c) for c in training.unit_running._inner(settings=s)]
+    if consent:
+        assert any("systemctl start dflash-train.service" in c for c in commands)
+    else:
+        assert commands == []
+        assert waits == [(f"systemctl enable {UNIT}", 4242), (f"the start of {UNIT}", 4242)]
+
+
+def test_container_resources_wait_under_a_training_pvegpu_did_not_start(monkeypatch):
+    from pvegpu.operations import proxmox
+
+    waits = gate(monkeypatch, proxmox, [HAND_RUN])
+    ct = {"exists": True, "status": "running",
+          "config": {"cores": "16", "memory": "131072", "swap": "512",
+                     "mp0": "/tank/dflash,mp=/data"}}
+    monkeypatch.setattr(proxmox, "read_state", lambda *a, **k: {
+        "data_dir_exists": True, "containers": {"200": ct}})
+    s = settings_with()
+    commands = [str(c) for c in proxmox.container_present._inner(
+        vmid=200, container=s.container, policy=s.policy, training=s.training)]
+    assert [w[0] for w in waits] == ["pct set 200 --cores 32 (changes cores)",
+                                     "pct set 200 --memory 262144 (changes memory)",
+                                     "pct set 200 --swap 0 (lowers swap)"]
+    assert commands == ["pct set 200 --onboot 1 --protection 1"]
+
+
+def test_under_our_own_unit_only_a_lowering_waits(monkeypatch):
+    from pvegpu.operations import proxmox
+
+    ours = Trainer(None, UNIT, UNIT, ours=True)
+    waits = gate(monkeypatch, proxmox, [ours])
+    ct = {"exists": True, "status": "running",
+          "config": {"cores": "16", "memory": "131072", "swap": "512", "onboot": "1",
+                     "protection": "1", "mp0": "/tank/dflash,mp=/data"}}
+    monkeypatch.setattr(proxmox, "read_state", lambda *a, **k: {
+        "data_dir_exists": True, "containers": {"200": ct}})
+    s = settings_with()
+    commands = [str(c) for c in proxmox.container_present._inner(
+        vmid=200, container=s.container, policy=s.policy, training=s.training)]
+    assert [w[0] for w in waits] == ["pct set 200 --swap 0 (lowers swap)"]
+    assert commands == ["pct set 200 --cores 32 --memory 262144"]
+
+
+def test_the_venv_switch_waits_and_the_build_beside_is_kept(monkeypatch):
+    from pvegpu.operations import training
+
+    waits = gate(monkeypatch, training, [HAND_RUN])
+    monkeypatch.setattr(training, "mark_container_only", lambda host: None)
+    monkeypatch.setattr(training, "remember", lambda update: None)
+    s = settings_with()
+    build = s.torch.build_name
+    monkeypatch.setattr(training, "container_state", lambda: {
+        "venvs": {build: {"link": f"{build}.b1", "real": f"{build}.b1"}},
+        "venv_link": None, "venv_path_is_dir": True, "unit_digest": "x"})
+    commands = " ".join(str(c) for c in training.live_build_and_unit._inner(settings=s))
+    assert "mv -T /root/venv " not in commands and "/root/venv.pvegpu-tmp" not in commands
+    assert waits == [(f"the switch of /root/venv to {build}", 4242)]
