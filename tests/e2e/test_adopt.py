@@ -183,6 +183,10 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     assert "switch of /root/venv" in run.output
     assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
     assert site.ct("systemctl", "is-enabled", "dflash-train.service").stdout.strip() != "enabled"
+    # a second plain deploy: no change (what waits is no change), the same summary
+    again = site.deploy()
+    assert again.rc == 0 and again.changed == 0, again.output[-6000:]
+    assert summary.group(0) in again.output
     # verify.py names the same training, not a leftover, and changes nothing
     check = site.pyinfra("verify.py")
     assert f"is held by the running training (pid {node_pid}, {started_by})" in check.output, \

@@ -108,6 +108,16 @@ def started_by(path: str) -> str:
     return HAND
 
 
+def started_how(path: str) -> str:
+    """``started by hand`` or ``under <unit>``, from a cgroup path in the container.
+
+    >>> started_how("/ns/system.slice/train.service"), started_how("/ns/init.scope")
+    ('under train.service', 'started by hand')
+    """
+    by = started_by(path)
+    return HAND if by == HAND else f"under {by}"
+
+
 def _command(argv, fallback: str) -> str:
     return " ".join(argv) if isinstance(argv, list) and argv else fallback
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from ..facts.gpus import normalize_uuid
-from ..plan.running_training import container_path, started_by
+from ..plan.running_training import container_path, started_how
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
@@ -206,7 +206,7 @@ def check_compute_processes(v: Verdict, f: Inputs) -> None:
         if adoptable(app, f):
             v.warnings.append(
                 f"GPU {i} is held by the running training (pid {pid}, "
-                f"{started_by(container_path(app.get('cgroup') or '', f.vmid) or '')}): "
+                f"{started_how(container_path(app.get('cgroup') or '', f.vmid) or '')}): "
                 f"{f.unit} waits for it; deploy.py --data restart_training=true takes it over"
             )
             v.note(i, f"training pid {pid} (waiting)")
