@@ -2,17 +2,24 @@
 # carry exactly the node's driver userspace.
 from pyinfra import host
 
-from pvegpu.operations import proxmox
+from pvegpu.operations import proxmox, takeover
 from pvegpu.startup.deploy_context import settings
 
 s = settings(host)
 ct = s.container
 
 for vmid in host.data.get("pve_ct_ids") or []:
+    # first: a training pvegpu did not start is stopped (restart_training=true) before anything
+    # changes under it; without consent nothing below touches it (the changes wait)
+    takeover.training_taken_over(
+        name=f"Take over the training running in CT {vmid} (only with restart_training=true)",
+        vmid=vmid, policy=s.policy, training=s.training,
+    )
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",
-        vmid=vmid, container=s.container, progress_interval_s=s.policy.progress_interval_s,
+        vmid=vmid, container=s.container, policy=s.policy, training=s.training,
+        progress_interval_s=s.policy.progress_interval_s,
     )
     proxmox.gpu_passthrough(
         name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",
@@ -20,7 +27,7 @@ for vmid in host.data.get("pve_ct_ids") or []:
     )
     proxmox.driver_userspace(
         name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus,
-        progress_interval_s=s.policy.progress_interval_s,
+        progress_interval_s=s.policy.progress_interval_s, policy=s.policy,
     )
     proxmox.compile_toolchain(
         name=f"Give CT {vmid} a C compiler and Python headers for torch.compile", vmid=vmid

@@ -80,6 +80,10 @@ class ContainerEntry(TypedDict, total=False):
     libcuda: Any
     # the container reads folded into the view's exec (pvegpu.run.ct_reads): rc, stdout lines
     reads: list[dict[str, Any]]
+    # running only: its processes running the training script (pid, argv, cgroup, pgid) and the
+    # bytes its cgroup uses (pvegpu.plan.running_training)
+    processes: list[dict[str, Any]]
+    memory_current: int | None
 
 
 class NodeStateDoc(TypedDict, total=False):

@@ -366,9 +366,9 @@ def by_hand(site):
 
 def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     """A second copy of train.py started outside the unit while the unit runs: verify.py and a
-    deploy name it and change nothing; a restart with consent ends it (SIGTERM: it checkpoints)
-    between the stop and the start. With the unit stopped, the next deploy ends it before the
-    start. The GPUs they hold are registered on the node by their real pids, so the node sees
+    deploy name it and change nothing; a restart with consent takes it over first (SIGTERM: it
+    checkpoints), then stops and starts the unit. With the unit stopped, it is the running
+    training (issue 20): the next deploy starts nothing beside it; with consent, takes it over. The GPUs they hold are registered on the node by their real pids, so the node sees
     their real cmdline and cgroup (the unit's: .../lxc/200/payload/system.slice/<unit>; the hand
     one: .../lxc/200/payload, outside the unit)."""
     site = trainer_site
@@ -405,7 +405,8 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     node.clear_pct_log()
     restart = site.deploy("training_stop_timeout_s=600", "restart_training=true")
     assert restart.rc == 0, restart.output[-4000:]
-    assert f"ended leftover training process {hand_node} on GPU 1" in restart.output
+    # the copy pvegpu did not start is taken over first (issue 20): SIGTERM to its group
+    assert f"stopping the training started by hand (pid {hand_node}" in restart.output
     assert sorted(ckpt_files(site, "checkpoint")) == sorted(
         [f"checkpoint-{unit['MainPID']}", f"checkpoint-{hand}"])
     killed = [json.loads(line) for line in
@@ -416,15 +417,24 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     execs = [c for c in node.pct_calls() if c["argv"][:1] == ["exec"]]
     stop = next(c for c in execs if f"systemctl stop {UNIT}" in " ".join(c["argv"]))
     start = next(c for c in execs if f"systemctl start {UNIT}" in " ".join(c["argv"]))
-    assert stop["time"] + stop["duration"] <= killed[0]["time"] <= start["time"]
+    assert killed[0]["time"] <= stop["time"] and killed[0]["by"] == "takeover"
+    assert stop["time"] + stop["duration"] <= start["time"]
 
-    # the unit stopped by hand, a copy started by hand: the next deploy ends it, then starts
+    # the unit stopped by hand, a copy started by hand: that copy is the running training, no
+    # leftover (issue 20): the plain deploy starts nothing beside it; with consent it is
+    # taken over (it checkpoints), then the unit starts
     assert site.ct("systemctl", "stop", UNIT).returncode == 0
     hand = by_hand(site)
     hand_node = node.node_pid(200, hand)
     node.register_gpu_process(hand_node, 2, used_mib=30000)
-    again = site.deploy("training_stop_timeout_s=600")
+    waits = site.deploy("training_stop_timeout_s=600")
+    assert waits.rc == 0, waits.output[-4000:]
+    assert (f"the start of {UNIT} waits for the running training (pid {hand_node}, started by "
+            "hand)") in waits.output, waits.output[-4000:]
+    assert site.ct("test", "-d", f"/proc/{hand}").returncode == 0
+    assert show(site, "ActiveState")["ActiveState"] != "active"
+    again = site.deploy("training_stop_timeout_s=600", "restart_training=true")
     assert again.rc == 0, again.output[-4000:]
-    assert f"ended leftover training process {hand_node} on GPU 2" in again.output
+    assert f"stopping the training started by hand (pid {hand_node}" in again.output
     assert f"checkpoint-{hand}" in ckpt_files(site, "checkpoint")
     assert show(site, "ActiveState")["ActiveState"] == "active"

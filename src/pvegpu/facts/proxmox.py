@@ -43,6 +43,9 @@ class NodeState(ProbeFact):
       missing_tools: the utilities NVIDIA's installer needs that it would not find there);
     - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
       code's paths on the node, checked by the preflight in the same read);
+    - ``containers[<vmid>]["processes"]`` ("full", running only): the container's processes
+      running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
+      its cgroup uses, cgroup v2, else None);
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
       (:mod:`pvegpu.run.ct_reads`);
@@ -69,6 +72,7 @@ class NodeState(ProbeFact):
         storage_contents=(),
         recreate=False,
         persistenced_unit=None,
+        training_script=None,
     ):
         return NO_PYTHON3 + self.command_for(
             vmids=list(vmids),
@@ -84,6 +88,7 @@ class NodeState(ProbeFact):
             storage_contents=list(storage_contents),
             recreate=bool(recreate),
             persistenced_unit=persistenced_unit,
+            training_script=training_script,
         )
 
     def process(self, output) -> NodeStateDoc:

@@ -31,11 +31,13 @@ from ..plan.passthrough import (
     set_calls,
 )
 from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
+from ..plan.running_training import others
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
 from .progress import Progress, ProgressCommand, waiting_for, with_progress
+from .training_gate import running_here, wait_for
 from .util import fail, note, write_file_command
 
 
@@ -250,8 +252,70 @@ def boot_persistence(gpus: GpuSettings):
 # --- container ----------------------------------------------------------------------------------
 
 
+LOWERABLE = ("cores", "memory", "swap")
+MIB = 1024 * 1024
+
+
+def lowered(config: dict, args: list[str]) -> list[str]:
+    """The resources ``args`` (`pct set` args) lower against ``config``: cores, memory, swap.
+
+    >>> lowered({"cores": "16", "memory": "131072", "swap": "512"},
+    ...         ["--cores", "32", "--memory", "262144", "--swap", "0"])
+    ['swap']
+    """
+    pairs = dict(zip(args[::2], args[1::2]))
+    defaults = {"swap": "512", "memory": "512", "cores": "0"}
+    found = []
+    for key in LOWERABLE:
+        want, have = pairs.get(f"--{key}"), config.get(key, defaults[key])
+        if want is not None and have.isdigit() and (int(have) == 0 or int(want) < int(have)):
+            found.append(key)
+    return found
+
+
+def resized(args: list[str]) -> list[str]:
+    """The resources (cores, memory, swap) ``args`` (`pct set` args) set.
+
+    >>> resized(["--cores", "32", "--onboot", "1"])
+    ['cores']
+    """
+    return [key for key in LOWERABLE if f"--{key}" in args[::2]]
+
+
+def without(args: list[str], keys: list[str]) -> list[str]:
+    """``args`` (`pct set` args, flag-value pairs) without the flags of ``keys``.
+
+    >>> without(["--cores", "32", "--swap", "0"], ["swap"])
+    ['--cores', '32']
+    """
+    pairs = list(zip(args[::2], args[1::2]))
+    return [x for flag, value in pairs if flag[2:] not in keys for x in (flag, value)]
+
+
+def memory_below_use(vmid: int, memory_mib: int, used: int | None) -> str | None:
+    """The refusal of a memory limit under what the container uses now (cgroup v2 writes
+    memory.max without a check: the kernel would reclaim, then OOM-kill inside it).
+
+    >>> memory_below_use(200, 1024, 3 * 1024 ** 3)[:60]
+    'CT 200 uses 3072 MiB of memory now: ct_memory_mib=1024 would'
+    """
+    if used is None or memory_mib * MIB >= used:
+        return None
+    return (
+        f"CT {vmid} uses {used // MIB} MiB of memory now: ct_memory_mib={memory_mib} would "
+        f"have the kernel reclaim and OOM-kill in it; set ct_memory_mib >= {-(-used // MIB)} "
+        "(or free memory in the container first)"
+    )
+
+
 @operation()
-def container_present(vmid: int, container: ContainerSettings, progress_interval_s: int = 10):
+def container_present(
+    vmid: int,
+    container: ContainerSettings,
+    policy: RunPolicy | None = None,
+    training: TrainingSettings | None = None,
+    progress_interval_s: int = 10,
+):
     """Create the container from ``container`` (the ``ct_*`` settings and the data mount) when it
     does not exist (saying every ``progress_interval_s`` how long `pct create` has run: it
     unpacks the template); on an existing one, converge cores, memory, swap, onboot, the data
@@ -269,6 +333,24 @@ def container_present(vmid: int, container: ContainerSettings, progress_interval
         yield StringCommand("mkdir", "-p", shlex.quote(container.data_dir_node))
     if ct.get("exists"):
         args = settings_args(ct.get("config", {}), container)
+        lower = lowered(ct.get("config", {}), args)
+        if "memory" in lower:
+            _, full = node_state(vmid, "full")
+            refusal = memory_below_use(vmid, container.memory_mib, full.get("memory_current"))
+            if refusal:
+                yield fail(refusal)
+                return
+        trainers = running_here(host, vmid, unit_file(training) if training else None)
+        # under a training pvegpu did not start, its resources stay as its owner set them until
+        # the takeover; under our own unit, only a lowering waits (a raised limit is safe)
+        held = resized(args) if others(trainers) else lower
+        if held and trainers and not (policy and policy.restart_training):
+            for key in held:
+                flag = args.index(f"--{key}")
+                what = "lowers" if key in lower else "changes"
+                change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
+                wait_for(host, vmid, change, others(trainers) or trainers)
+            args = without(args, held)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
@@ -313,7 +395,13 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
     plan = plan_passthrough(gpus.passthrough_mode, gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     if reasons:
-        blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons)
+        trainers = running_here(host, vmid, unit_file(training))
+        blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons, trainers)
+        if blocker and not policy.restart_training and others(trainers):
+            wait_for(
+                host, vmid, f"the restart of CT {vmid} ({'; '.join(reasons)})", others(trainers)
+            )
+            return
         if blocker and not policy.restart_training:
             yield fail(blocker)
             return
@@ -335,7 +423,7 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         else:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
     if hotplug:
-        yield wait_exec(vmid)  # answers at once unless a failed hot-plug restarted the container
+        yield wait_exec(vmid, policy.progress_interval_s)  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
         yield with_progress(
@@ -354,7 +442,9 @@ def hotplug_blocker(
     """Why the container may not restart should the hot-plug of ``args`` fail (None: it may)."""
     if policy.restart_training:
         return None
-    return restart_blocker(vmid, unit_file(training), ct.get("live"), [hotplug_failure(args)])
+    unit = unit_file(training)
+    trainers = running_here(host, vmid, unit)
+    return restart_blocker(vmid, unit, ct.get("live"), [hotplug_failure(args)], trainers)
 
 
 @operation()
@@ -387,7 +477,9 @@ def compile_toolchain(vmid: int):
 
 
 @operation()
-def driver_userspace(vmid: int, gpus: GpuSettings, progress_interval_s: int = 10):
+def driver_userspace(
+    vmid: int, gpus: GpuSettings, progress_interval_s: int = 10, policy: RunPolicy | None = None
+):
     """Install exactly the kernel module's version as NVIDIA userspace in the container, with
     the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir), saying every
     ``progress_interval_s`` how long the installer has run.
@@ -416,6 +508,10 @@ def driver_userspace(vmid: int, gpus: GpuSettings, progress_interval_s: int = 10
     if not live.get("nvidia_smi"):
         wrong.append("nvidia-smi missing")
     if not wrong:
+        return
+    trainers = running_here(host, vmid)
+    if trainers and not (policy and policy.restart_training):
+        wait_for(host, vmid, f"the NVIDIA userspace reinstall ({', '.join(wrong)})", trainers)
         return
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:

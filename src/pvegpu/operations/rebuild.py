@@ -19,11 +19,13 @@ from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..plan.pollution_report import pollution_lines
+from ..plan.running_training import Trainer, others
 from ..plan.unit import RUNNING, unit_file
 from ..plan.uv_commands import uv_bin
 from ..plan.venvs import LOCK_FILE, prune_plan
 from ..settings import PythonEnvSettings, RunPolicy, TorchSettings, TrainingSettings
 from .container_fact import BASELINE, container_state, remember
+from .training_gate import running_here
 from .util import fail, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
@@ -46,6 +48,19 @@ def refuse_while_training(policy: RunPolicy, training: TrainingSettings, runner:
         f"if {runner} systemctl is-active --quiet {unit}; then echo "
         f"{shlex.quote(refusal)}"
         " >&2; exit 1; fi; "
+    )
+
+
+def refusal_line(policy: RunPolicy, trainer: Trainer) -> str:
+    """The refusal of a rebuild under a training pvegpu did not start.
+
+    >>> from pvegpu.plan.running_training import HAND
+    >>> refusal_line(RunPolicy("container", False, 600), Trainer(42, "p t.py", HAND))[:60]
+    'a training runs (pid 42, started by hand): rebuild=container'
+    """
+    return (
+        f"a training runs ({trainer.named}): rebuild={policy.rebuild} refused; stop it, or add "
+        "--data restart_training=true"
     )
 
 
@@ -103,6 +118,10 @@ def venv_rebuild_allowed(policy: RunPolicy, training: TrainingSettings):
     if policy.rebuild != "venv" or policy.restart_training:
         return
     unit = unit_file(training)
+    foreign = others(running_here(host, unit=unit))
+    if foreign:
+        yield fail(refusal_line(policy, foreign[0]))
+        return
     if container_state().get("unit_active") in RUNNING:
         yield fail(
             f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
@@ -154,6 +173,10 @@ def container_destroyed(vmid: int, policy: RunPolicy, training: TrainingSettings
                                     policy=s.policy, training=s.training)
     """
     if policy.rebuild != "container":
+        return
+    foreign = others(running_here(host, vmid, unit_file(training)))
+    if foreign and not policy.restart_training:
+        yield fail(refusal_line(policy, foreign[0]))
         return
     runner = f"pct exec {vmid} --"
     guard = refuse_while_training(policy, training, runner)

@@ -27,6 +27,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import FactProcessError
 
 from ..facts.probe import parse_probe_output, probe_command
+from ..plan.running_training import others
 from ..plan.unit import (
     RUNNING,
     build_env_path,
@@ -45,6 +46,7 @@ from ..settings import Settings
 from .container_fact import container_state, remember
 from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
+from .training_gate import running_here, wait_for
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
@@ -194,6 +196,12 @@ def live_build_and_unit(settings: Settings):
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
+    foreign = others(running_here(host, unit=unit_file(settings.training)))
+    if switch and foreign and not settings.policy.restart_training:
+        # the build is built and verified beside it; what runs from venv_path is left alone
+        venv = settings.python_env.venv_path
+        wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
+        switch, switched = [], None
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
@@ -203,6 +211,8 @@ def live_build_and_unit(settings: Settings):
         ]
     if not (env or switch or unit):
         return
+    if switch and state.get("venv_path_is_dir"):
+        yield aside_note(settings.python_env.venv_path)
     # the build's settings before the link: whatever starts from the link finds them
     yield StringCommand(" && ".join([*env, *switch, *unit]))
     if unit and not state.get("unit_digest"):
@@ -219,6 +229,25 @@ def live_build_and_unit(settings: Settings):
             doc.update(unit_digest=digest(text))
 
     remember(update)
+
+
+def aside_note(path: str) -> FunctionCommand:
+    """A command that names the venv made by hand at ``path`` with its size, before the switch
+    moves it aside (``<path>.pre-pvegpu.<time>``, kept: pvegpu never deletes it)."""
+
+    def report(state, host):
+        q = shlex.quote(path)
+        ok, out = host.run_shell_command(StringCommand(f"du -sh {q} | cut -f1"))
+        size = out.stdout.strip() if ok and out.stdout.strip() else "size unknown"
+        host.log_styled(
+            f"{path} is a venv made by hand ({size}): moved aside to {path}.pre-pvegpu.<time> "
+            "and kept (delete it yourself once the new build runs)",
+            fg="yellow",
+            log_func=logger.warning,
+        )
+        return True
+
+    return FunctionCommand(report, (), {})
 
 
 def old_units_retired(settings: Settings, state: dict):
@@ -272,6 +301,15 @@ def unit_running(settings: Settings):
     """
     unit = unit_file(settings.training)
     state = container_state()
+    foreign = others(running_here(host, unit=unit))
+    if foreign and not settings.policy.restart_training:
+        # never a second trainer on the same GPUs and checkpoints, nor one at the next boot;
+        # a training pvegpu did not start is no leftover: nothing is cleared
+        if state.get("unit_enabled") != "enabled":
+            wait_for(host, None, f"systemctl enable {unit}", foreign)
+        if state.get("unit_active") not in RUNNING:
+            wait_for(host, None, f"the start of {unit}", foreign)
+        return
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.policy.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))

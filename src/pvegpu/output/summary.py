@@ -16,6 +16,8 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
+from ..plan.running_training import summary_line
+from ..run.adoption import waiting
 from ..run.run_context import run_context
 
 
@@ -78,7 +80,11 @@ def summary_lines(state, recorder: _FailedOps) -> list[str]:
                 if h.name in hosts and h.name not in ops
             }
         )
-        lines.append(node_line(node.name, failures.get(node.name, []), ops))
+        line = node_line(node.name, failures.get(node.name, []), ops)
+        changes, trainer = waiting(state, node.name)
+        if line.endswith(": converged and verified") and changes and trainer is not None:
+            line = summary_line(node.name, len(changes), trainer)
+        lines.append(line)
     return lines
 
 

@@ -120,3 +120,58 @@ def _drop_pending_dev(rest: list[str]) -> list[str]:
 def raw_lines_match(raw: list, new_raw: list[tuple[str, str]], majors: dict) -> bool:
     ours = [(k, v) for k, v in raw if is_our_raw_line(k, v, majors)]
     return ours == list(new_raw)
+
+
+def raw_bound_paths(raw: list) -> list[str]:
+    """The NVIDIA device paths that raw ``lxc.mount.entry`` lines bind into the container (at
+    the same path), in order, whoever wrote them.
+
+    >>> raw_bound_paths([["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,"
+    ...                   "create=file"], ["lxc.mount.entry", "/tank /data none bind"]])
+    ['/dev/nvidia0']
+    """
+    paths = []
+    for key, value in raw:
+        fields = value.split()
+        if key != "lxc.mount.entry" or len(fields) < 4 or "bind" not in fields[3].split(","):
+            continue
+        if fields[0].startswith("/dev/nvidia") and fields[1].lstrip("/") == fields[0].lstrip("/"):
+            paths.append(fields[0])
+    return paths
+
+
+def raw_allowed(raw: list) -> set[tuple[int, int | None]]:
+    """(major, minor or None for ``*``) of every read-write ``lxc.cgroup2.devices.allow`` char
+    line.
+
+    >>> sorted(raw_allowed([["lxc.cgroup2.devices.allow", "c 195:* rwm"],
+    ...                     ["lxc.cgroup2.devices.allow", "c 509:1 rw"]]), key=str)
+    [(195, None), (509, 1)]
+    """
+    allowed: set[tuple[int, int | None]] = set()
+    for key, value in raw:
+        m = re.match(r"^c (\d+):(\d+|\*) ([rwm]+)$", value.strip())
+        if key == "lxc.cgroup2.devices.allow" and m and {"r", "w"} <= set(m.group(3)):
+            allowed.add((int(m.group(1)), None if m.group(2) == "*" else int(m.group(2))))
+    return allowed
+
+
+def raw_lines_cover(raw: list, numbers: dict[str, tuple[int, int] | None]) -> bool:
+    """Whether raw lines (anyone's: the community guides' too) already give the container every
+    device of ``numbers`` ({path: (major, minor) on the node}): each bound at its path and allowed
+    read-write by the cgroup.
+
+    >>> raw = [["lxc.cgroup2.devices.allow", "c 195:* rwm"],
+    ...        ["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file"]]
+    >>> raw_lines_cover(raw, {"/dev/nvidia0": (195, 0)})
+    True
+    >>> raw_lines_cover(raw, {"/dev/nvidia0": (195, 0), "/dev/nvidia-uvm": (509, 0)})
+    False
+    """
+    bound, allowed = set(raw_bound_paths(raw)), raw_allowed(raw)
+    for path, number in numbers.items():
+        if path not in bound or number is None:
+            return False
+        if (number[0], None) not in allowed and tuple(number) not in allowed:
+            return False
+    return True

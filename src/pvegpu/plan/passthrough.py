@@ -20,7 +20,16 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .lxc_raw import DEV_KEY, is_our_raw_line, raw_lines_match, raw_lxc_lines, rewrite_config
+from .lxc_raw import (
+    DEV_KEY,
+    is_our_raw_line,
+    raw_bound_paths,
+    raw_lines_cover,
+    raw_lines_match,
+    raw_lxc_lines,
+    rewrite_config,
+)
+from .running_training import Trainer, others
 from .unit import RUNNING
 
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
@@ -309,21 +318,39 @@ class Plan:
         return reasons + self.stale
 
 
-def restart_blocker(vmid: int, unit: str, live: dict | None, reasons: list[str]) -> str | None:
-    """Why a container that must restart for ``reasons`` may not be restarted now: its training
-    unit runs, or whether it runs could not be read (None: it may; ``restart_training`` skips
-    this). The one wording for the preflight and the passthrough operation.
+def restart_blocker(
+    vmid: int,
+    unit: str,
+    live: dict | None,
+    reasons: list[str],
+    trainers: list[Trainer] | None = None,
+) -> str | None:
+    """Why a container that must restart for ``reasons`` may not be restarted now: a training
+    runs in it (``trainers``, :mod:`pvegpu.plan.running_training`; without them, its training
+    unit's state in ``live``), or whether it runs could not be read (None: it may;
+    ``restart_training`` skips this). The one wording for the preflight and the passthrough
+    operation.
 
     >>> restart_blocker(200, "t.service", {"unit_active": "active"}, ["x"])[:46]
     'CT 200 must restart to get its GPUs right (x),'
     >>> restart_blocker(200, "t.service", {"unit_active": "inactive"}, ["x"]) is None
     True
+    >>> restart_blocker(200, "t.service", {"unit_active": "inactive"}, ["x"],
+    ...                 [Trainer(42, "python t.py", "started by hand")]).split(", but ")[1][:49]
+    'the training (pid 42, started by hand) runs in it'
     """
     if live is None:
         return (
             f"CT {vmid} must restart ({'; '.join(reasons)}), but whether {unit} is running "
             f"in it could not be read: check `pct exec {vmid} -- systemctl is-active {unit}`, "
             f"or pass --data restart_training=true"
+        )
+    foreign = others(trainers or [])
+    if foreign:
+        return (
+            f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+            f"the training ({foreign[0].named}) runs in it: stop it first, or pass --data "
+            f"restart_training=true"
         )
     if live.get("unit_active") in RUNNING:
         return (
@@ -404,7 +431,10 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
     devices = state.get("devices", {})
     majors = state.get("majors", {})
     minors = [g.get("minor") for g in state.get("gpus") or [] if g.get("minor") is not None]
+    raw = ct.get("raw_lxc", [])
+    # NVIDIA devices the user passed beyond ours (nvidia-modeset, nvidia-caps) stay passed
     paths = wanted_devices(devices, extras, gpu_minors=minors)
+    paths += [p for p in raw_bound_paths(raw) if p not in paths and not GPU_NODE.match(p)]
     mode = select_mode(setting, state)
     plan = Plan(
         mode=mode,
@@ -413,9 +443,12 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
         running=ct.get("status") == "running",
     )
     config = effective_config(ct)
-    raw = ct.get("raw_lxc", [])
     text = ct.get("text", "")
-    if mode == "dev":
+    dev_ours = any(DEV_KEY.match(k) and OUR_DEV.match(v) for k, v in config.items())
+    numbers = {p: expected_numbers(p, devices, majors) for p in paths}
+    if plan.running and not dev_ours and raw_lines_cover(raw, numbers):
+        pass  # raw lines already give a running container every device: no forced conversion
+    elif mode == "dev":
         plan.set_args = dev_set_args(config, paths)
         if any(is_our_raw_line(k, v, majors) for k, v in raw):
             plan.new_text = rewrite_config(text, [], majors, False)

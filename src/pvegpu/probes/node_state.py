@@ -5,7 +5,8 @@
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
 #  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service",
-#  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]}}
+#  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]},
+#  "training_script": "/data/dflash/train.py"}
 #
 # ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
 # node): "none" reads only its config file; "status" adds `pct status`; "full" runs ONE `pct exec`
@@ -329,7 +330,46 @@ def container(vmid, detail, unit, view=None):
         code, out, _ = run(["pct", "status", str(vmid)])
         status = out.strip().split(":")[-1].strip() if code == 0 else "unknown"
     info["status"] = status
+    if detail == "full" and status == "running":
+        info["processes"] = container_processes(vmid, A.get("training_script"))
+        info["memory_current"] = memory_current(vmid)
     return info
+
+
+LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"
+
+
+def container_processes(vmid, script):
+    """Node processes of container ``vmid`` (their cgroup, PVE's /lxc/<vmid>/...) whose argv
+    names the training script after argv[0], whatever started them: pid (the node's), argv,
+    cgroup, pgid (the node's: a process group is ended as a whole). A process that exits
+    during the scan is left out."""
+    found = []
+    if not script:
+        return found
+    mine = re.compile(LXC_CGROUP.format(vmid=vmid), re.M)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        cgroup = read(f"/proc/{pid}/cgroup") or ""
+        if not mine.search(cgroup) or "/lxc.monitor" in cgroup:
+            continue
+        raw = read(f"/proc/{pid}/cmdline") or ""
+        argv = raw.split("\0")[:-1] if raw else []
+        stat = read(f"/proc/{pid}/stat")
+        if script not in argv[1:] or stat is None:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields[0] in ("Z", "X", "x"):
+            continue
+        found.append(
+            {"pid": int(pid), "argv": argv, "cgroup": cgroup.strip(), "pgid": int(fields[2])}
+        )
+    return found
+
+
+def memory_current(vmid):
+    """Bytes the container's cgroup uses now (cgroup v2 memory.current), else None."""
+    text = read(f"/sys/fs/cgroup/lxc/{vmid}/memory.current")
+    return int(text.strip()) if text and text.strip().isdigit() else None
 
 
 def file_digest(path):

@@ -116,6 +116,12 @@ class RunContext:
     #: (host name, operation hash) of the operations that change only their own container
     #: (``mark_container_only``)
     container_only: set[tuple[str, str]] = field(default_factory=set)
+    #: {(node name, vmid): [Trainer, ...]}: the trainings running in each container, from the
+    #: run's first full node read (pvegpu.run.adoption)
+    trainers: dict[tuple[str, int], list] = field(default_factory=dict)
+    #: {node name: [line, ...]}: the changes that wait for a running training, and for which
+    waiting: dict[str, list[str]] = field(default_factory=dict)
+    waiting_for: dict[str, Any] = field(default_factory=dict)
 
 
 _RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()

@@ -11,17 +11,20 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from ..operations.folded_reads import preflight_reads
+from ..operations.proxmox import memory_below_use
 from ..output import summary
 from ..plan import boot
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
+from ..plan.running_training import others, running_training
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
-from ..run import node_read
+from ..run import adoption, node_read
 from ..run.run_context import run_context
 from ..settings import Settings, SettingsError
 from ..verification import Verdict, check_node_driver, check_node_gpus
 from . import node_lock
+from .adoption_plan import adoption_lines
 from .all_settings import load_all
 from .fleet import ungrouped_host_problems
 from .site_preflight import (
@@ -178,6 +181,9 @@ def container_problems(
         if line:
             problems.append(line)
     config = ct.get("config", {})
+    below = memory_below_use(vmid, settings.container.memory_mib, ct.get("memory_current"))
+    if below:
+        problems.append(f"{node}: {below}")
     unpriv = config.get("unprivileged", "0") == "1"
     if unpriv != settings.container.unprivileged:
         warnings.append(
@@ -187,10 +193,11 @@ def container_problems(
     plan = plan_passthrough(settings.gpus.passthrough_mode, settings.gpus.extra_devices, state, ct)
     reasons = plan.restart_reasons
     live = ct.get("live")
-    blocker = (
-        restart_blocker(vmid, unit_file(settings.training), live, reasons) if reasons else None
-    )
-    if blocker and not settings.policy.restart_training:
+    unit = unit_file(settings.training)
+    trainers = running_training(int(vmid), ct, state, unit) if live is not None else []
+    blocker = restart_blocker(vmid, unit, live, reasons, trainers) if reasons else None
+    # a training pvegpu did not start: the restart waits for it (the operation lists it)
+    if blocker and not settings.policy.restart_training and not others(trainers):
         problems.append(f"{node}: {blocker}")
     running_old = running_other_units((live or {}).get("other_units"))
     if running_old and not settings.policy.restart_training:
@@ -257,6 +264,7 @@ def node_read_args(s: Settings) -> dict:
         "storage_contents": ["rootdir", "vztmpl"],
         "recreate": s.policy.rebuild == "container",
         "persistenced_unit": f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}",
+        "training_script": s.training.script,
     }
 
 
@@ -294,9 +302,13 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
         facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
-        if facts.get("python3_missing"):
+        if facts and facts.get("python3_missing"):
             failures[node_host.name] = [python3_problem(node_host.name)]
             continue
+        for vmid in vmids if facts else ():  # the run's one notion of what trains where
+            adoption.running_in(state, node_host.name, vmid, facts, args["unit_name"])
+            for line in adoption_lines(s, facts, node_host.name, vmid):
+                logger.warning(f"--> {line}")
         if not facts:
             failures[node_host.name] = [
                 f"{node_host.name}: node facts could not be read: check SSH to the node"

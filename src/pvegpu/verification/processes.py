@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ..facts.gpus import normalize_uuid
+from ..plan.running_training import container_path, started_how
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
@@ -140,11 +141,26 @@ def cleared_at_start(app: dict, vmid: int, unit: str | None, matcher: dict) -> b
     )
 
 
+def adoptable(app: dict, f: Inputs) -> bool:
+    """A process of this container, outside pvegpu's stopped unit, holding a training GPU: the
+    training running here that pvegpu did not start (by hand, the users' own unit; see
+    :mod:`pvegpu.plan.running_training`). Deploy waits for it (no unit start beside it, nothing
+    cleared) until ``restart_training=true`` takes it over; its memory is the training's."""
+    return (
+        f.unit_state.running is False
+        and process_owner(app, f.vmid, f.unit) == "container"
+        and _cuda_index(app, f) in f.role_of
+    )
+
+
 def counts_as_own(app: dict, f: Inputs) -> bool:
     """The process's memory counts as free for the training: the running (or state unknown)
-    unit's own, a torch probe of pvegpu here (:func:`is_own_probe`), or a leftover that deploy's
+    unit's own, a torch probe of pvegpu here (:func:`is_own_probe`), the training running here
+    that deploy takes over with consent (:func:`adoptable`), or a leftover that deploy's
     training unit stage clears before it starts it."""
     if is_own_probe(app, f.vmid, f.unit):
+        return True
+    if adoptable(app, f):
         return True
     if process_owner(app, f.vmid, f.unit) == "unit" and f.unit_state.running is not False:
         return True
@@ -187,6 +203,14 @@ def check_compute_processes(v: Verdict, f: Inputs) -> None:
             continue  # pvegpu's own torch probe, beside this very read
         i = _cuda_index(app, f)
         pid = app.get("pid")
+        if adoptable(app, f):
+            v.warnings.append(
+                f"GPU {i} is held by the running training (pid {pid}, "
+                f"{started_how(container_path(app.get('cgroup') or '', f.vmid) or '')}): "
+                f"{f.unit} waits for it; deploy.py --data restart_training=true takes it over"
+            )
+            v.note(i, f"training pid {pid} (waiting)")
+            continue
         if counts_as_own(app, f):
             v.warnings.append(
                 f"leftover training process {pid} on GPU {i}: cleared before the unit starts"

@@ -1,0 +1,48 @@
+"""A stand-in trainer for the simulated node (tests/e2e/test_adopt.py seeds it as the users'
+train.py): it records each start (``started-<pid>`` in its checkpoint dir: the torch it imported,
+the python it runs with) and, on SIGTERM, takes ``checkpoint_s`` seconds (a file in its checkpoint
+dir; 0 without it) to write ``checkpoint-<pid>``, marking ``stopping-<pid>`` first, then exits 0:
+a real trainer's graceful stop, whose length a test chooses (longer than the 30 s a SIGKILL used
+to come after). Its GPUs are registered on the node by its node pid (SimNode.register_gpu_process),
+so the node's nvidia-smi lists it while it lives.
+
+``python3 sim/trainer.py --checkpoint-dir DIR`` runs it (torch optional: tests/sim run it on the
+host).
+"""
+
+TRAINER = '''\
+"""Stand-in trainer (sim/trainer.py): checkpoints on SIGTERM, taking checkpoint_s seconds."""
+import os
+import signal
+import sys
+import time
+
+try:
+    import torch
+    version = torch.__version__
+except ImportError:  # on the host (tests/sim)
+    version = None
+
+ckpt = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
+os.makedirs(ckpt, exist_ok=True)
+pid = os.getpid()
+
+
+def checkpoint(signum, frame):
+    try:
+        seconds = float(open(os.path.join(ckpt, "checkpoint_s")).read())
+    except (OSError, ValueError):
+        seconds = 0
+    open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
+    time.sleep(seconds)
+    with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
+        f.write("saved on SIGTERM\\n")
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, checkpoint)
+with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
+    f.write(f"{version} {sys.executable}\\n")
+while True:
+    time.sleep(1)
+'''
