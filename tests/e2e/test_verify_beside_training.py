@@ -72,8 +72,8 @@ def test_verify_and_a_swap_make_no_context_beside_the_training(deployed):
     assert [line for line in problem_lines(run) if "torch.compile" in line] == [
         "concurrent torch.compile: expected a stopped training stack (verify_level=compile "
         "compiles on every GPU); found refused: a running training holds 8 GPU(s) here; fix: "
-        "stop the training first, or run deploy.py --data verify_level=compile --data "
-        "restart_training=true"
+        "stop the training first (a checkpoint, then `systemctl stop` its unit), then run "
+        "verify.py --data verify_level=compile"
     ]
     unchanged(node, before)
 

@@ -76,8 +76,10 @@ def verification_args(settings: Settings, mode: str = "deploy") -> dict:
         build_venv=settings.build_venv,
         read_only=mode != "deploy",
         training_matcher=training_matcher(settings),
-        # consent to disturb the training: only deploy.py can act on it (verify.py never does)
-        compile_beside_training=settings.policy.restart_training and mode == "deploy",
+        # never, even with restart_training=true: the compile would take GPU memory the running
+        # training needs, and stopping the training before verify could leave none running when
+        # the verification then fails (the unit starts only after verify passed)
+        compile_beside_training=False,
     )
 
 

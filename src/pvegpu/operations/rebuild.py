@@ -55,7 +55,7 @@ def refusal_line(policy: RunPolicy, trainer: Trainer) -> str:
     """The refusal of a rebuild under a training pvegpu did not start.
 
     >>> from pvegpu.plan.running_training import HAND
-    >>> refusal_line(RunPolicy("container", False, 600), Trainer(42, "p t.py", HAND))[:60]
+    >>> refusal_line(RunPolicy("container", False, 600, 10), Trainer(42, "p t.py", HAND))[:60]
     'a training runs (pid 42, started by hand): rebuild=container'
     """
     return (
