@@ -45,7 +45,8 @@ class NodeState(ProbeFact):
       code's paths on the node, checked by the preflight in the same read);
     - ``containers[<vmid>]["processes"]`` ("full", running only): the container's processes
       running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
-      its cgroup uses, cgroup v2, else None);
+      its cgroup uses, cgroup v2, else None); ``live["build_present"]``: ``build_dir`` (the
+      selected venv build) exists in it;
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
       (:mod:`pvegpu.run.ct_reads`);
@@ -73,6 +74,7 @@ class NodeState(ProbeFact):
         recreate=False,
         persistenced_unit=None,
         training_script=None,
+        build_dir=None,
     ):
         return NO_PYTHON3 + self.command_for(
             vmids=list(vmids),
@@ -89,6 +91,7 @@ class NodeState(ProbeFact):
             recreate=bool(recreate),
             persistenced_unit=persistenced_unit,
             training_script=training_script,
+            build_dir=build_dir,
         )
 
     def process(self, output) -> NodeStateDoc:

@@ -2,6 +2,7 @@
 # view, from ONE `pct exec` per container that also runs the container reads the controller folds
 # into it (pvegpu.run.ct_reads).
 import re
+import shlex
 import subprocess
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -41,6 +42,7 @@ for f in /etc/systemd/system/*.service; do
     echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
 done
 echo "df $(df -Pk / 2>/dev/null | tail -n 1)"
+[ -d %(build)s ] && echo "build yes"
 echo "end"
 """
 # The folded reads run side by side, each beside the view: each one is a shell function (its
@@ -85,14 +87,16 @@ def with_reads(view, reads):
     return "".join(parts)
 
 
-def start_view(vmid, unit, reads, installer_tools=()):
-    """Start the container's one ``pct exec`` (the view, then ``reads``); None: no pct."""
+def start_view(vmid, unit, reads, installer_tools=(), build_dir=None):
+    """Start the container's one ``pct exec`` (the view, then ``reads``); None: no pct.
+    ``build_dir``: the selected venv build, whose presence the view reports ("build yes")."""
     tools = " ".join(t for t in installer_tools if re.fullmatch(r"[\w.-]+", t))
     view = CT_SCRIPT % {
         "lib": LIBDIR,
         "unit": unit or "pvegpu-none.service",
         "tools": tools,
         "marker": UNIT_MARKER,
+        "build": shlex.quote(build_dir or "/nonexistent/pvegpu-build"),
     }
     script = with_reads(view, reads)
     argv = ["pct", "exec", str(vmid), "--", "sh", "-c", script]
@@ -162,6 +166,7 @@ def container_view(proc):
         "other_units": {},
         "toolchain": {"cc": None, "cc_version": None, "python": None, "python_h": False},
         "root_free_kib": None,
+        "build_present": False,
     }
     for line in view_lines:
         tag, _, rest = line.partition(" ")
@@ -189,6 +194,8 @@ def container_view(proc):
             python, _, found = rest.partition(" ")
             view["toolchain"]["python"] = python or None
             view["toolchain"]["python_h"] = found.strip() == "yes"
+        elif tag == "build":
+            view["build_present"] = rest.strip() == "yes"
         elif tag == "df":  # POSIX df -P: ... Available Capacity Mounted-on
             parts = rest.split()
             if len(parts) >= 6 and parts[-3].isdigit():

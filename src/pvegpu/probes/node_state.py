@@ -320,7 +320,9 @@ def container(vmid, detail, unit, view=None):
     status = None
     if detail == "full":
         if view is None:
-            view = start_view(vmid, unit, [], A.get("installer_tools", []))  # noqa: F821
+            view = start_view(  # noqa: F821
+                vmid, unit, [], A.get("installer_tools", []), A.get("build_dir")
+            )
         status, info["live"], reads = container_view(view)  # noqa: F821 (probes/ct_view.py)
         if reads:
             info["reads"] = reads
@@ -421,7 +423,11 @@ detail = A.get("ct_detail", "full")
 # every container's exec first: its Perl start-up and reads overlap the node's own commands
 views = {
     v: start_view(  # noqa: F821 (probes/ct_view.py)
-        v, A.get("unit_name"), (A.get("reads") or {}).get(str(v), []), A.get("installer_tools", [])
+        v,
+        A.get("unit_name"),
+        (A.get("reads") or {}).get(str(v), []),
+        A.get("installer_tools", []),
+        A.get("build_dir"),
     )
     for v in A.get("vmids", [])
     if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")

@@ -176,7 +176,7 @@ def container_problems(
         return problems, warnings
     for line in (
         lock_problem(ct, node, vmid),
-        disk_problem(ct, node, vmid, settings.site.min_free_gib),
+        disk_problem(ct, node, vmid, settings.site.min_free_gib, settings.policy.rebuild),
     ):
         if line:
             problems.append(line)
@@ -265,6 +265,8 @@ def node_read_args(s: Settings) -> dict:
         "recreate": s.policy.rebuild == "container",
         "persistenced_unit": f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}",
         "training_script": s.training.script,
+        # a built selected venv needs no room for a build (the disk check)
+        "build_dir": s.build_venv,
     }
 
 

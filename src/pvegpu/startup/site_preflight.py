@@ -81,17 +81,26 @@ def need_text(min_free_gib: int) -> str:
     )
 
 
-def disk_problem(ct: dict, node: str, vmid, min_free_gib: int) -> str | None:
-    """The refusal of a running container whose root disk has too little free space.
+def disk_problem(
+    ct: dict, node: str, vmid, min_free_gib: int, rebuild: str | None = None
+) -> str | None:
+    """The refusal of a running container whose root disk has too little free space for the
+    build this run would make: none when the selected build is already there (the view's
+    ``build_present``) and no ``rebuild=venv`` asks for a new one.
 
     >>> live = {"live": {"root_free_kib": 3 * 1024 * 1024}}
     >>> disk_problem(live, "n1", 200, 20)  # doctest: +NORMALIZE_WHITESPACE
     'n1: CT 200 has 3.0 GiB free on its root disk, a deploy needs 20 GiB (min_free_gib=20; a
     build of torch with its CUDA wheels takes about 12 GiB): free space in the container (old
     builds under venvs_dir, uv cache clean) or grow it (`pct resize 200 rootfs +<GiB>G`)'
+    >>> disk_problem({"live": {"root_free_kib": 1, "build_present": True}}, "n1", 200, 20) is None
+    True
     """
-    free_kib = (ct.get("live") or {}).get("root_free_kib")
+    live = ct.get("live") or {}
+    free_kib = live.get("root_free_kib")
     if free_kib is None or free_kib >= need_gib(min_free_gib) * KIB_PER_GIB:
+        return None
+    if live.get("build_present") and rebuild != "venv":
         return None
     return (
         f"{node}: CT {vmid} has {free_kib / KIB_PER_GIB:.1f} GiB free on its root disk, a deploy "
