@@ -3,12 +3,11 @@
 from pyinfra import host
 
 from pvegpu.operations import proxmox
-from pvegpu.startup.deploy_context import settings
-
-s = settings(host)
-ct = s.container
+from pvegpu.startup.deploy_context import container_settings
 
 for vmid in host.data.get("pve_ct_ids") or []:
+    s = container_settings(host, vmid)  # the fleet file may give a container its own settings
+    ct = s.container
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",

@@ -3,6 +3,7 @@ configs."""
 
 from __future__ import annotations
 
+import json
 from typing import cast
 
 from ..documents import NodeStateDoc
@@ -39,7 +40,9 @@ class NodeState(ProbeFact):
       code's paths on the node, checked by the preflight in the same read);
     - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
       ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
-      (:mod:`pvegpu.run.ct_reads`).
+      (:mod:`pvegpu.run.ct_reads`). They travel on the command's stdin, never in its text
+      (``reads_stdin(reads)`` is the fact's ``_stdin``): the command is one argument of at most
+      128 KiB (Linux's MAX_ARG_STRLEN) however many containers fold their reads into it.
     """
 
     probe = "node_state"
@@ -66,8 +69,18 @@ class NodeState(ProbeFact):
             unit_name=unit_name,
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
-            reads={str(k): list(v) for k, v in (reads or {}).items()},
+            # the reads travel on stdin (reads_stdin): no argument's 128 KiB limit
+            reads_on_stdin=bool(reads),
         )
 
     def process(self, output) -> NodeStateDoc:
         return cast(NodeStateDoc, parse_probe_output(self.probe, list(output)))
+
+
+def reads_stdin(reads) -> str:
+    """The stdin of a ``NodeState`` read with folded ``reads``: one JSON line.
+
+    >>> reads_stdin({200: ["cat /x"]})
+    '{"200": ["cat /x"]}'
+    """
+    return json.dumps({str(k): list(v) for k, v in (reads or {}).items()})

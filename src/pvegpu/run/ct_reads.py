@@ -29,11 +29,14 @@ from ..connectors.pct import pct_exec_argv
 from . import node_read
 from .run_context import Entry, executed_operations, run_context
 
-# The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
-# about 30 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
-# container's state and verification read are about 50 KB (a node command of about 97 KB; at
-# most 30 + 1.35 * 52 = 100 KB): more containers fold what fits.
-FOLD_BUDGET = 52_000
+# Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages: 128 KiB). The node command carries
+# the folded reads on its stdin (pvegpu.facts.proxmox.NodeState), so they do not count against
+# it; each container's reads are its own `pct exec <vmid> -- sh -c <script>`'s script, one
+# argument (through pct's Perl and lxc-attach), with the view and the wrappers (about 3 KB).
+MAX_ARG_STRLEN = 128 * 1024
+# What one container's folded reads may take of that argument: the rest runs through the
+# connector as usual. Each container has its own (a state and a verification read, about 50-60 KB).
+FOLD_BUDGET = MAX_ARG_STRLEN - 8 * 1024
 # Arguments that change how a command runs beyond its text (a user, a password prompt, stdin):
 # such a fact is never folded, it runs through the connector.
 UNFOLDABLE = ("_sudo", "_su_user", "_doas", "_dzdo", "_stdin")
@@ -194,17 +197,19 @@ def read_after_change(ct_host, command: str) -> list[str] | None:
 
 
 def within_budget(reads: dict[str, list[str]], budget: int = FOLD_BUDGET) -> dict[str, list[str]]:
-    """The reads to fold, in order, while their text fits ``budget`` (what does not fit runs
-    through the connector as usual); each container keeps its own order.
+    """The reads to fold, in order, while each container's text fits ``budget`` (its own exec's
+    script; what does not fit runs through the connector as usual). Every container has its own
+    budget: a second container folds as much as the first.
 
-    >>> within_budget({"200": ["a" * 30, "b" * 30], "201": ["c" * 20]}, budget=55)
-    {'200': ['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'], '201': ['cccccccccccccccccccc']}
+    >>> within_budget({"200": ["a" * 3, "b" * 3], "201": ["c" * 2, "d" * 3]}, budget=5)
+    {'200': ['aaa'], '201': ['cc', 'ddd']}
     """
     kept: dict[str, list[str]] = {}
     for vmid, lines in reads.items():
+        left = budget
         for line in lines:
-            if len(line) > budget:
+            if len(line) > left:
                 break
-            budget -= len(line)
+            left -= len(line)
             kept.setdefault(vmid, []).append(line)
     return kept

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts.proxmox import NodeState
+from ..facts.proxmox import NodeState, reads_stdin
 from .run_context import Entry, executed_operations, node_changing_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
@@ -67,8 +67,8 @@ def node_state(
     # counted before the read: an operation that ends during it makes the next request read again
     point, node_point = executed_operations(state), node_changing_operations(state)
     fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
-    if ct_reads:
-        fact_args["reads"] = ct_reads
+    if ct_reads:  # on the command's stdin (NodeState): every container's fit
+        fact_args.update(reads=ct_reads, _stdin=reads_stdin(ct_reads))
     doc = node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
     if doc:
         # kept with what it was read with: the probe's defaults when no arguments were given

@@ -32,7 +32,7 @@ class PreflightError(PyinfraError):
 
 
 def node_problems(
-    settings: Settings, state: dict, node: str, vmids=()
+    settings: Settings, state: dict, node: str, vmids=(), ct_settings: dict | None = None
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) of one node's facts against the settings.
 
@@ -75,7 +75,8 @@ def node_problems(
     if devn:
         problems.append(devn)
     for vmid in vmids:
-        p, w = container_problems(settings, state, node, vmid)
+        own = (ct_settings or {}).get(f"@pct/{node}/{vmid}", settings)  # its fleet entry's
+        p, w = container_problems(own, state, node, vmid)
         problems += p
         warnings += w
     return problems, warnings
@@ -270,7 +271,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
                 f"{node_host.name}: node facts could not be read: check SSH to the node"
             ]
             continue
-        found, warnings = node_problems(s, facts, node_host.name, vmids)
+        found, warnings = node_problems(s, facts, node_host.name, vmids, settings)
         if found:
             failures[node_host.name] = found
         for line in warnings:
