@@ -21,7 +21,8 @@ to: <address>"), node commands ("Running command on <node>") and ``pct exec`` ca
 own pct log). Then the ratio of each N's no-op to N = 1's (same M), the controller CPU per added
 node, and a last summary line. ``--latency``: the latency knob of bench/run.py (every ``pct`` call
 sleeps 0.4 s first, real pct's Perl start-up; SSH through a loopback proxy adding 10 ms each way).
-``--quick``: N = 1, 2 and M = 1, 2 (to try the bench itself).
+``--quick``: N = 1, 2 and M = 1, 2 (to try the bench itself). ``--profile DIR``: one more
+no-op per N and M under cProfile (``DIR/noop-<N>x<M>.prof``; ``python -m pstats``).
 
 Memory: every node boots a systemd container per training container (systemd-nspawn); the bench
 measures the footprint of the first N > 1 (MemAvailable before and after its cold deploy) and
@@ -99,11 +100,13 @@ class Fleet:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
         self.env["PVE_FLEET"] = str(self.file)
 
-    def run(self, data: list[str], script: str, *extra: str) -> dict:
-        """One pyinfra run: wall, controller CPU and per-node counts."""
+    def run(self, data: list[str], script: str, *extra: str, profile: Path | None = None) -> dict:
+        """One pyinfra run: wall, controller CPU and per-node counts (``profile``: under cProfile,
+        its stats written there)."""
         for node in self.nodes:
             node.clear_pct_log()
-        argv = [sys.executable, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
+        python = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else [])]
+        argv = [*python, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
                 *data, *[x for kv in extra for x in ("--data", kv)]]
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             t0 = time.monotonic()
@@ -128,8 +131,9 @@ class Fleet:
         }
 
 
-def measure(n: int, m: int, latency: bool, data_of) -> tuple[dict, int]:
-    """{step: figures} for N nodes and M containers, and the memory the fleet took (MiB)."""
+def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[dict, int]:
+    """{step: figures} for N nodes and M containers, and the memory the fleet took (MiB);
+    ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof`` there)."""
     results = {}
     with tempfile.TemporaryDirectory(prefix=f"pvegpu-fleet-{n}x{m}-") as tmp, \
             ExitStack() as stack:
@@ -139,6 +143,8 @@ def measure(n: int, m: int, latency: bool, data_of) -> tuple[dict, int]:
         results["cold deploy"] = fleet.run(data, "deploy.py")
         used = before - mem_available_mib()
         results["no-op"] = fleet.run(data, "deploy.py")
+        if profile_dir:
+            fleet.run(data, "deploy.py", profile=Path(profile_dir) / f"noop-{n}x{m}.prof")
         results["verify"] = fleet.run(data, "verify.py")
         results["swap to cu128"] = fleet.run(data, "deploy.py", "torch_variant=cu128")
         results["swap back"] = fleet.run(data, "deploy.py")
@@ -184,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--containers", default="1,2", help="containers per node M (default 1,2)")
     ap.add_argument("--latency", action="store_true", help="with bench/run.py's latency knob")
     ap.add_argument("--quick", action="store_true", help="N = 1, 2 only (try the bench)")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="also profile one more no-op per N and M (cProfile, into DIR)")
     a = ap.parse_args(argv)
     nodes = [1, 2] if a.quick else sorted({int(x) for x in a.nodes.split(",")})
     counts = sorted({int(x) for x in a.containers.split(",")})
@@ -208,7 +216,7 @@ def main(argv=None) -> int:
                               f"{mem_available_mib()} MiB available", flush=True)
                         continue
                     print(f"N={n} M={m}: running", file=sys.stderr, flush=True)
-                    all_results[(n, m)], used = measure(n, m, a.latency, data_of)
+                    all_results[(n, m)], used = measure(n, m, a.latency, data_of, a.profile)
                     if n > 1 and m not in per_node_mib:
                         per_node_mib[m] = max(used, 1) / n
                         print(f"N={n} M={m}: the fleet took about {used} MiB "
