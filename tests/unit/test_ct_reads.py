@@ -109,7 +109,7 @@ def read_entry(doc, reads=None):
 def state_with(read, executed=0):
     ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
            for i in range(executed)}
-    state = FakeState(ops={"host": ops})
+    state = FakeState(ops={"127.0.0.1": ops})  # an operation of the node
     run_context(state).facts.entries[("node", "127.0.0.1")] = read
     return state
 

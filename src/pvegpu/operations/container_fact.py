@@ -58,7 +58,8 @@ def container_state() -> dict:
         settings = run.settings[host.name]  # type: ignore[index]  # the run has begun
         return container_fact(host, ContainerState, **container_state_args(settings))
 
-    return run.facts.get(("container", host.name), executed_operations(state), read)
+    point = executed_operations(state, host.data.get("pct_node"))
+    return run.facts.get(("container", host.name), point, read)
 
 
 def remember(update) -> None:
@@ -70,5 +71,5 @@ def remember(update) -> None:
         remember(lambda doc: doc.update(cache_dir_exists=True))
     """
     state = host.state
-    point = executed_operations(state)
+    point = executed_operations(state, host.data.get("pct_node"))
     run_context(state).facts.remember(("container", host.name), point, state.is_executing, update)

@@ -166,7 +166,7 @@ class ChangeThenRead(StringCommand):
         if status and state.is_executing:
             # valid once this operation counts as run (it does not yet: +1), as remember() does
             done = split_reads(list(output.stdout_lines), self.lines)
-            point = executed_operations(state) + 1
+            point = executed_operations(state, host.data.get("pct_node")) + 1
             run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
         return status, output
 
@@ -191,7 +191,8 @@ def read_after_change(ct_host, command: str) -> list[str] | None:
     """The stdout of ``command`` as the last operation's ``change_then_read`` ran it, while no
     other operation ran since; else None."""
     entry = run_context(ct_host.state).facts.entries.get(("after", ct_host.name))
-    if entry is None or entry.point != executed_operations(ct_host.state):
+    point = executed_operations(ct_host.state, ct_host.data.get("pct_node"))
+    if entry is None or entry.point != point:
         return None
     return entry.doc.get(command) or None
 

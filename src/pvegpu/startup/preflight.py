@@ -7,6 +7,7 @@ operation executes.
 
 from __future__ import annotations
 
+import gevent
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
@@ -232,6 +233,17 @@ def node_read_args(s: Settings) -> dict:
     }
 
 
+def preflight_read(state, inventory, settings: dict[str, Settings], node_host) -> dict:
+    """The run's one read of a node (with its containers' training paths): the node stage and
+    verify reuse it until an operation runs a command."""
+    vmids = node_host.data.get("pve_ct_ids") or []
+    paths = node_training_paths(inventory, settings, node_host.name)
+    args = run_context(state).node_args[node_host.name] = node_read_args(settings[node_host.name])
+    # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
+    ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
+    return node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
+
+
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     settings = load_all(list(inventory))
     stray = ungrouped_host_problems(list(inventory))
@@ -244,27 +256,30 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
     held = run_context(state).node_locks
     nodes = list(inventory.get_group("pve_hosts", []))
-    for node_host in nodes:
-        if node_host.name not in held:
-            channel, problem = node_lock.acquire(
-                node_host, settings[node_host.name].policy.lock_wait_s
-            )
-            if problem:
-                failures[node_host.name] = [problem]
-            else:
-                held[node_host.name] = channel
+    # every node's lock, then every node's read, side by side (a fleet waits for its slowest
+    # node, not for the sum of them)
+    locking = {
+        n.name: gevent.spawn(node_lock.acquire, n, settings[n.name].policy.lock_wait_s)
+        for n in nodes
+        if n.name not in held
+    }
+    for name, greenlet in locking.items():
+        channel, problem = greenlet.get()
+        if problem:
+            failures[name] = [problem]
+        else:
+            held[name] = channel
+    reads = {
+        n.name: gevent.spawn(preflight_read, state, inventory, settings, n)
+        for n in nodes
+        if n.name not in failures
+    }
     for node_host in nodes:
         if node_host.name in failures:
             continue
         s = settings[node_host.name]
         vmids = node_host.data.get("pve_ct_ids") or []
-        # the run's one read of the node (with its containers' training paths): the node stage
-        # and verify reuse it until an operation runs a command
-        paths = node_training_paths(inventory, settings, node_host.name)
-        args = run_context(state).node_args[node_host.name] = node_read_args(s)
-        # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
-        ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
-        facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
+        facts = reads[node_host.name].get()
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if not facts:
             failures[node_host.name] = [
