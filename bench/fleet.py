@@ -199,6 +199,8 @@ def main(argv=None) -> int:
         ap.error(f"--containers: only {sorted(GPU_SPLIT)} (8 GPUs, disjoint sets)")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"{mem_available_mib()} MiB available at start", flush=True)
+    if a.profile:
+        Path(a.profile).mkdir(parents=True, exist_ok=True)
     all_results: dict = {}
     per_node_mib: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="pvegpu-fleet-wheels-") as wheels_dir:

@@ -15,7 +15,6 @@ from pathlib import Path
 import yaml
 from sim.__main__ import seed_training_code, site_data
 from sim.node import SimNode
-
 from tests.e2e import test_speed as speed  # a module: its tests are not collected
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +28,8 @@ class FleetSite:
         self.node, self.data, self.fleet = node, data, fleet
 
     def write(self, gpus) -> None:
-        containers = [{"vmid": v, "target_gpus": t, "drafter_gpus": d} for v, (t, d) in gpus.items()]
+        containers = [{"vmid": v, "target_gpus": t, "drafter_gpus": d}
+                      for v, (t, d) in gpus.items()]
         self.fleet.write_text(yaml.safe_dump({"nodes": [{
             "address": self.node.host, "ssh_port": self.node.port, "ssh_key": self.node.key_path,
             "ssh_known_hosts_file": self.node.known_hosts_path, "containers": containers}]}))

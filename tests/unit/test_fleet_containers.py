@@ -72,3 +72,50 @@ def test_two_containers_on_two_nodes_may_use_the_same_gpu_numbers(tmp_path, monk
     text = ("nodes:\n  - address: 127.0.0.2\n    containers: [200]\n"
             "  - address: 127.0.0.3\n    containers: [200]\n")
     assert len(settings_of(tmp_path, text, monkeypatch)) == 4
+
+
+def test_a_fleets_nodes_are_locked_and_read_side_by_side(monkeypatch):
+    """Issue 22: the preflight took each node's lock and read each node one after the other (a
+    fleet's preflight was the sum of its nodes' reads); now every node's starts before any ends."""
+    from types import SimpleNamespace as NS
+
+    import gevent
+
+    from pvegpu.settings import Settings
+    from pvegpu.startup import preflight
+
+    events = []
+
+    def step(kind, name, result):
+        events.append((kind, name))
+        gevent.sleep(0)  # the round trip: another greenlet runs meanwhile
+        events.append((kind + " done", name))
+        return result
+
+    nodes = [NS(name=n, data={"pve_ct_ids": []}) for n in ("a", "b")]
+
+    class FakeInventory:
+        def __iter__(self):
+            return iter(nodes)
+
+        def get_group(self, group, default=None):
+            return nodes if group == "pve_hosts" else []
+
+    inventory = FakeInventory()
+    s = Settings.from_data(defaults())
+    monkeypatch.setattr(preflight, "load_all", lambda hosts: {"a": s, "b": s})
+    monkeypatch.setattr(preflight, "ungrouped_host_problems", lambda hosts: [])
+    monkeypatch.setattr(preflight.summary, "register", lambda state: None)
+    monkeypatch.setattr(preflight.node_lock, "acquire",
+                        lambda node, wait: step("lock", node.name, (object(), None)))
+    monkeypatch.setattr(preflight, "preflight_read",
+                        lambda st, inv, settings, node: step("read", node.name, {"gpus": []}))
+    monkeypatch.setattr(preflight, "node_problems", lambda *a: ([], []))
+    monkeypatch.setattr(preflight, "training_path_problems", lambda *a: [])
+
+    class FakeState: ...
+
+    preflight._check_fleet(FakeState(), inventory)
+    assert events[:2] == [("lock", "a"), ("lock", "b")]
+    reads = [e for e in events if e[0].startswith("read")]
+    assert reads[:2] == [("read", "a"), ("read", "b")]
