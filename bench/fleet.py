@@ -18,9 +18,11 @@ Per step: wall time, the controller's CPU (user + system of the pyinfra process,
 ``os.wait4``: what a user's laptop pays; the simulated nodes' own processes are not its children,
 so their CPU is not in it), and per node the SSH handshakes (pyinfra's ``--debug`` "Connecting
 to: <address>"), node commands ("Running command on <node>") and ``pct exec`` calls (each node's
-own pct log). Then the ratio of each N's no-op to N = 1's (same M), the controller CPU per added
-node, and a last summary line. ``--latency``: the latency knob of bench/run.py (every ``pct`` call
-sleeps 0.4 s first, real pct's Perl start-up; SSH through a loopback proxy adding 10 ms each way).
+own pct log), and the rest of the machine's CPU meanwhile (/proc/stat's busy time less the
+controller's: the simulated nodes, and whatever else the machine runs). Then the ratio of each
+N's no-op to N = 1's (same M), the controller CPU per added node, and a last summary line.
+``--latency``: the latency knob of bench/run.py (every ``pct`` call sleeps 0.4 s first, real
+pct's Perl start-up; SSH through a loopback proxy adding 10 ms each way).
 ``--quick``: N = 1, 2 and M = 1, 2 (to try the bench itself). ``--profile DIR``: one more
 no-op per N and M under cProfile (``DIR/noop-<N>x<M>.prof``; ``python -m pstats``).
 
@@ -61,6 +63,13 @@ GPU_SPLIT = {
 }
 LATENCY = {"pct_startup_s": 0.4, "delay_s": 0.010}
 FIRST_ADDRESS = 11  # 127.0.0.11, ...: away from the 127.0.0.1 most tests use
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every core; /proc/stat's first line less
+    idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def mem_available_mib() -> int:
@@ -109,11 +118,11 @@ class Fleet:
         argv = [*python, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
                 *data, *[x for kv in extra for x in ("--data", kv)]]
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            t0 = time.monotonic()
+            t0, busy0 = time.monotonic(), machine_busy_s()
             p = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err,
                                  stdin=subprocess.DEVNULL)
             _, status, usage = os.wait4(p.pid, 0)
-            wall = time.monotonic() - t0
+            wall, busy = time.monotonic() - t0, machine_busy_s() - busy0
             p.returncode = os.waitstatus_to_exitcode(status)
             err.seek(0)
             log = err.read()
@@ -125,6 +134,7 @@ class Fleet:
         execs = [sum(1 for c in n.pct_calls() if c["argv"][:1] == ["exec"]) for n in self.nodes]
         return {
             "wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+            "rest": busy - (usage.ru_utime + usage.ru_stime),
             "handshakes": max(shakes.count(h) for h in hosts),
             "node_cmds": max(commands.count(h) for h in hosts),
             "pct_exec": max(execs),
@@ -154,15 +164,17 @@ def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[d
 def table(all_results: dict, latency: bool) -> list[str]:
     mode = "latency (pct start-up 0.4 s, SSH round trip 20 ms)" if latency else "plain"
     lines = [f"mode: {mode}",
-             "", "| N | M | step | wall s | x N=1 | controller CPU s | handshakes/node "
-             "| node cmds/node | pct exec/node |", "|---|---|---|---|---|---|---|---|---|"]
+             "", "| N | M | step | wall s | x N=1 | controller CPU s | rest of machine CPU s "
+             "| handshakes/node | node cmds/node | pct exec/node |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (n, m), results in sorted(all_results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = all_results.get((1, m))
         for step in STEPS:
             r = results[step]
             ratio = f"{r['wall'] / base[step]['wall']:.2f}" if base else "-"
             lines.append(f"| {n} | {m} | {step} | {r['wall']:.2f} | {ratio} | {r['cpu']:.2f} | "
-                         f"{r['handshakes']} | {r['node_cmds']} | {r['pct_exec']} |")
+                         f"{r['rest']:.2f} | {r['handshakes']} | {r['node_cmds']} | "
+                         f"{r['pct_exec']} |")
     return lines
 
 
