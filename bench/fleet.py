@@ -79,6 +79,10 @@ def mem_available_mib() -> int:
     return 0
 
 
+class RunFailed(Exception):
+    """A pyinfra run of the bench failed: its first error lines."""
+
+
 class Fleet:
     """N started nodes (behind latency proxies with --latency) and one fleet file for them."""
 
@@ -127,7 +131,10 @@ class Fleet:
             err.seek(0)
             log = err.read()
         if p.returncode != 0:
-            raise SystemExit(f"{script} {extra} failed ({p.returncode}):\n{log[-4000:]}")
+            why = [line.strip() for line in log.splitlines()
+                   if re.search(r"did not boot|[Ee]rror|FAILED", line)]
+            raise RunFailed(f"{script} {' '.join(extra)} failed ({p.returncode}): "
+                            + " | ".join(dict.fromkeys(why[:8])))
         hosts = [n.host for n in self.nodes]
         shakes = re.findall(r"Connecting to: (\S+) \(", log)
         commands = re.findall(r"Running command on (?!@pct/)(\S+): ", log)
@@ -230,7 +237,11 @@ def main(argv=None) -> int:
                               f"{mem_available_mib()} MiB available", flush=True)
                         continue
                     print(f"N={n} M={m}: running", file=sys.stderr, flush=True)
-                    all_results[(n, m)], used = measure(n, m, a.latency, data_of, a.profile)
+                    try:
+                        all_results[(n, m)], used = measure(n, m, a.latency, data_of, a.profile)
+                    except RunFailed as e:
+                        print(f"N={n} M={m}: {e}", flush=True)
+                        continue
                     if n > 1 and m not in per_node_mib:
                         per_node_mib[m] = max(used, 1) / n
                         print(f"N={n} M={m}: the fleet took about {used} MiB "
