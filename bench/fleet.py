@@ -132,9 +132,13 @@ class Fleet:
             log = err.read()
         if p.returncode != 0:
             why = [line.strip() for line in log.splitlines()
-                   if re.search(r"did not boot|[Ee]rror|FAILED", line)]
-            raise RunFailed(f"{script} {' '.join(extra)} failed ({p.returncode}): "
-                            + " | ".join(dict.fromkeys(why[:8])))
+                   if re.search(r"did not boot|startup for container|timed out|[Ee]rror:", line)
+                   and "Error: executed" not in line]
+            fd, path = tempfile.mkstemp(prefix="pvegpu-fleet-failed-", suffix=".log")
+            os.write(fd, log.encode())
+            os.close(fd)
+            raise RunFailed(f"{script} {' '.join(extra)} failed ({p.returncode}; its log: {path}): "
+                            + " | ".join(dict.fromkeys(why[:6])))
         hosts = [n.host for n in self.nodes]
         shakes = re.findall(r"Connecting to: (\S+) \(", log)
         commands = re.findall(r"Running command on (?!@pct/)(\S+): ", log)
