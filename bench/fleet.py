@@ -28,7 +28,10 @@ no-op per N and M under cProfile (``DIR/noop-<N>x<M>.prof``; ``python -m pstats`
 
 Memory: every node boots a systemd container per training container (systemd-nspawn); the bench
 measures the footprint of the first N > 1 (MemAvailable before and after its cold deploy) and
-skips, with a line saying so, every larger N that would not fit in what is left.
+skips, with a line saying so, every larger N that would not fit in what is left; likewise for
+inotify instances (each booted systemd holds several; root's are capped by
+fs.inotify.max_user_instances, 128 by default: on this 2-core VM 16 nodes with 2 containers each
+did not boot, "Failed to allocate manager object").
 It asserts nothing. pyinfra's ``--parallel`` is left at its default (all hosts at once).
 """
 
@@ -70,6 +73,22 @@ def machine_busy_s() -> float:
     idle and iowait)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def inotify_instances() -> int:
+    """inotify instances open on the machine now (every booted systemd holds several; root's
+    are capped at fs.inotify.max_user_instances, 128 by default)."""
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            count += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+        except OSError:
+            continue
+    return count
+
+
+def inotify_limit() -> int:
+    return int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
 
 
 def mem_available_mib() -> int:
@@ -152,17 +171,17 @@ class Fleet:
         }
 
 
-def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[dict, int]:
-    """{step: figures} for N nodes and M containers, and the memory the fleet took (MiB);
-    ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof`` there)."""
+def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[dict, tuple]:
+    """{step: figures} for N nodes and M containers, and what the fleet took: (memory MiB,
+    inotify instances); ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof``)."""
     results = {}
     with tempfile.TemporaryDirectory(prefix=f"pvegpu-fleet-{n}x{m}-") as tmp, \
             ExitStack() as stack:
-        before = mem_available_mib()
+        before, watches = mem_available_mib(), inotify_instances()
         fleet = Fleet(stack, Path(tmp), n, m, latency)
         data = data_of(Path(tmp))
         results["cold deploy"] = fleet.run(data, "deploy.py")
-        used = before - mem_available_mib()
+        used = (before - mem_available_mib(), inotify_instances() - watches)
         results["no-op"] = fleet.run(data, "deploy.py")
         if profile_dir:
             fleet.run(data, "deploy.py", profile=Path(profile_dir) / f"noop-{n}x{m}.prof")
@@ -226,6 +245,7 @@ def main(argv=None) -> int:
         Path(a.profile).mkdir(parents=True, exist_ok=True)
     all_results: dict = {}
     per_node_mib: dict[int, float] = {}
+    per_ct_inotify: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="pvegpu-fleet-wheels-") as wheels_dir:
         wheels = build_wheelhouse(Path(wheels_dir))
         with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
@@ -240,6 +260,16 @@ def main(argv=None) -> int:
                               f"({per_node_mib[m]:.0f} MiB per node measured), "
                               f"{mem_available_mib()} MiB available", flush=True)
                         continue
+                    # systemd cannot start in a container without inotify instances ("Failed
+                    # to allocate manager object"): N x M booted containers must fit the limit
+                    need = per_ct_inotify.get(m, 0) * n * m
+                    free = inotify_limit() - inotify_instances()
+                    if need and need > free:
+                        print(f"N={n} M={m}: skipped: {n * m} booted containers need about "
+                              f"{need:.0f} inotify instances ({per_ct_inotify[m]:.1f} each "
+                              f"measured), {free} are free (fs.inotify.max_user_instances="
+                              f"{inotify_limit()}): raise it or run fewer", flush=True)
+                        continue
                     print(f"N={n} M={m}: running", file=sys.stderr, flush=True)
                     try:
                         all_results[(n, m)], used = measure(n, m, a.latency, data_of, a.profile)
@@ -247,9 +277,11 @@ def main(argv=None) -> int:
                         print(f"N={n} M={m}: {e}", flush=True)
                         continue
                     if n > 1 and m not in per_node_mib:
-                        per_node_mib[m] = max(used, 1) / n
-                        print(f"N={n} M={m}: the fleet took about {used} MiB "
-                              f"({per_node_mib[m]:.0f} MiB per node)", flush=True)
+                        per_node_mib[m] = max(used[0], 1) / n
+                        per_ct_inotify[m] = max(used[1], 1) / (n * m)
+                        print(f"N={n} M={m}: the fleet took about {used[0]} MiB "
+                              f"({per_node_mib[m]:.0f} MiB per node) and {used[1]} inotify "
+                              f"instances ({per_ct_inotify[m]:.1f} per container)", flush=True)
     print("\n".join(table(all_results, a.latency)))
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     print(summary(all_results))
