@@ -119,3 +119,37 @@ def test_a_fleets_nodes_are_locked_and_read_side_by_side(monkeypatch):
     assert events[:2] == [("lock", "a"), ("lock", "b")]
     reads = [e for e in events if e[0].startswith("read")]
     assert reads[:2] == [("read", "a"), ("read", "b")]
+
+
+def test_the_node_side_container_stage_uses_each_containers_own_settings(tmp_path, monkeypatch):
+    """tasks/container.py creates and passes GPUs to each container with its own fleet entry's
+    settings (its own ct_memory_mib, say), the node's for a container with none of its own."""
+    from types import SimpleNamespace as NS
+
+    from pvegpu.run.run_context import run_context
+    from pvegpu.startup.deploy_context import container_settings
+
+    text = ("nodes:\n  - address: 127.0.0.2\n    containers:\n"
+            "      - {vmid: 200, ct_memory_mib: 4096, target_gpus: [0, 1, 2], drafter_gpus: [3]}\n"
+            "      - {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]}\n")
+    settings = settings_of(tmp_path, text, monkeypatch)
+
+    class FakeState: ...
+
+    node = NS(name="127.0.0.2", state=FakeState())
+    run_context(node.state).settings = settings
+    assert container_settings(node, 200).container == settings["@pct/127.0.0.2/200"].container
+    assert container_settings(node, 200).container != settings["127.0.0.2"].container
+    assert container_settings(node, 201) is settings["@pct/127.0.0.2/201"]
+    assert container_settings(node, 202) is settings["127.0.0.2"]  # no such host in the run
+
+
+def test_containers_sharing_several_gpus_is_one_line_for_the_pair(tmp_path, monkeypatch):
+    text = "nodes:\n  - address: 127.0.0.2\n    containers: [200, 201]\n"  # both on the defaults
+    with pytest.raises(SettingsError) as e:
+        settings_of(tmp_path, text, monkeypatch)
+    assert str(e.value).splitlines()[1:] == [
+        "127.0.0.2: GPUs 0, 1, 2, 3, 4, 5, 6, 7 are training GPUs of both CT 200 and CT 201: "
+        "give each container of a node its own GPUs (target_gpus and drafter_gpus in its fleet "
+        "file `containers:` entry, e.g. {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]})"
+    ]

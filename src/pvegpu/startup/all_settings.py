@@ -49,7 +49,7 @@ def shared_gpu_lines(hosts, settings: dict[str, Settings]) -> list[str]:
     ['n1: GPU 2 is a training GPU of both CT 200 (drafter_gpus) and CT 201 (drafter_gpus): ...']
     """
     owner: dict[tuple[str, int], tuple[int, str]] = {}  # (node, GPU): (vmid, key)
-    lines = []
+    shared: dict[tuple[str, int, int], list[tuple[int, str, str]]] = {}  # by node and CT pair
     for h in hosts:
         node, vmid, s = h.data.get("pct_node"), h.data.get("pct_vmid"), settings.get(h.name)
         if not node or vmid is None or s is None:
@@ -58,10 +58,21 @@ def shared_gpu_lines(hosts, settings: dict[str, Settings]) -> list[str]:
             for gpu in gpus:
                 first = owner.setdefault((node, gpu), (vmid, key))
                 if first[0] != vmid:
-                    lines.append(
-                        f"{node}: GPU {gpu} is a training GPU of both CT {first[0]} ({first[1]}) "
-                        f"and CT {vmid} ({key}): give each container of a node its own GPUs "
-                        "(target_gpus and drafter_gpus in its fleet file `containers:` entry, "
-                        "e.g. {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]})"
-                    )
-    return lines
+                    shared.setdefault((node, first[0], vmid), []).append((gpu, first[1], key))
+    return [shared_gpu_line(*pair, found) for pair, found in shared.items()]
+
+
+def shared_gpu_line(node: str, first: int, second: int, found: list[tuple[int, str, str]]) -> str:
+    """One line for the GPUs two containers of a node both train on."""
+    fix = (
+        "give each container of a node its own GPUs (target_gpus and drafter_gpus in its fleet "
+        "file `containers:` entry, e.g. {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]})"
+    )
+    if len(found) == 1:
+        gpu, key_a, key_b = found[0]
+        return (
+            f"{node}: GPU {gpu} is a training GPU of both CT {first} ({key_a}) and CT {second} "
+            f"({key_b}): {fix}"
+        )
+    gpus = ", ".join(str(gpu) for gpu, _, _ in found)
+    return f"{node}: GPUs {gpus} are training GPUs of both CT {first} and CT {second}: {fix}"
