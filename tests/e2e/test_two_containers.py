@@ -1,7 +1,8 @@
 """Issue 22: two training containers on one node, each on its own GPUs (CT 200 on GPUs 0-3, CT
 201 on 4-7: the fleet file's `containers:` entries), through the lifecycle: a GPU in both
 containers' training sets is refused before any change; deploy; a no-op with zero changes whose
-one node read folds both containers' reads (no `pct exec` of the second container's own); verify.
+one node read folds both containers' reads (no `pct exec` of the second container's own); verify;
+a swap back with one `pct exec` per container besides the read.
 """
 
 from __future__ import annotations
@@ -96,3 +97,12 @@ def test_two_containers_on_one_node_deploy_no_op_and_verify(tmp_path, package_in
         verify = site.pyinfra("verify.py")
         assert verify.rc == 0, verify.output[-4000:]
         assert re.search(r"CT 201|@pct/127\.0\.0\.1/201", verify.output), verify.output[-2000:]
+
+        # a swap back: one node read, then each container's link flip; neither container's
+        # flip makes the other read its state again (a sibling changes only its own container)
+        assert site.pyinfra("deploy.py", "torch_variant=cu128").rc == 0
+        run, container, execs, other, commands = speed.counted(site, "deploy.py")
+        why = speed.report("two-container swap back", container, execs, other, commands)
+        assert run.rc == 0, run.output[-4000:]
+        assert sorted(a[1] for a in container) == ["200", "201"], why
+        assert len(execs) == 4 and len(commands) == 1, why

@@ -190,9 +190,8 @@ def test_every_containers_reads_fold_and_every_argument_stays_one_argument_long(
     lines = folded_lines(Settings.from_data(defaults()))
     six = ct_reads.within_budget({str(v): lines for v in range(200, 206)})
     assert six == {str(v): lines for v in range(200, 206)}  # every container folds both reads
-    command = NodeState().command(vmids=list(range(200, 206)), reads=six)
+    command = NodeState().command(vmids=list(range(200, 206)), reads_on_stdin=True)
     assert len(command) < 128 * 1024 - 4096  # MAX_ARG_STRLEN, with room for pyinfra's quoting
-    assert len(command) == len(NodeState().command(vmids=list(range(200, 206)), reads={"1": ["x"]}))
     assert json.loads(reads_stdin(six)) == six
     p = probe_functions()
     script = p["with_reads"](p["CT_SCRIPT"] % {"lib": "/l", "unit": "u.service", "tools": "",

@@ -38,11 +38,12 @@ class NodeState(ProbeFact):
       missing_tools: the utilities NVIDIA's installer needs that it would not find there);
     - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
       code's paths on the node, checked by the preflight in the same read);
-    - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
-      ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
-      (:mod:`pvegpu.run.ct_reads`). They travel on the command's stdin, never in its text
-      (``reads_stdin(reads)`` is the fact's ``_stdin``): the command is one argument of at most
-      128 KiB (Linux's MAX_ARG_STRLEN) however many containers fold their reads into it.
+    - ``containers[<vmid>]["reads"]`` ("full" only): with ``reads_on_stdin``, the reads
+      ({vmid: [container shell command, ...]}, ``reads_stdin(reads)`` as the fact's ``_stdin``)
+      run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
+      (:mod:`pvegpu.run.ct_reads`). They travel on stdin, never in the command's text: the
+      command is one argument of at most 128 KiB (Linux's MAX_ARG_STRLEN) however many
+      containers fold their reads into it.
     """
 
     probe = "node_state"
@@ -57,7 +58,7 @@ class NodeState(ProbeFact):
         ct_detail="full",
         unit_name=None,
         paths=(),
-        reads=None,
+        reads_on_stdin=False,
     ):
         return self.command_for(
             vmids=list(vmids),
@@ -69,8 +70,8 @@ class NodeState(ProbeFact):
             unit_name=unit_name,
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
-            # the reads travel on stdin (reads_stdin): no argument's 128 KiB limit
-            reads_on_stdin=bool(reads),
+            # the folded reads travel on stdin (reads_stdin): no argument's 128 KiB limit
+            reads_on_stdin=bool(reads_on_stdin),
         )
 
     def process(self, output) -> NodeStateDoc:

@@ -27,7 +27,7 @@ from pyinfra.connectors.util import extract_control_arguments, make_unix_command
 
 from ..connectors.pct import pct_exec_argv
 from . import node_read
-from .run_context import Entry, executed_operations, run_context
+from .run_context import Entry, container_operations, run_context
 
 # Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages: 128 KiB). The node command carries
 # the folded reads on its stdin (pvegpu.facts.proxmox.NodeState), so they do not count against
@@ -166,7 +166,7 @@ class ChangeThenRead(StringCommand):
         if status and state.is_executing:
             # valid once this operation counts as run (it does not yet: +1), as remember() does
             done = split_reads(list(output.stdout_lines), self.lines)
-            point = executed_operations(state, host.data.get("pct_node")) + 1
+            point = container_operations(state, host) + 1
             run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
         return status, output
 
@@ -191,8 +191,7 @@ def read_after_change(ct_host, command: str) -> list[str] | None:
     """The stdout of ``command`` as the last operation's ``change_then_read`` ran it, while no
     other operation ran since; else None."""
     entry = run_context(ct_host.state).facts.entries.get(("after", ct_host.name))
-    point = executed_operations(ct_host.state, ct_host.data.get("pct_node"))
-    if entry is None or entry.point != point:
+    if entry is None or entry.point != container_operations(ct_host.state, ct_host):
         return None
     return entry.doc.get(command) or None
 

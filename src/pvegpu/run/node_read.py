@@ -77,9 +77,9 @@ def _node_state(node_host, want: Request, args: dict | None, ct_reads) -> dict:
     vmids, ct_detail, paths = want.vmids, want.ct_detail, want.paths
     # counted before the read: an operation that ends during it makes the next request read again
     point, node_point = executed_operations(state, name), node_changing_operations(state, name)
-    fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
+    fact_args: dict = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
     if ct_reads:  # on the command's stdin (NodeState): every container's fit
-        fact_args.update(reads=ct_reads, _stdin=reads_stdin(ct_reads))
+        fact_args.update(reads_on_stdin=True, _stdin=reads_stdin(ct_reads))
     doc = node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
     if doc:
         # kept with what it was read with: the probe's defaults when no arguments were given

@@ -141,8 +141,7 @@ def executed_operations(state, node: str | None = None) -> int:
 
     >>> from types import SimpleNamespace as NS
     >>> ran = NS(operation_meta=NS(executed=True))
-    >>> a, b = NS(name="a", data={}), NS(name="@pct/b/200", data={"pct_node": "b"})
-    >>> class FakeState: ops = {a: {"x": ran}, b: {"x": ran, "y": ran}}
+    >>> class FakeState: ops = {"a": {"x": ran}, "@pct/b/200": {"x": ran, "y": ran}}
     >>> executed_operations(FakeState), executed_operations(FakeState, "b")
     (3, 2)
     """
@@ -150,6 +149,29 @@ def executed_operations(state, node: str | None = None) -> int:
         1
         for h, ops in state.ops.items()
         if node is None or node_of_host(h) == node
+        for data in ops.values()
+        if data.operation_meta.executed
+    )
+
+
+def container_operations(state, ct_host) -> int:
+    """How many operations of the run have run commands on ``ct_host`` (a training container)
+    or on its node host: the run point of that container's own cached reads. A sibling
+    container's operations change only their own container (its files, its unit), never this
+    one's files, so two containers' switches side by side do not make each other read again.
+
+    >>> from types import SimpleNamespace as NS
+    >>> ran = NS(operation_meta=NS(executed=True))
+    >>> a, b = "@pct/n/200", "@pct/n/201"  # host names: pyinfra's hosts name themselves
+    >>> class FakeState: ops = {"n": {"x": ran}, a: {"x": ran}, b: {"x": ran, "y": ran}}
+    >>> container_operations(FakeState, a), executed_operations(FakeState, "n")
+    (2, 4)
+    """
+    node, name = node_of_host(ct_host), getattr(ct_host, "name", ct_host)
+    return sum(
+        1
+        for h, ops in state.ops.items()
+        if getattr(h, "name", h) in (name, node)
         for data in ops.values()
         if data.operation_meta.executed
     )
