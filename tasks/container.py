@@ -3,12 +3,11 @@
 from pyinfra import host
 
 from pvegpu.operations import proxmox, takeover
-from pvegpu.startup.deploy_context import settings
-
-s = settings(host)
-ct = s.container
+from pvegpu.startup.deploy_context import container_settings
 
 for vmid in host.data.get("pve_ct_ids") or []:
+    s = container_settings(host, vmid)  # the fleet file may give a container its own settings
+    ct = s.container
     # first: a training pvegpu did not start is stopped (restart_training=true) before anything
     # changes under it; without consent nothing below touches it (the changes wait)
     takeover.training_taken_over(

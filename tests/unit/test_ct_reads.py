@@ -3,6 +3,7 @@ runs them after the container's view and returns each one's stdout and exit stat
 served from there only while that read is current, ran exactly its command, and exited 0."""
 
 import ast
+import json
 import os
 import stat
 from pathlib import Path
@@ -108,7 +109,7 @@ def read_entry(doc, reads=None):
 def state_with(read, executed=0):
     ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
            for i in range(executed)}
-    state = FakeState(ops={"host": ops})
+    state = FakeState(ops={"127.0.0.1": ops})  # an operation of the node
     run_context(state).facts.entries[("node", "127.0.0.1")] = read
     return state
 
@@ -180,12 +181,20 @@ def _instrumented_by_mutmut() -> bool:
 
 
 @pytest.mark.skipif(_instrumented_by_mutmut(), reason="probe sources instrumented by mutmut")
-def test_the_node_command_with_folded_reads_stays_one_argument_long():
-    from pvegpu.facts.proxmox import NodeState
+def test_every_containers_reads_fold_and_every_argument_stays_one_argument_long():
+    """Issue 22: no fixed budget that only the first container fits. The reads travel on the node
+    command's stdin; each container's reads are its own exec's script (one argument each)."""
+    from pvegpu.facts.proxmox import NodeState, reads_stdin
     from pvegpu.settings import Settings, defaults
 
     lines = folded_lines(Settings.from_data(defaults()))
-    three = ct_reads.within_budget({str(v): lines for v in (200, 201, 202)})
-    assert three["200"] == lines  # the first container folds both of its reads
-    command = NodeState().command(vmids=[200, 201, 202], reads=three)
+    six = ct_reads.within_budget({str(v): lines for v in range(200, 206)})
+    assert six == {str(v): lines for v in range(200, 206)}  # every container folds both reads
+    command = NodeState().command(vmids=list(range(200, 206)), reads_on_stdin=True)
     assert len(command) < 128 * 1024 - 4096  # MAX_ARG_STRLEN, with room for pyinfra's quoting
+    assert json.loads(reads_stdin(six)) == six
+    p = probe_functions()
+    script = p["with_reads"](p["CT_SCRIPT"] % {"lib": "/l", "unit": "u.service", "tools": "",
+                                                "marker": "#",
+                                                "build": "/root/venvs/b"}, lines)
+    assert len(script) < ct_reads.MAX_ARG_STRLEN - 1024

@@ -35,7 +35,7 @@ class FakeNode:
     """A node host whose NodeState reads are counted."""
 
     def __init__(self, state):
-        self.state, self.name, self.reads = state, "127.0.0.1", []
+        self.state, self.name, self.reads = state, "n", []
 
     def get_fact(self, cls, **kwargs):
         self.reads.append(kwargs)
@@ -114,7 +114,7 @@ def test_the_reads_run_after_the_change_and_only_when_it_succeeded():
 
 def test_a_read_after_a_change_serves_only_the_operation_right_after_it():
     state = FakeState()
-    ct = SimpleNamespace(state=state, name="@pct/n/200")
+    ct = SimpleNamespace(state=state, name="@pct/n/200", data={"pct_node": "n"})
     # what change_then_read keeps, valid once its own operation counts as run
     run_context(state).facts.entries[("after", ct.name)] = node_read.Entry(1, {"read": ["{}"]})
     assert ct_reads.read_after_change(ct, "read") is None  # its operation is still running
@@ -130,6 +130,7 @@ class ShellHost:
 
     def __init__(self, state):
         self.state, self.name, self.ran = state, "@pct/n/200", []
+        self.data = {"pct_node": "n", "pct_vmid": 200}
 
     def run_shell_command(self, command, **kwargs):
         self.ran.append(command)
@@ -166,3 +167,39 @@ def test_without_reads_the_change_runs_alone(monkeypatch):
     monkeypatch.setattr(ct_reads, "folded_commands", lambda host, reads: [])
     command = ct_reads.change_then_read(None, "mv -T a b", [])
     assert type(command).__name__ == "StringCommand" and command.get_raw_value() == "mv -T a b"
+
+
+def test_an_operation_on_another_node_leaves_this_nodes_reads_current():
+    """Issue 22: in a fleet, node m's operations change nothing node n's reads hold, so they do
+    not make n read again (each node's reads were stale after any node's operation before)."""
+    state = FakeState()
+    node = FakeNode(state)
+    ct = SimpleNamespace(data={"pct_node": "n", "pct_vmid": 200}, state=state, name="@pct/n/200")
+    node.get_fact = lambda cls, **kw: {"containers": {"200": {"reads": [
+        {"rc": 0, "stdout": ["{}"]}]}}}
+    node_read.node_state(node, (200,), "full", {}, (), {"200": ["read-state"]})
+    run_op(state, "m", "install the driver")
+    run_op(state, "@pct/m/200", "start the unit")
+    assert node_read.last_read(state, "n") is not None
+    assert ct_reads.folded_output(ct, "read-state") == ["{}"]
+    assert (executed_operations(state), executed_operations(state, "n")) == (2, 0)
+    run_op(state, "@pct/n/200", "start the unit")
+    assert ct_reads.folded_output(ct, "read-state") is None
+
+
+def test_hosts_asking_for_one_node_side_by_side_share_one_read():
+    """Issue 22: verify.py's containers of one node ask for its read at once (greenlets): the
+    second waits for the first's read and is served from it."""
+    import gevent
+
+    state = FakeState()
+    node = FakeNode(state)
+    slow = node.get_fact
+
+    def get_fact(cls, **kwargs):
+        gevent.sleep(0.01)  # the read's round trip: the other greenlet asks meanwhile
+        return slow(cls, **kwargs)
+
+    node.get_fact = get_fact
+    docs = [g.get() for g in [gevent.spawn(node_read.node_state, node) for _ in range(2)]]
+    assert [d["read"] for d in docs] == [1, 1] and len(node.reads) == 1

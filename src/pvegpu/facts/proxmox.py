@@ -3,6 +3,7 @@ configs."""
 
 from __future__ import annotations
 
+import json
 from typing import cast
 
 from ..documents import NodeStateDoc
@@ -47,14 +48,17 @@ class NodeState(ProbeFact):
       running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
       its cgroup uses, cgroup v2, else None); ``live["build_present"]``: ``build_dir`` (the
       selected venv build) exists in it;
-    - ``containers[<vmid>]["reads"]`` ("full" only): ``reads`` ({vmid: [container shell command,
-      ...]}) run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
-      (:mod:`pvegpu.run.ct_reads`);
     - ``fabric`` (each GPU's NVSwitch fabric state and status), ``storages`` (`pvesm status
       --content <c>` for each of ``storage_contents`` when a container is missing or
       ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read);
     - ``persistenced``: ``outside_pids`` (nvidia-persistenced daemons not run by its unit) and
       ``unit_ours`` (the unit file at ``persistenced_unit`` carries pvegpu's marker; None: none).
+    - ``containers[<vmid>]["reads"]`` ("full" only): with ``reads_on_stdin``, the reads
+      ({vmid: [container shell command, ...]}, ``reads_stdin(reads)`` as the fact's ``_stdin``)
+      run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
+      (:mod:`pvegpu.run.ct_reads`). They travel on stdin, never in the command's text: the
+      command is one argument of at most 128 KiB (Linux's MAX_ARG_STRLEN) however many
+      containers fold their reads into it.
     """
 
     probe = "node_state"
@@ -69,12 +73,12 @@ class NodeState(ProbeFact):
         ct_detail="full",
         unit_name=None,
         paths=(),
-        reads=None,
         storage_contents=(),
         recreate=False,
         persistenced_unit=None,
         training_script=None,
         build_dir=None,
+        reads_on_stdin=False,
     ):
         return NO_PYTHON3 + self.command_for(
             vmids=list(vmids),
@@ -86,13 +90,23 @@ class NodeState(ProbeFact):
             unit_name=unit_name,
             installer_tools=list(INSTALLER_TOOLS),
             paths=list(paths),
-            reads={str(k): list(v) for k, v in (reads or {}).items()},
             storage_contents=list(storage_contents),
             recreate=bool(recreate),
             persistenced_unit=persistenced_unit,
             training_script=training_script,
             build_dir=build_dir,
+            # the folded reads travel on stdin (reads_stdin): no argument's 128 KiB limit
+            reads_on_stdin=bool(reads_on_stdin),
         )
 
     def process(self, output) -> NodeStateDoc:
         return cast(NodeStateDoc, parse_probe_output(self.probe, list(output)))
+
+
+def reads_stdin(reads) -> str:
+    """The stdin of a ``NodeState`` read with folded ``reads``: one JSON line.
+
+    >>> reads_stdin({200: ["cat /x"]})
+    '{"200": ["cat /x"]}'
+    """
+    return json.dumps({str(k): list(v) for k, v in (reads or {}).items()})

@@ -13,7 +13,7 @@ from ..facts.python_env import ContainerState
 from ..plan.unit import started_record, unit_file, unit_path
 from ..plan.uv_commands import uv_bin
 from ..run.ct_reads import container_fact
-from ..run.run_context import executed_operations, run_context
+from ..run.run_context import container_operations, run_context
 from ..settings import Settings
 
 #: Resolved locks of pin-only builds, by input sha256, so a rebuild needs no index (outside
@@ -58,7 +58,7 @@ def container_state() -> dict:
         settings = run.settings[host.name]  # type: ignore[index]  # the run has begun
         return container_fact(host, ContainerState, **container_state_args(settings))
 
-    return run.facts.get(("container", host.name), executed_operations(state), read)
+    return run.facts.get(("container", host.name), container_operations(state, host), read)
 
 
 def remember(update) -> None:
@@ -70,5 +70,5 @@ def remember(update) -> None:
         remember(lambda doc: doc.update(cache_dir_exists=True))
     """
     state = host.state
-    point = executed_operations(state)
+    point = container_operations(state, host)
     run_context(state).facts.remember(("container", host.name), point, state.is_executing, update)

@@ -1,9 +1,11 @@
 # Prelude of the node probe (node_state.py, which pvegpu.facts.probe appends): a container's own
 # view, from ONE `pct exec` per container that also runs the container reads the controller folds
 # into it (pvegpu.run.ct_reads).
+import json
 import re
 import shlex
 import subprocess
+import sys
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 # First line of every training unit pvegpu renders (pvegpu.plan.unit.UNIT_MARKER): units that
@@ -73,6 +75,20 @@ READS_END = '[ -z "$pvegpu_d" ] || rmdir "$pvegpu_d"\n'
 # "cc" and "pyh": what Triton needs at torch.compile's first CUDA kernel (runtime/build.py): gcc,
 # else clang, on PATH, and Python.h of the system python3 the venvs are made from
 # (/usr/include/python3.X: Debian's libpython3.X-dev).
+
+
+_STDIN_READS: list = []  # the reads sent on stdin, once read
+
+
+def folded_reads(args):
+    """{vmid: [container shell line, ...]}: the folded reads, from stdin when the controller sent
+    them there (``reads_on_stdin``: stdin has no argument's 128 KiB limit, so every container's
+    reads fit), else from the arguments."""
+    if not args.get("reads_on_stdin"):
+        return args.get("reads") or {}
+    if not _STDIN_READS:
+        _STDIN_READS.append(json.loads(sys.stdin.read() or "{}"))
+    return _STDIN_READS[0]
 
 
 def with_reads(view, reads):

@@ -420,12 +420,13 @@ def path_kind(path):
 
 
 detail = A.get("ct_detail", "full")
+reads = folded_reads(A)  # noqa: F821 (probes/ct_view.py: on stdin when sent there)
 # every container's exec first: its Perl start-up and reads overlap the node's own commands
 views = {
     v: start_view(  # noqa: F821 (probes/ct_view.py)
         v,
         A.get("unit_name"),
-        (A.get("reads") or {}).get(str(v), []),
+        reads.get(str(v), []),
         A.get("installer_tools", []),
         A.get("build_dir"),
     )

@@ -27,14 +27,16 @@ from pyinfra.connectors.util import extract_control_arguments, make_unix_command
 
 from ..connectors.pct import pct_exec_argv
 from . import node_read
-from .run_context import Entry, executed_operations, run_context
+from .run_context import Entry, container_operations, run_context
 
-# The node probe travels as one argument of `sh -c` (at most 128 KiB on Linux: MAX_ARG_STRLEN),
-# about 36 KB without reads; folded text grows it about 1.35 times (base64 of JSON). One
-# container's state and verification read are about 59 KB (the verification probe carries
-# probes/training_held.py; a node command of about 116 KB; at most 36 + 1.35 * 62 = 120 KB):
-# more containers fold what fits.
-FOLD_BUDGET = 62_000
+# Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages: 128 KiB). The node command carries
+# the folded reads on its stdin (pvegpu.facts.proxmox.NodeState), so they do not count against
+# it; each container's reads are its own `pct exec <vmid> -- sh -c <script>`'s script, one
+# argument (through pct's Perl and lxc-attach), with the view and the wrappers (about 3 KB).
+MAX_ARG_STRLEN = 128 * 1024
+# What one container's folded reads may take of that argument: the rest runs through the
+# connector as usual. Each container has its own (a state and a verification read, about 50-60 KB).
+FOLD_BUDGET = MAX_ARG_STRLEN - 8 * 1024
 # Arguments that change how a command runs beyond its text (a user, a password prompt, stdin):
 # such a fact is never folded, it runs through the connector.
 UNFOLDABLE = ("_sudo", "_su_user", "_doas", "_dzdo", "_stdin")
@@ -164,7 +166,7 @@ class ChangeThenRead(StringCommand):
         if status and state.is_executing:
             # valid once this operation counts as run (it does not yet: +1), as remember() does
             done = split_reads(list(output.stdout_lines), self.lines)
-            point = executed_operations(state) + 1
+            point = container_operations(state, host) + 1
             run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
         return status, output
 
@@ -189,23 +191,25 @@ def read_after_change(ct_host, command: str) -> list[str] | None:
     """The stdout of ``command`` as the last operation's ``change_then_read`` ran it, while no
     other operation ran since; else None."""
     entry = run_context(ct_host.state).facts.entries.get(("after", ct_host.name))
-    if entry is None or entry.point != executed_operations(ct_host.state):
+    if entry is None or entry.point != container_operations(ct_host.state, ct_host):
         return None
     return entry.doc.get(command) or None
 
 
 def within_budget(reads: dict[str, list[str]], budget: int = FOLD_BUDGET) -> dict[str, list[str]]:
-    """The reads to fold, in order, while their text fits ``budget`` (what does not fit runs
-    through the connector as usual); each container keeps its own order.
+    """The reads to fold, in order, while each container's text fits ``budget`` (its own exec's
+    script; what does not fit runs through the connector as usual). Every container has its own
+    budget: a second container folds as much as the first.
 
-    >>> within_budget({"200": ["a" * 30, "b" * 30], "201": ["c" * 20]}, budget=55)
-    {'200': ['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'], '201': ['cccccccccccccccccccc']}
+    >>> within_budget({"200": ["a" * 3, "b" * 3], "201": ["c" * 2, "d" * 3]}, budget=5)
+    {'200': ['aaa'], '201': ['cc', 'ddd']}
     """
     kept: dict[str, list[str]] = {}
     for vmid, lines in reads.items():
+        left = budget
         for line in lines:
-            if len(line) > budget:
+            if len(line) > left:
                 break
-            budget -= len(line)
+            left -= len(line)
             kept.setdefault(vmid, []).append(line)
     return kept

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts.proxmox import NodeState
+from gevent.lock import Semaphore
+
+from ..facts.proxmox import NodeState, reads_stdin
 from .run_context import Entry, executed_operations, node_changing_operations, run_context
 
 DETAIL = {"none": 0, "status": 1, "full": 2}
@@ -58,17 +60,26 @@ def node_state(
     ``paths``: node paths whose kind the document must hold, under ``path_kinds``; ``ct_reads``:
     container commands to run in each container's exec of a fresh read, see
     :mod:`pvegpu.run.ct_reads`)."""
-    state = node_host.state
+    state, name = node_host.state, node_host.name
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
-    facts, key = run_context(state).facts, ("node", node_host.name)
+    run = run_context(state)
+    # one read of a node at a time: a host that asks while another's read runs waits for it
+    with run.node_read_locks.setdefault(name, Semaphore()):
+        return _node_state(node_host, want, args, ct_reads)
+
+
+def _node_state(node_host, want: Request, args: dict | None, ct_reads) -> dict:
+    state, name = node_host.state, node_host.name
+    facts, key = run_context(state).facts, ("node", name)
     entry = facts.entries.get(key)
-    if entry is not None and covers(entry.request, want) and current(state, entry, want):
+    if entry is not None and covers(entry.request, want) and current(state, entry, want, name):
         return entry.doc
+    vmids, ct_detail, paths = want.vmids, want.ct_detail, want.paths
     # counted before the read: an operation that ends during it makes the next request read again
-    point, node_point = executed_operations(state), node_changing_operations(state)
-    fact_args = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
-    if ct_reads:
-        fact_args["reads"] = ct_reads
+    point, node_point = executed_operations(state, name), node_changing_operations(state, name)
+    fact_args: dict = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
+    if ct_reads:  # on the command's stdin (NodeState): every container's fit
+        fact_args.update(reads_on_stdin=True, _stdin=reads_stdin(ct_reads))
     doc = node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
     if doc:
         # kept with what it was read with: the probe's defaults when no arguments were given
@@ -77,20 +88,21 @@ def node_state(
     return doc
 
 
-def current(state, entry: Entry, want: Request) -> bool:
+def current(state, entry: Entry, want: Request, node: str | None = None) -> bool:
     """Whether a cached node read still holds what ``want`` asks for: while no operation of the
     run ran commands since it was read; for the node alone (no container, no path), also past
     operations that changed only their own container (a venv switch, a unit file: they change
     neither the node's GPUs, driver and processes nor its containers' config, see
     :func:`pvegpu.run.run_context.mark_container_only`)."""
-    if entry.point == executed_operations(state):
+    if entry.point == executed_operations(state, node):
         return True
     node_only = not want.vmids and not want.paths
-    return node_only and entry.node_point == node_changing_operations(state)
+    return node_only and entry.node_point == node_changing_operations(state, node)
 
 
 def last_read(state, node_name: str) -> Entry | None:
     """This run's cached read of ``node_name`` while it is current (no operation ran since):
     ``.doc`` the document, ``.request`` the :class:`Request` it was read with."""
     entry = run_context(state).facts.entries.get(("node", node_name))
-    return entry if entry is not None and entry.point == executed_operations(state) else None
+    point = executed_operations(state, node_name)
+    return entry if entry is not None and entry.point == point else None

@@ -113,6 +113,9 @@ class RunContext:
     verdicts: dict[str, Any] = field(default_factory=dict)
     printed: dict[str, list[str]] = field(default_factory=dict)
     facts: FactCache = field(default_factory=FactCache)
+    #: {node name: gevent lock}: one read of a node at a time, so hosts asking side by side
+    #: (verify.py's containers of one node) share one read (pvegpu.run.node_read)
+    node_read_locks: dict[str, Any] = field(default_factory=dict)
     #: (host name, operation hash) of the operations that change only their own container
     #: (``mark_container_only``)
     container_only: set[tuple[str, str]] = field(default_factory=set)
@@ -135,13 +138,61 @@ def run_context(state) -> RunContext:
     return context
 
 
-def executed_operations(state) -> int:
+def executed_operations(state, node: str | None = None) -> int:
     """How many operations of the run (on any host) have run commands so far: the run point of
     the fact cache (a node operation can re-create a container, a container's can start a
-    training process on the node's GPUs)."""
+    training process on the node's GPUs). ``node``: only those of that node's hosts (the node
+    and its containers): an operation on another node of the fleet changes nothing a read of
+    this one holds, so a fleet's reads do not go stale with every other node's operations.
+
+    >>> from types import SimpleNamespace as NS
+    >>> ran = NS(operation_meta=NS(executed=True))
+    >>> class FakeState: ops = {"a": {"x": ran}, "@pct/b/200": {"x": ran, "y": ran}}
+    >>> executed_operations(FakeState), executed_operations(FakeState, "b")
+    (3, 2)
+    """
     return sum(
-        1 for ops in state.ops.values() for data in ops.values() if data.operation_meta.executed
+        1
+        for h, ops in state.ops.items()
+        if node is None or node_of_host(h) == node
+        for data in ops.values()
+        if data.operation_meta.executed
     )
+
+
+def container_operations(state, ct_host) -> int:
+    """How many operations of the run have run commands on ``ct_host`` (a training container)
+    or on its node host: the run point of that container's own cached reads. A sibling
+    container's operations change only their own container (its files, its unit), never this
+    one's files, so two containers' switches side by side do not make each other read again.
+
+    >>> from types import SimpleNamespace as NS
+    >>> ran = NS(operation_meta=NS(executed=True))
+    >>> a, b = "@pct/n/200", "@pct/n/201"  # host names: pyinfra's hosts name themselves
+    >>> class FakeState: ops = {"n": {"x": ran}, a: {"x": ran}, b: {"x": ran, "y": ran}}
+    >>> container_operations(FakeState, a), executed_operations(FakeState, "n")
+    (2, 4)
+    """
+    node, name = node_of_host(ct_host), getattr(ct_host, "name", ct_host)
+    return sum(
+        1
+        for h, ops in state.ops.items()
+        if getattr(h, "name", h) in (name, node)
+        for data in ops.values()
+        if data.operation_meta.executed
+    )
+
+
+def node_of_host(h) -> str:
+    """The node a pyinfra host (or a host name) belongs to: ``pct_node`` for a container.
+
+    >>> node_of_host("@pct/10.1.2.6/200"), node_of_host("10.1.2.6")
+    ('10.1.2.6', '10.1.2.6')
+    """
+    data = getattr(h, "data", None)
+    node = data.get("pct_node") if data is not None else None
+    name = str(getattr(h, "name", h))
+    return node or (name.split("/")[1] if name.startswith("@pct/") else name)
 
 
 def mark_container_only(host) -> None:
@@ -159,9 +210,10 @@ def mark_container_only(host) -> None:
         run_context(host.state).container_only.add((host.name, host.current_op_hash))
 
 
-def node_changing_operations(state) -> int:
+def node_changing_operations(state, node: str | None = None) -> int:
     """How many operations of the run have run commands that may change what a node read holds
-    about the node itself: ``executed_operations`` less the container-only ones.
+    about the node itself: ``executed_operations`` less the container-only ones (``node``: of
+    that node's hosts only).
 
     >>> from types import SimpleNamespace as NS
     >>> ran = NS(operation_meta=NS(executed=True))
@@ -175,6 +227,7 @@ def node_changing_operations(state) -> int:
     return sum(
         1
         for h, ops in state.ops.items()
+        if node is None or node_of_host(h) == node
         for op_hash, data in ops.items()
         if data.operation_meta.executed and (getattr(h, "name", h), op_hash) not in only
     )

@@ -45,6 +45,15 @@ def settings(host) -> Settings:
     return run.settings[host.name]
 
 
+def container_settings(node_host, vmid) -> Settings:
+    """Settings of the node's training container ``vmid`` in this run: its own host's (a fleet
+    file's ``containers:`` entry may give it its own), else the node's (no such host in the run).
+    """
+    node = settings(node_host)
+    own = (run_context(node_host.state).settings or {}).get(f"@pct/{node_host.name}/{vmid}")
+    return own or node
+
+
 def node_of_name(name: str, data) -> str:
     """The node a host belongs to: itself for a node, ``pct_node`` for a container."""
     return data.get("pct_node") or name

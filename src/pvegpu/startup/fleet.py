@@ -6,6 +6,12 @@ configure a node and how to run the demo instead.
 >>> nodes = fleet_from_env({"PVE_HOST": "127.0.0.1", "PVE_SSH_PORT": "2222", "CT_ID": "200"})
 >>> nodes[0].address, nodes[0].ssh_port, nodes[0].containers
 ('127.0.0.1', 2222, (200,))
+
+A fleet file's ``containers:`` entry is a vmid, or a mapping with ``vmid:`` and that container's
+own settings (its training GPUs, say), over the node entry's:
+
+>>> container_entry({"vmid": 201, "target_gpus": [4, 5, 6], "drafter_gpus": [7]}, "f node 1")
+(201, {'target_gpus': [4, 5, 6], 'drafter_gpus': [7]})
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class Node:
     containers: tuple[int, ...] = (200,)
     #: pvegpu settings given for this node in the fleet file: data of the node and its containers
     data: Mapping = field(default_factory=dict)
+    #: {vmid: settings} given for one container in its ``containers:`` entry (over ``data``)
+    container_data: Mapping[int, Mapping] = field(default_factory=dict)
 
     def ssh_data(self) -> dict:
         data = {"ssh_port": self.ssh_port, "ssh_user": self.ssh_user}
@@ -155,6 +163,20 @@ def _check_unique(nodes: list[Node], where: str) -> list[Node]:
     return nodes
 
 
+def container_entry(entry, where: str) -> tuple[int, dict]:
+    """(vmid, its own settings) of one ``containers:`` entry: a vmid, or a mapping with
+    ``vmid:`` and settings for that container alone; anything else is one FleetError line."""
+    if isinstance(entry, dict):
+        if "vmid" not in entry:
+            raise FleetError(
+                f"{where} containers entry {entry!r} has no vmid: write it as "
+                "{vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]}"
+            )
+        own = {k: v for k, v in entry.items() if k != "vmid"}
+        return _vmid("containers", entry["vmid"], where), own
+    return _vmid("containers", entry, where), {}
+
+
 def fleet_from_env(env: Mapping[str, str]) -> list[Node]:
     """One node (and one container) from PVE_* / CT_ID environment variables."""
     address = env["PVE_HOST"].strip()
@@ -194,6 +216,7 @@ def fleet_from_file(path: Path) -> list[Node]:
             raise FleetError(
                 f"{where} containers={containers!r} must be a list of vmids, e.g. [200]"
             )
+        entries = [container_entry(c, where) for c in containers]
         nodes.append(
             Node(
                 address=str(entry["address"]),
@@ -201,8 +224,9 @@ def fleet_from_file(path: Path) -> list[Node]:
                 ssh_user=str(entry.get("ssh_user", "root")),
                 ssh_key=_key_file("ssh_key", entry.get("ssh_key"), where),
                 ssh_known_hosts_file=entry.get("ssh_known_hosts_file"),
-                containers=tuple(_vmid("containers", c, where) for c in containers),
+                containers=tuple(vmid for vmid, _ in entries),
                 data={k: v for k, v in entry.items() if k not in NODE_KEYS},
+                container_data={vmid: own for vmid, own in entries if own},
             )
         )
     return _check_unique(nodes, str(path))
@@ -226,10 +250,12 @@ def inventory_groups(nodes: list[Node]) -> tuple[list, list]:
     pve_hosts, training_cts = [], []
     for node in nodes:
         # the fleet's own keys win; startup.data_keys refuses a per-node key that is no setting
-        data = {**node.data, **node.ssh_data()}
+        ssh = node.ssh_data()
+        data = {**node.data, **ssh}
         pve_hosts.append((node.address, {**data, "pve_ct_ids": list(node.containers)}))
         for vmid in node.containers:
-            training_cts.append((f"@pct/{node.address}/{vmid}", dict(data)))
+            own = node.container_data.get(vmid, {})
+            training_cts.append((f"@pct/{node.address}/{vmid}", {**node.data, **own, **ssh}))
     return pve_hosts, training_cts
 
 

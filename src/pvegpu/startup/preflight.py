@@ -7,6 +7,7 @@ operation executes.
 
 from __future__ import annotations
 
+import gevent
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
@@ -42,7 +43,7 @@ class PreflightError(PyinfraError):
 
 
 def node_problems(
-    settings: Settings, state: dict, node: str, vmids=()
+    settings: Settings, state: dict, node: str, vmids=(), ct_settings: dict | None = None
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) of one node's facts against the settings.
 
@@ -89,7 +90,8 @@ def node_problems(
     if devn:
         problems.append(devn)
     for vmid in vmids:
-        p, w = container_problems(settings, state, node, vmid)
+        own = (ct_settings or {}).get(f"@pct/{node}/{vmid}", settings)  # its fleet entry's
+        p, w = container_problems(own, state, node, vmid)
         problems += p
         warnings += w
     return problems, warnings
@@ -270,6 +272,17 @@ def node_read_args(s: Settings) -> dict:
     }
 
 
+def preflight_read(state, inventory, settings: dict[str, Settings], node_host) -> dict:
+    """The run's one read of a node (with its containers' training paths): the node stage and
+    verify reuse it until an operation runs a command."""
+    vmids = node_host.data.get("pve_ct_ids") or []
+    paths = node_training_paths(inventory, settings, node_host.name)
+    args = run_context(state).node_args[node_host.name] = node_read_args(settings[node_host.name])
+    # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
+    ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
+    return node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
+
+
 def _check_fleet(state, inventory) -> dict[str, Settings]:
     settings = load_all(list(inventory))
     stray = ungrouped_host_problems(list(inventory))
@@ -282,33 +295,36 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
     held = run_context(state).node_locks
     nodes = list(inventory.get_group("pve_hosts", []))
-    for node_host in nodes:
-        if node_host.name not in held:
-            channel, problem = node_lock.acquire(
-                node_host, settings[node_host.name].policy.lock_wait_s
-            )
-            if problem:
-                failures[node_host.name] = [problem]
-            else:
-                held[node_host.name] = channel
+    # every node's lock, then every node's read, side by side (a fleet waits for its slowest
+    # node, not for the sum of them)
+    locking = {
+        n.name: gevent.spawn(node_lock.acquire, n, settings[n.name].policy.lock_wait_s)
+        for n in nodes
+        if n.name not in held
+    }
+    for name, greenlet in locking.items():
+        channel, problem = greenlet.get()
+        if problem:
+            failures[name] = [problem]
+        else:
+            held[name] = channel
+    reads = {
+        n.name: gevent.spawn(preflight_read, state, inventory, settings, n)
+        for n in nodes
+        if n.name not in failures
+    }
     for node_host in nodes:
         if node_host.name in failures:
             continue
         s = settings[node_host.name]
         vmids = node_host.data.get("pve_ct_ids") or []
-        # the run's one read of the node (with its containers' training paths): the node stage
-        # and verify reuse it until an operation runs a command
-        paths = node_training_paths(inventory, settings, node_host.name)
-        args = run_context(state).node_args[node_host.name] = node_read_args(s)
-        # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
-        ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
-        facts = node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
+        facts = reads[node_host.name].get()
         node_kinds[node_host.name] = (facts or {}).get("path_kinds")
         if facts and facts.get("python3_missing"):
             failures[node_host.name] = [python3_problem(node_host.name)]
             continue
         for vmid in vmids if facts else ():  # the run's one notion of what trains where
-            adoption.running_in(state, node_host.name, vmid, facts, args["unit_name"])
+            adoption.running_in(state, node_host.name, vmid, facts, f"{s.training.unit_name}.service")
             for line in adoption_lines(s, facts, node_host.name, vmid):
                 logger.warning(f"--> {line}")
         if not facts:
@@ -316,7 +332,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
                 f"{node_host.name}: node facts could not be read: check SSH to the node"
             ]
             continue
-        found, warnings = node_problems(s, facts, node_host.name, vmids)
+        found, warnings = node_problems(s, facts, node_host.name, vmids, settings)
         if found:
             failures[node_host.name] = found
         for line in warnings:
