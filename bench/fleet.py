@@ -109,24 +109,37 @@ class Fleet:
         self.nodes: list[SimNode] = []
         entries = []
         for i in range(n):
-            node = stack.enter_context(SimNode(
-                workdir / f"node{i}", host=f"127.0.0.{FIRST_ADDRESS + i}",
-                pct_startup_s=LATENCY["pct_startup_s"] if latency else 0.0))
+            node = stack.enter_context(
+                SimNode(
+                    workdir / f"node{i}",
+                    host=f"127.0.0.{FIRST_ADDRESS + i}",
+                    pct_startup_s=LATENCY["pct_startup_s"] if latency else 0.0,
+                )
+            )
             seed_training_code(node)
             port, known = node.port, node.known_hosts_path
             if latency:  # the proxy listens on the node's own address, so names stay the same
                 proxy = stack.enter_context(
-                    LatencyProxy((node.host, node.port), LATENCY["delay_s"], host=node.host))
+                    LatencyProxy((node.host, node.port), LATENCY["delay_s"], host=node.host)
+                )
                 port, key = proxy.port, Path(known).read_text().split(None, 1)[1]
                 known = str(workdir / f"known_hosts.{i}")
                 Path(known).write_text(f"[{node.host}]:{port} {key}")
             self.nodes.append(node)
-            entries.append({
-                "address": node.host, "ssh_port": port, "ssh_key": node.key_path,
-                "ssh_known_hosts_file": known, "containers": [
-                    vmid if gpus is None else
-                    {"vmid": vmid, "target_gpus": gpus[0], "drafter_gpus": gpus[1]}
-                    for vmid, gpus in GPU_SPLIT[m]]})
+            entries.append(
+                {
+                    "address": node.host,
+                    "ssh_port": port,
+                    "ssh_key": node.key_path,
+                    "ssh_known_hosts_file": known,
+                    "containers": [
+                        vmid
+                        if gpus is None
+                        else {"vmid": vmid, "target_gpus": gpus[0], "drafter_gpus": gpus[1]}
+                        for vmid, gpus in GPU_SPLIT[m]
+                    ],
+                }
+            )
         self.file = workdir / "fleet.yaml"
         self.file.write_text(yaml.safe_dump({"nodes": entries}))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
@@ -138,32 +151,48 @@ class Fleet:
         for node in self.nodes:
             node.clear_pct_log()
         python = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else [])]
-        argv = [*python, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
-                *data, *[x for kv in extra for x in ("--data", kv)]]
+        argv = [
+            *python,
+            "-m",
+            "pyinfra",
+            "--debug",
+            "inventory.py",
+            script,
+            "-y",
+            *data,
+            *[x for kv in extra for x in ("--data", kv)],
+        ]
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             t0, busy0 = time.monotonic(), machine_busy_s()
-            p = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=err,
-                                 stdin=subprocess.DEVNULL)
+            p = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            )
             _, status, usage = os.wait4(p.pid, 0)
             wall, busy = time.monotonic() - t0, machine_busy_s() - busy0
             p.returncode = os.waitstatus_to_exitcode(status)
             err.seek(0)
             log = err.read()
         if p.returncode != 0:
-            why = [line.strip() for line in log.splitlines()
-                   if re.search(r"did not boot|startup for container|timed out|[Ee]rror:", line)
-                   and "Error: executed" not in line]
+            why = [
+                line.strip()
+                for line in log.splitlines()
+                if re.search(r"did not boot|startup for container|timed out|[Ee]rror:", line)
+                and "Error: executed" not in line
+            ]
             fd, path = tempfile.mkstemp(prefix="pvegpu-fleet-failed-", suffix=".log")
             os.write(fd, log.encode())
             os.close(fd)
-            raise RunFailed(f"{script} {' '.join(extra)} failed ({p.returncode}; its log: {path}): "
-                            + " | ".join(dict.fromkeys(why[:6])))
+            raise RunFailed(
+                f"{script} {' '.join(extra)} failed ({p.returncode}; its log: {path}): "
+                + " | ".join(dict.fromkeys(why[:6]))
+            )
         hosts = [n.host for n in self.nodes]
         shakes = re.findall(r"Connecting to: (\S+) \(", log)
         commands = re.findall(r"Running command on (?!@pct/)(\S+): ", log)
         execs = [sum(1 for c in n.pct_calls() if c["argv"][:1] == ["exec"]) for n in self.nodes]
         return {
-            "wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+            "wall": wall,
+            "cpu": usage.ru_utime + usage.ru_stime,
             "rest": busy - (usage.ru_utime + usage.ru_stime),
             "handshakes": max(shakes.count(h) for h in hosts),
             "node_cmds": max(commands.count(h) for h in hosts),
@@ -175,8 +204,7 @@ def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[d
     """{step: figures} for N nodes and M containers, and what the fleet took: (memory MiB,
     inotify instances); ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof``)."""
     results = {}
-    with tempfile.TemporaryDirectory(prefix=f"pvegpu-fleet-{n}x{m}-") as tmp, \
-            ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix=f"pvegpu-fleet-{n}x{m}-") as tmp, ExitStack() as stack:
         before, watches = mem_available_mib(), inotify_instances()
         fleet = Fleet(stack, Path(tmp), n, m, latency)
         data = data_of(Path(tmp))
@@ -193,18 +221,23 @@ def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[d
 
 def table(all_results: dict, latency: bool) -> list[str]:
     mode = "latency (pct start-up 0.4 s, SSH round trip 20 ms)" if latency else "plain"
-    lines = [f"mode: {mode}",
-             "", "| N | M | step | wall s | x N=1 | controller CPU s | rest of machine CPU s "
-             "| handshakes/node | node cmds/node | pct exec/node |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"mode: {mode}",
+        "",
+        "| N | M | step | wall s | x N=1 | controller CPU s | rest of machine CPU s "
+        "| handshakes/node | node cmds/node | pct exec/node |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for (n, m), results in sorted(all_results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = all_results.get((1, m))
         for step in STEPS:
             r = results[step]
             ratio = f"{r['wall'] / base[step]['wall']:.2f}" if base else "-"
-            lines.append(f"| {n} | {m} | {step} | {r['wall']:.2f} | {ratio} | {r['cpu']:.2f} | "
-                         f"{r['rest']:.2f} | {r['handshakes']} | {r['node_cmds']} | "
-                         f"{r['pct_exec']} |")
+            lines.append(
+                f"| {n} | {m} | {step} | {r['wall']:.2f} | {ratio} | {r['cpu']:.2f} | "
+                f"{r['rest']:.2f} | {r['handshakes']} | {r['node_cmds']} | "
+                f"{r['pct_exec']} |"
+            )
     return lines
 
 
@@ -217,8 +250,10 @@ def summary(all_results: dict) -> str:
             continue
         top, one = all_results[(ns[-1], m)]["no-op"], all_results[(1, m)]["no-op"]
         per_node = (top["cpu"] - one["cpu"]) / (ns[-1] - 1)
-        parts.append(f"M={m}: no-op N={ns[-1]} {top['wall'] / one['wall']:.2f}x N=1 wall, "
-                     f"controller CPU +{per_node:.3f} s per added node")
+        parts.append(
+            f"M={m}: no-op N={ns[-1]} {top['wall'] / one['wall']:.2f}x N=1 wall, "
+            f"controller CPU +{per_node:.3f} s per added node"
+        )
     for n in sorted({n for n, _ in all_results}):
         if (n, 1) in all_results and (n, 2) in all_results:
             two, one = all_results[(n, 2)]["no-op"], all_results[(n, 1)]["no-op"]
@@ -232,15 +267,21 @@ def main(argv=None) -> int:
     ap.add_argument("--containers", default="1,2", help="containers per node M (default 1,2)")
     ap.add_argument("--latency", action="store_true", help="with bench/run.py's latency knob")
     ap.add_argument("--quick", action="store_true", help="N = 1, 2 only (try the bench)")
-    ap.add_argument("--profile", metavar="DIR",
-                    help="also profile one more no-op per N and M (cProfile, into DIR)")
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="also profile one more no-op per N and M (cProfile, into DIR)",
+    )
     a = ap.parse_args(argv)
     nodes = [1, 2] if a.quick else sorted({int(x) for x in a.nodes.split(",")})
     counts = sorted({int(x) for x in a.containers.split(",")})
     if not set(counts) <= set(GPU_SPLIT):
         ap.error(f"--containers: only {sorted(GPU_SPLIT)} (8 GPUs, disjoint sets)")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-          f"{mem_available_mib()} MiB available at start", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+        f"{mem_available_mib()} MiB available at start",
+        flush=True,
+    )
     if a.profile:
         Path(a.profile).mkdir(parents=True, exist_ok=True)
     all_results: dict = {}
@@ -249,6 +290,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-fleet-wheels-") as wheels_dir:
         wheels = build_wheelhouse(Path(wheels_dir))
         with PackageIndex(wheels.torch_index(), wheels.pypi()) as index:
+
             def data_of(tmp: Path) -> list[str]:
                 return [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
 
@@ -256,19 +298,25 @@ def main(argv=None) -> int:
                 for n in nodes:
                     need = per_node_mib.get(m, 0) * n
                     if need and need > 0.8 * mem_available_mib():
-                        print(f"N={n} M={m}: skipped: about {need:.0f} MiB needed "
-                              f"({per_node_mib[m]:.0f} MiB per node measured), "
-                              f"{mem_available_mib()} MiB available", flush=True)
+                        print(
+                            f"N={n} M={m}: skipped: about {need:.0f} MiB needed "
+                            f"({per_node_mib[m]:.0f} MiB per node measured), "
+                            f"{mem_available_mib()} MiB available",
+                            flush=True,
+                        )
                         continue
                     # systemd cannot start in a container without inotify instances ("Failed
                     # to allocate manager object"): N x M booted containers must fit the limit
                     need = per_ct_inotify.get(m, 0) * n * m
                     free = inotify_limit() - inotify_instances()
                     if need and need > free:
-                        print(f"N={n} M={m}: skipped: {n * m} booted containers need about "
-                              f"{need:.0f} inotify instances ({per_ct_inotify[m]:.1f} each "
-                              f"measured), {free} are free (fs.inotify.max_user_instances="
-                              f"{inotify_limit()}): raise it or run fewer", flush=True)
+                        print(
+                            f"N={n} M={m}: skipped: {n * m} booted containers need about "
+                            f"{need:.0f} inotify instances ({per_ct_inotify[m]:.1f} each "
+                            f"measured), {free} are free (fs.inotify.max_user_instances="
+                            f"{inotify_limit()}): raise it or run fewer",
+                            flush=True,
+                        )
                         continue
                     print(f"N={n} M={m}: running", file=sys.stderr, flush=True)
                     try:
@@ -279,9 +327,12 @@ def main(argv=None) -> int:
                     if n > 1 and m not in per_node_mib:
                         per_node_mib[m] = max(used[0], 1) / n
                         per_ct_inotify[m] = max(used[1], 1) / (n * m)
-                        print(f"N={n} M={m}: the fleet took about {used[0]} MiB "
-                              f"({per_node_mib[m]:.0f} MiB per node) and {used[1]} inotify "
-                              f"instances ({per_ct_inotify[m]:.1f} per container)", flush=True)
+                        print(
+                            f"N={n} M={m}: the fleet took about {used[0]} MiB "
+                            f"({per_node_mib[m]:.0f} MiB per node) and {used[1]} inotify "
+                            f"instances ({per_ct_inotify[m]:.1f} per container)",
+                            flush=True,
+                        )
     print("\n".join(table(all_results, a.latency)))
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     print(summary(all_results))

@@ -40,56 +40,75 @@ class HandMutant:
 
 MUTANTS = [
     HandMutant(
-        "guard-anchor", "src/pvegpu/guard.py",
-        r"(\.b\d+|\.building|\.next|\.pvegpu-tmp)?$", r"(\.b\d+|\.building|\.next|\.pvegpu-tmp)?",
+        "guard-anchor",
+        "src/pvegpu/guard.py",
+        r"(\.b\d+|\.building|\.next|\.pvegpu-tmp)?$",
+        r"(\.b\d+|\.building|\.next|\.pvegpu-tmp)?",
         "a lost $: a user's directory that only starts like a build "
         "(torch-2.11.0-cu130-mydata) passes the delete guard",
-        (f"{SLIPS}::test_a_name_that_only_starts_like_a_build_is_refused",
-         f"{SLIPS}::test_the_guarded_delete_leaves_a_directory_that_only_starts_like_a_build"),
+        (
+            f"{SLIPS}::test_a_name_that_only_starts_like_a_build_is_refused",
+            f"{SLIPS}::test_the_guarded_delete_leaves_a_directory_that_only_starts_like_a_build",
+        ),
     ),
     HandMutant(
-        "guard-nested-build", "src/pvegpu/guard.py",
-        "and parent == venvs_dir\n", "and is_within(parent, venvs_dir)\n",
+        "guard-nested-build",
+        "src/pvegpu/guard.py",
+        "and parent == venvs_dir\n",
+        "and is_within(parent, venvs_dir)\n",
         "equality become containment: a build-like name anywhere below venvs_dir "
         "(venvs/mydata/torch-2.11.0-cu130) passes the delete guard",
         (f"{SLIPS}::test_a_build_name_below_another_directory_of_venvs_dir_is_refused",),
     ),
     HandMutant(
-        "restart-gate-equality", "src/pvegpu/plan/passthrough.py",
-        'if live.get("unit_active") in RUNNING:', 'if live.get("unit_active") == "active":',
+        "restart-gate-equality",
+        "src/pvegpu/plan/passthrough.py",
+        'if live.get("unit_active") in RUNNING:',
+        'if live.get("unit_active") == "active":',
         "membership become equality: a unit activating, reloading or deactivating (writing its "
         "checkpoint) no longer blocks a container restart",
         (f"{SLIPS}::test_the_restart_gate_refuses_while_the_unit_runs_in_any_state",),
     ),
     HandMutant(
-        "running-states", "src/pvegpu/plan/unit.py",
-        'RUNNING = ("active", "activating", "reloading", "deactivating")', 'RUNNING = ("active",)',
+        "running-states",
+        "src/pvegpu/plan/unit.py",
+        'RUNNING = ("active", "activating", "reloading", "deactivating")',
+        'RUNNING = ("active",)',
         "the running states shrunk to one: every gate built on them lets a stopping unit through",
         (SLIPS, "tests/unit/test_operation_tables.py"),
     ),
     HandMutant(
-        "leftovers-survivors-ignored", "src/pvegpu/operations/training.py",
-        'return not doc["remaining"]', "return True",
+        "leftovers-survivors-ignored",
+        "src/pvegpu/operations/training.py",
+        'return not doc["remaining"]',
+        "return True",
         "an ignored result: the unit starts beside a process that survived SIGKILL and still "
         "holds GPU memory",
-        (f"{SLIPS}::test_clearing_leftovers_fails_on_any_doubt",
-         f"{SLIPS}::test_the_unit_is_not_started_when_clearing_leftovers_fails"),
+        (
+            f"{SLIPS}::test_clearing_leftovers_fails_on_any_doubt",
+            f"{SLIPS}::test_the_unit_is_not_started_when_clearing_leftovers_fails",
+        ),
     ),
     HandMutant(
-        "leftovers-error-ignored", "src/pvegpu/operations/training.py",
-        'if not status or doc.get("error"):', "if not status:",
+        "leftovers-error-ignored",
+        "src/pvegpu/operations/training.py",
+        'if not status or doc.get("error"):',
+        "if not status:",
         "an ignored error: the probe could not look (nvidia-smi failed) and the unit starts anyway",
         (f"{SLIPS}::test_clearing_leftovers_fails_on_any_doubt",),
     ),
     HandMutant(
-        "node-lock-released", "src/pvegpu/startup/node_lock.py",
-        '"exec cat >/dev/null",', '"exec cat /dev/null",',
+        "node-lock-released",
+        "src/pvegpu/startup/node_lock.py",
+        '"exec cat >/dev/null",',
+        '"exec cat /dev/null",',
         "the holder reads /dev/null, not its channel: the lock is dropped at once and two deploys "
         "interleave (caught before only when two concurrent deploys happened to collide)",
         (f"{SLIPS}::test_the_lock_holder_keeps_the_flock_until_its_channel_closes",),
     ),
     HandMutant(
-        "runtime-check-old-build", "src/pvegpu/operations/python_env.py",
+        "runtime-check-old-build",
+        "src/pvegpu/operations/python_env.py",
         'python=f"{python_env.build_venv(torch.build_name)}.next/bin/python",',
         'python=f"{python_env.build_venv(torch.build_name)}/bin/python",',
         "swapped paths: the old build is checked instead of the new .next (caught before only "
@@ -97,14 +116,18 @@ MUTANTS = [
         (f"{SLIPS}::test_the_runtime_check_fails_a_broken_next_build_beside_a_good_old_one",),
     ),
     HandMutant(
-        "data-keys-own-prefix", "src/pvegpu/startup/data_keys.py",
-        "key.startswith(OWN_PREFIX)", "OWN_PREFIX in key",
+        "data-keys-own-prefix",
+        "src/pvegpu/startup/data_keys.py",
+        "key.startswith(OWN_PREFIX)",
+        "OWN_PREFIX in key",
         "prefix become membership: a typo containing x_ (max_batch_sise) passes as the user's own",
         ("tests/unit/test_data_keys.py",),
     ),
     HandMutant(
-        "data-keys-override-layer", "src/pvegpu/startup/data_keys.py",
-        '    yield "--data", inventory.get_override_data()\n', "",
+        "data-keys-override-layer",
+        "src/pvegpu/startup/data_keys.py",
+        '    yield "--data", inventory.get_override_data()\n',
+        "",
         "a layer left out: a typo on the command line (--data torch_varient=cu128) passes",
         ("tests/unit/test_data_keys.py",),
     ),
@@ -115,8 +138,13 @@ def scratch_copy() -> Path:
     """The project's tracked and untracked-but-not-ignored files, copied to SCRATCH."""
     if SCRATCH.exists():
         shutil.rmtree(SCRATCH)
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file() and not rel.startswith("mutants/"):
@@ -126,14 +154,17 @@ def scratch_copy() -> Path:
 
 
 def run_tests(copy: Path, tests: tuple[str, ...]) -> int:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy)]),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy)]),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     return subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True).returncode
 
 
 def judge(copy: Path, m: HandMutant) -> str:
-    """"killed", "survived", or why the mutant could not be judged."""
+    """ "killed", "survived", or why the mutant could not be judged."""
     target = copy / m.path
     original = target.read_text()
     if original.count(m.old) != 1:
@@ -164,8 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in chosen:
         verdict = judge(copy, m)
         killed += verdict == "killed"
-        mark = "killed  " if verdict == "killed" else "SURVIVED" if verdict == "survived" else "ERROR   "
-        print(f"{mark} {m.name} ({m.path}): {m.why}" + ("" if mark != "ERROR   " else f": {verdict}"))
+        mark = (
+            "killed  "
+            if verdict == "killed"
+            else "SURVIVED"
+            if verdict == "survived"
+            else "ERROR   "
+        )
+        print(
+            f"{mark} {m.name} ({m.path}): {m.why}" + ("" if mark != "ERROR   " else f": {verdict}")
+        )
     print(f"hand mutants: {killed}/{len(chosen)} killed")
     return 0
 

@@ -100,8 +100,10 @@ def choose(args: list[str], paths: list[str]) -> list[str]:
         hits = [p for p in paths if arg in (p, module_of(p), module_of(p).rpartition(".")[2])]
         if not hits:
             known = ", ".join(module_of(p).rpartition(".")[2] for p in paths)
-            sys.exit(f"bench/mutation.py: {arg!r} is not a mutated module; choose from: {known} "
-                     "(or add it to [tool.mutmut] only_mutate in pyproject.toml)")
+            sys.exit(
+                f"bench/mutation.py: {arg!r} is not a mutated module; choose from: {known} "
+                "(or add it to [tool.mutmut] only_mutate in pyproject.toml)"
+            )
         chosen += [h for h in hits if h not in chosen]
     return chosen or paths
 
@@ -126,8 +128,11 @@ def run_mutmut(paths: list[str], max_children: int, exclude: set[str]) -> None:
     argv = [str(mutmut), "run", "--max-children", str(max_children)]
     argv += [pattern for p in paths for pattern in mutant_patterns(p, exclude)]
     MUTANTS.mkdir(exist_ok=True)
-    print(f"running mutmut on {len(paths)} module(s), {max_children} worker(s); log: "
-          f"{LOG.relative_to(ROOT)}", flush=True)
+    print(
+        f"running mutmut on {len(paths)} module(s), {max_children} worker(s); log: "
+        f"{LOG.relative_to(ROOT)}",
+        flush=True,
+    )
     with LOG.open("w") as log:
         rc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc != 0:
@@ -167,8 +172,10 @@ def survivor(name: str, spans: dict, mutated: list[str], def_lines: dict) -> Sur
     func = key.rpartition("__mutmut_")[0]
     (o0, o1), (m0, m1) = spans[f"{func}__mutmut_orig"], spans[key]
     # the two copies differ in their def line's name too: compare without mutmut's suffixes
-    orig, mutant = ([re.sub(r"__mutmut_\w+", "", line) for line in mutated[a - 1:b]]
-                    for a, b in ((o0, o1), (m0, m1)))
+    orig, mutant = (
+        [re.sub(r"__mutmut_\w+", "", line) for line in mutated[a - 1 : b]]
+        for a, b in ((o0, o1), (m0, m1))
+    )
     opcodes = difflib.SequenceMatcher(None, orig, mutant).get_opcodes()
     ops = [op for op in opcodes if op[0] != "equal"]
     _, i1, i2, j1, j2 = ops[0] if ops else ("equal", 0, 0, 0, 0)
@@ -176,8 +183,13 @@ def survivor(name: str, spans: dict, mutated: list[str], def_lines: dict) -> Sur
     new = " ".join(line.strip() for line in mutant[j1:j2]) or "(removed)"
     def_index = next((n for n, line in enumerate(orig) if re.match(r"\s*(async )?def ", line)), 0)
     line = def_lines.get(func)
-    return Survivor(name, None if line is None else line + i1 - def_index,
-                    func.removeprefix("x_").removeprefix("xǁ").replace("ǁ", "."), old, new)
+    return Survivor(
+        name,
+        None if line is None else line + i1 - def_index,
+        func.removeprefix("x_").removeprefix("xǁ").replace("ǁ", "."),
+        old,
+        new,
+    )
 
 
 def score(path: str, exclude: set[str]) -> ModuleScore:
@@ -230,8 +242,10 @@ def report(scores: list[ModuleScore]) -> None:
         for v in s.survivors:
             mark = "=" if v.name in equivalents else " "
             old, new = _window(v.old, v.new)
-            print(f" {mark} {s.path}:{v.line} {v.function} [{v.name.rpartition('_')[2]}]: "
-                  f"- {old}  + {new}")
+            print(
+                f" {mark} {s.path}:{v.line} {v.function} [{v.name.rpartition('_')[2]}]: "
+                f"- {old}  + {new}"
+            )
 
 
 def _window(old: str, new: str, context: int = 24) -> tuple[str, str]:
@@ -261,15 +275,28 @@ def _common_prefix(a: str, b: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("modules", nargs="*", help="modules to test (default: all configured)")
-    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
-                        help="parallel test workers (default: the number of CPUs)")
+    parser.add_argument(
+        "--max-children",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="parallel test workers (default: the number of CPUs)",
+    )
     parser.add_argument("--no-run", action="store_true", help="report the last results only")
-    parser.add_argument("--exclude", action="append", default=[], metavar="FUNCTION",
-                        help="leave a function (or Class.method) out of the run and the score")
-    parser.add_argument("--hand", action="store_true",
-                        help="after mutmut, the hand-written mutants too (bench/hand_mutants.py)")
-    parser.add_argument("--hand-only", action="store_true",
-                        help="only the hand-written mutants (no mutmut run)")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="FUNCTION",
+        help="leave a function (or Class.method) out of the run and the score",
+    )
+    parser.add_argument(
+        "--hand",
+        action="store_true",
+        help="after mutmut, the hand-written mutants too (bench/hand_mutants.py)",
+    )
+    parser.add_argument(
+        "--hand-only", action="store_true", help="only the hand-written mutants (no mutmut run)"
+    )
     args = parser.parse_args(argv)
     if args.hand_only:
         run_hand_mutants()

@@ -63,9 +63,17 @@ def run(node, index, data, base):
     except (ValueError, KeyError):
         changed = "?"
     downloads = len(index.downloads()) if index.running else 0
-    return {"rc": p.returncode, "wall": wall, "ct": len(ct), "state": state_reads, "exec": execs,
-            "pct": len(calls), "downloads": downloads, "changed": changed,
-            "tail": p.stderr[-2000:] if p.returncode else ""}
+    return {
+        "rc": p.returncode,
+        "wall": wall,
+        "ct": len(ct),
+        "state": state_reads,
+        "exec": execs,
+        "pct": len(calls),
+        "downloads": downloads,
+        "changed": changed,
+        "tail": p.stderr[-2000:] if p.returncode else "",
+    }
 
 
 def main(argv=None) -> int:
@@ -78,8 +86,7 @@ def main(argv=None) -> int:
             tempfile.TemporaryDirectory(prefix="pvegpu-bench-") as tmp,
             simulated_site(Path(tmp)) as (node, index),
         ):
-            base = [*site_data(index, Path(tmp) / "locks"), "--data",
-                    "training_requirements=[]"]
+            base = [*site_data(index, Path(tmp) / "locks"), "--data", "training_requirements=[]"]
             steps = [
                 ("cold build", [], None),
                 ("no-op run", [], None),
@@ -95,11 +102,15 @@ def main(argv=None) -> int:
                 if r["rc"]:
                     print(f"{name}: failed (exit {r['rc']})\n{r['tail']}", file=sys.stderr)
                     break
-    print(f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'exec':>5} {'pct':>5} "
-          f"{'dl':>4} {'changed':>8}")
+    print(
+        f"{'scenario':28} {'wall s':>7} {'ct cmds':>8} {'state':>6} {'exec':>5} {'pct':>5} "
+        f"{'dl':>4} {'changed':>8}"
+    )
     for name, r in rows:
-        print(f"{name:28} {r['wall']:7.1f} {r['ct']:8} {r['state']:6} {r['exec']:5} {r['pct']:5} "
-              f"{r['downloads']:4} {r['changed']!s:>8}")
+        print(
+            f"{name:28} {r['wall']:7.1f} {r['ct']:8} {r['state']:6} {r['exec']:5} {r['pct']:5} "
+            f"{r['downloads']:4} {r['changed']!s:>8}"
+        )
     return 0
 
 

@@ -52,13 +52,27 @@ from sim.index import PackageIndex  # noqa: E402
 from sim.latency_proxy import LatencyProxy  # noqa: E402
 from sim.node import SimNode  # noqa: E402
 
-SEED_CHECK = ("import torch; print(torch.__version__, torch.version.cuda, "
-              "torch.cuda.is_available(), torch.cuda.device_count())")
+SEED_CHECK = (
+    "import torch; print(torch.__version__, torch.version.cuda, "
+    "torch.cuda.is_available(), torch.cuda.device_count())"
+)
 NODE_COMMAND = re.compile(r"Running command on (?!@pct/)\S+: |Attempting upload of ")
 EMPTY_DEPLOY = ROOT / "bench" / "empty_deploy.py"
-MODES = {"plain": {"pct_startup_s": 0.0, "delay_s": 0.0},
-         "latency": {"pct_startup_s": 0.4, "delay_s": 0.010}}
-ORDER = ["floor", "pyinfra import", "empty deploy", "verify", "no-op", "swap to cu128", "swap back", "rebuild=venv", "cold deploy"]
+MODES = {
+    "plain": {"pct_startup_s": 0.0, "delay_s": 0.0},
+    "latency": {"pct_startup_s": 0.4, "delay_s": 0.010},
+}
+ORDER = [
+    "floor",
+    "pyinfra import",
+    "empty deploy",
+    "verify",
+    "no-op",
+    "swap to cu128",
+    "swap back",
+    "rebuild=venv",
+    "cold deploy",
+]
 
 
 class Site:
@@ -79,11 +93,25 @@ class Site:
 
     def floor(self) -> tuple[float, int, int]:
         """The seed's check: one SSH session, one pct exec."""
-        argv = ["ssh", "-i", self.node.key_path,
-                "-o", f"UserKnownHostsFile={self.env['PVE_SSH_KNOWN_HOSTS']}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-p", str(self.port),
-                f"root@{self.node.host}", f"pct exec 200 -- /root/venv/bin/python -c '{SEED_CHECK}'"]
+        argv = [
+            "ssh",
+            "-i",
+            self.node.key_path,
+            "-o",
+            f"UserKnownHostsFile={self.env['PVE_SSH_KNOWN_HOSTS']}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "LogLevel=ERROR",
+            "-p",
+            str(self.port),
+            f"root@{self.node.host}",
+            f"pct exec 200 -- /root/venv/bin/python -c '{SEED_CHECK}'",
+        ]
         self.node.clear_pct_log()
         t0 = time.monotonic()
         p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -93,12 +121,22 @@ class Site:
         return elapsed, 1, self._pct_execs()
 
     def pyinfra(self, script: str, *data: str) -> tuple[float, int, int]:
-        argv = [sys.executable, "-m", "pyinfra", "--debug", "inventory.py", script, "-y",
-                *self.data, *[x for kv in data for x in ("--data", kv)]]
+        argv = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "--debug",
+            "inventory.py",
+            script,
+            "-y",
+            *self.data,
+            *[x for kv in data for x in ("--data", kv)],
+        ]
         self.node.clear_pct_log()
         t0 = time.monotonic()
-        p = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv, cwd=ROOT, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
         elapsed = time.monotonic() - t0
         if p.returncode != 0:
             raise SystemExit(f"{script} {data} failed ({p.returncode}):\n{p.stderr[-4000:]}")
@@ -147,7 +185,8 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             # unit_reset_failed resets the start rate limit whatever the unit's state)
             site.node.ct_run(200, ["systemctl", "reset-failed", "dflash-train.service"])
             samples["rebuild=venv"].append(
-                site.pyinfra("deploy.py", "rebuild=venv", "restart_training=true"))
+                site.pyinfra("deploy.py", "rebuild=venv", "restart_training=true")
+            )
         for c in range(1, cold_rounds):
             print(f"[{name}] cold deploy {c + 1}/{cold_rounds}", file=sys.stderr, flush=True)
             with ExitStack() as cold_stack:
@@ -159,26 +198,32 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
 
 def table(name: str, mode: dict, samples: dict) -> str:
     floor = statistics.median(s[0] for s in samples["floor"])
-    lines = [f"{name}: pct start-up {mode['pct_startup_s']} s, SSH round trip "
-             f"{2 * mode['delay_s'] * 1000:.0f} ms", "",
-             "| run | median s | min-max s | x floor | node cmds | pct exec | n |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{name}: pct start-up {mode['pct_startup_s']} s, SSH round trip "
+        f"{2 * mode['delay_s'] * 1000:.0f} ms",
+        "",
+        "| run | median s | min-max s | x floor | node cmds | pct exec | n |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key in ORDER:
         xs = samples[key]
         if not xs:
             continue
         times = [x[0] for x in xs]
         med = statistics.median(times)
-        lines.append(f"| {key} | {med:.2f} | {min(times):.2f}-{max(times):.2f} | "
-                     f"{med / floor:.1f} | {xs[-1][1]} | {xs[-1][2]} | {len(xs)} |")
+        lines.append(
+            f"| {key} | {med:.2f} | {min(times):.2f}-{max(times):.2f} | "
+            f"{med / floor:.1f} | {xs[-1][1]} | {xs[-1][2]} | {len(xs)} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--cold-rounds", type=int, default=1,
-                    help="cold deploys, the converge included (default 1)")
+    ap.add_argument(
+        "--cold-rounds", type=int, default=1, help="cold deploys, the converge included (default 1)"
+    )
     ap.add_argument("--only", choices=sorted(MODES), help="run one mode only")
     a = ap.parse_args(argv)
     out = [f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"]

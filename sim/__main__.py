@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_PY = (
     '"""Stand-in for the user\'s training script: runs until SIGTERM, then exits 0."""\n'
     "import signal\nimport sys\n\n"
-    "print(\"train\", *sys.argv[1:], flush=True)\n"
+    'print("train", *sys.argv[1:], flush=True)\n'
     "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
     "while True:\n    signal.pause()\n"
 )
@@ -67,9 +67,12 @@ def site_data(index: PackageIndex, locks_dir) -> list[str]:
     a scratch ``locks_dir``: locks made against the loopback index never land in the repo's
     locks/."""
     return [
-        "--data", f"torch_index_base={index.torch_index_base}",
-        "--data", f"package_index_url={index.package_index_url}",
-        "--data", f"locks_dir={locks_dir}",
+        "--data",
+        f"torch_index_base={index.torch_index_base}",
+        "--data",
+        f"package_index_url={index.package_index_url}",
+        "--data",
+        f"locks_dir={locks_dir}",
     ]
 
 
@@ -79,7 +82,9 @@ def pyinfra_argv(script: str, *extra: str) -> list[str]:
 
 def demo(args) -> int:
     with tempfile.TemporaryDirectory(prefix="pvegpu-demo-") as tmp:
-        print("==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes")
+        print(
+            "==> starting the simulated Proxmox node (127.0.0.1) and the loopback package indexes"
+        )
         with simulated_site(Path(tmp), profile=args.profile, ct_init=args.ct_init) as (node, index):
             env = site_env(node)
             print(f"    node ssh 127.0.0.1:{node.port}, indexes {index.url}")
@@ -91,15 +96,24 @@ def demo(args) -> int:
             for title, script, extra in steps:
                 print(f"\n==> {title}: pyinfra inventory.py {script}")
                 rc = subprocess.run(
-                    pyinfra_argv(script, *extra, *site_data(index, Path(tmp) / "locks"),
-                                 *args.data_args), cwd=ROOT, env=env
+                    pyinfra_argv(
+                        script, *extra, *site_data(index, Path(tmp) / "locks"), *args.data_args
+                    ),
+                    cwd=ROOT,
+                    env=env,
                 ).returncode
                 if rc != 0:
                     print(f"\n==> {script} failed (exit {rc})")
                     return rc
-            check = node.ct_run(200, ["/root/venv/bin/python", "-c",
-                                      "import torch; print(torch.__version__, torch.version.cuda, "
-                                      "torch.cuda.is_available(), torch.cuda.device_count())"])
+            check = node.ct_run(
+                200,
+                [
+                    "/root/venv/bin/python",
+                    "-c",
+                    "import torch; print(torch.__version__, torch.version.cuda, "
+                    "torch.cuda.is_available(), torch.cuda.device_count())",
+                ],
+            )
             print(f"\n==> inside CT 200: {check.stdout.strip()}")
             print("==> tearing down")
     return 0
@@ -131,15 +145,28 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="full deploy against the simulated node, then tear down")
-    d.add_argument("--data", dest="data", action="append", default=[],
-                   help="extra pyinfra --data key=value (e.g. torch_variant=cu128)")
+    d.add_argument(
+        "--data",
+        dest="data",
+        action="append",
+        default=[],
+        help="extra pyinfra --data key=value (e.g. torch_variant=cu128)",
+    )
     u = sub.add_parser("up", help="start the simulated node and wait")
     for p in (d, u):
-        p.add_argument("--profile", default="pve8", choices=("pve8", "pve9"),
-                       help="Proxmox VE release the node plays (sim/README.md, Profiles)")
-        p.add_argument("--ct-init", default=None, choices=("exec", "systemd"),
-                       help="containers: booting real systemd (systemd-nspawn; the default) "
-                            "or per-call exec without init (sim/README.md, Containers)")
+        p.add_argument(
+            "--profile",
+            default="pve8",
+            choices=("pve8", "pve9"),
+            help="Proxmox VE release the node plays (sim/README.md, Profiles)",
+        )
+        p.add_argument(
+            "--ct-init",
+            default=None,
+            choices=("exec", "systemd"),
+            help="containers: booting real systemd (systemd-nspawn; the default) "
+            "or per-call exec without init (sim/README.md, Containers)",
+        )
     args = parser.parse_args(argv)
     args.data_args = [x for kv in getattr(args, "data", []) for x in ("--data", kv)]
     return demo(args) if args.cmd == "demo" else up(args)

@@ -46,8 +46,11 @@ def host_codename(root: str = "/") -> str:
 
 def installed_version(package: str) -> str | None:
     """The version of `package` dpkg has installed on this machine, or None."""
-    p = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}${Version}", package],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}${Version}", package],
+        capture_output=True,
+        text=True,
+    )
     out = p.stdout.strip()
     return out[3:].strip() if p.returncode == 0 and out.startswith("ii") else None
 
@@ -61,8 +64,11 @@ def ensure_deb(package: str, version: str | None = None, cache_dir=None) -> Path
     """
     cache = Path(cache_dir or os.environ.get("PVE_SIM_DEB_CACHE") or DEFAULT_DEB_CACHE).expanduser()
     # kmod Depends on libkmod2 of exactly its own version: take the one this machine has.
-    version = version or installed_version(package) or (
-        installed_version("libkmod2") if package == "kmod" else None)
+    version = (
+        version
+        or installed_version(package)
+        or (installed_version("libkmod2") if package == "kmod" else None)
+    )
     pattern = f"{package}_{version.replace(':', '%3a')}_*.deb" if version else f"{package}_*.deb"
     found = sorted(cache.glob(pattern))
     if found:
@@ -72,8 +78,13 @@ def ensure_deb(package: str, version: str | None = None, cache_dir=None) -> Path
         if _user_exists("_apt"):  # apt downloads as _apt: let it write here (no warning)
             shutil.chown(tmp, user="_apt")
         spec = f"{package}={version}" if version else package
-        p = subprocess.run(["apt-get", "download", "-q", spec], cwd=tmp, capture_output=True,
-                           text=True, timeout=600)
+        p = subprocess.run(
+            ["apt-get", "download", "-q", spec],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         debs = list(Path(tmp).glob("*.deb"))
         if p.returncode != 0 or len(debs) != 1:
             raise RuntimeError(f"apt-get download {spec} failed: {(p.stderr or p.stdout).strip()}")
@@ -89,8 +100,9 @@ def ensure_toolchain_debs(tree, cache_dir=None) -> list[Path]:
     """
     from sim.pvelxc import toolchain_packages
 
-    return [ensure_deb(name, version, cache_dir)
-            for name, version in toolchain_packages(tree).items()]
+    return [
+        ensure_deb(name, version, cache_dir) for name, version in toolchain_packages(tree).items()
+    ]
 
 
 def _user_exists(name: str) -> bool:
@@ -108,8 +120,9 @@ def _digests(data: bytes) -> tuple[str, str]:
 def packages_stanza(deb: Path, filename: str) -> str:
     """The Packages index entry of `deb` (its control fields, then Filename, Size, MD5sum,
     SHA256 before Description, like dpkg-scanpackages writes them)."""
-    control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
-                             check=True).stdout
+    control = subprocess.run(
+        ["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
     fields, current = [], None
     for line in control.splitlines():
         if line[:1] in (" ", "\t") and current is not None:
@@ -119,8 +132,12 @@ def packages_stanza(deb: Path, filename: str) -> str:
             fields.append(current)
     data = deb.read_bytes()
     md5, sha256 = _digests(data)
-    extra = [[f"Filename: {filename}"], [f"Size: {len(data)}"], [f"MD5sum: {md5}"],
-             [f"SHA256: {sha256}"]]
+    extra = [
+        [f"Filename: {filename}"],
+        [f"Size: {len(data)}"],
+        [f"MD5sum: {md5}"],
+        [f"SHA256: {sha256}"],
+    ]
     desc = [f for f in fields if f[0].startswith("Description:")]
     rest = [f for f in fields if not f[0].startswith("Description:")]
     return "\n".join("\n".join(f) for f in rest + extra + desc) + "\n"
@@ -144,10 +161,16 @@ def build_tree(root: Path, debs, codename: str, component="main", arch="amd64") 
     files = [f"{index_dir}/Packages", f"{index_dir}/Packages.gz"]
     sums = {f: (_digests((dist / f).read_bytes()), (dist / f).stat().st_size) for f in files}
     release = [
-        "Origin: pve-sim", "Label: pve-sim local mirror", f"Suite: {codename}",
-        f"Codename: {codename}", f"Date: {email.utils.formatdate(usegmt=True)}",
-        f"Architectures: {arch}", f"Components: {component}", "MD5Sum:",
-        *(f" {sums[f][0][0]} {sums[f][1]} {f}" for f in files), "SHA256:",
+        "Origin: pve-sim",
+        "Label: pve-sim local mirror",
+        f"Suite: {codename}",
+        f"Codename: {codename}",
+        f"Date: {email.utils.formatdate(usegmt=True)}",
+        f"Architectures: {arch}",
+        f"Components: {component}",
+        "MD5Sum:",
+        *(f" {sums[f][0][0]} {sums[f][1]} {f}" for f in files),
+        "SHA256:",
         *(f" {sums[f][0][1]} {sums[f][1]} {f}" for f in files),
     ]
     (dist / "Release").write_text("\n".join(release) + "\n")
@@ -189,10 +212,13 @@ class AptMirror:
         return list(self._requests)
 
     def downloads(self) -> list[str]:
-        return [p.rsplit("/", 1)[-1] for m, p, s in self.requests
-                if m == "GET" and p.endswith(".deb") and s == "200"]
+        return [
+            p.rsplit("/", 1)[-1]
+            for m, p, s in self.requests
+            if m == "GET" and p.endswith(".deb") and s == "200"
+        ]
 
-    def start(self) -> "AptMirror":
+    def start(self) -> AptMirror:
         self._tmp = tempfile.TemporaryDirectory(prefix="pve-sim-apt-")
         root = Path(self._tmp.name)
         build_tree(root / "debian", self.debs, self.codename, self.component, self.arch)

@@ -18,6 +18,7 @@ this module's `monitor`, which boots the container again after a reboot from ins
 passed device nodes, made with the config's mode/uid/gid and bound over /dev/<path>), cgroups
 /sys/fs/cgroup/<hierarchy>/lxc/<vmid>, console log /var/log/pve-sim/ct-<vmid>.console.log.
 """
+
 import ctypes
 import json
 import os
@@ -105,8 +106,11 @@ def init_pid(vmid):
     deadline = time.monotonic() + BOOT_TIMEOUT
     while _alive(nspawn) and time.monotonic() < deadline:
         pid = _container_child(nspawn)
-        if pid and pid != _read_int(run_dir(vmid) + "/init.pid") and \
-                os.path.exists(f"/proc/{pid}/root/run/systemd/private"):
+        if (
+            pid
+            and pid != _read_int(run_dir(vmid) + "/init.pid")
+            and os.path.exists(f"/proc/{pid}/root/run/systemd/private")
+        ):
             _attach_proc_views(pid)
             _write(run_dir(vmid) + "/init.pid", pid)
             return pid
@@ -121,6 +125,7 @@ def gone(vmid):
 
 
 # ----------------------------------------------------------------------------- start
+
 
 def _stage_devices(vmid, devices):
     """Device nodes with the config's mode/uid/gid under the run dir; nspawn binds them over
@@ -156,10 +161,21 @@ def nspawn_argv(vmid, conf, root, binds):
     >>> nspawn_argv(200, {"hostname": "gpu"}, "/r", ["--bind=/a:/b"])[-4:]
     ['--machine=ct200', '--hostname=gpu', '--bind=/a:/b', '--boot']
     """
-    return [NSPAWN, "--quiet", "--keep-unit", "--register=no", "--console=passive",
-            "--link-journal=no", "--resolv-conf=off", "--timezone=off", f"--directory={root}",
-            f"--machine=ct{vmid}", f"--hostname={conf.get('hostname', f'CT{vmid}')}", *binds,
-            "--boot"]
+    return [
+        NSPAWN,
+        "--quiet",
+        "--keep-unit",
+        "--register=no",
+        "--console=passive",
+        "--link-journal=no",
+        "--resolv-conf=off",
+        "--timezone=off",
+        f"--directory={root}",
+        f"--machine=ct{vmid}",
+        f"--hostname={conf.get('hostname', f'CT{vmid}')}",
+        *binds,
+        "--boot",
+    ]
 
 
 def _join_cgroups(vmid):
@@ -185,11 +201,24 @@ def start(vmid, conf, devices):
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
         open(log_path, "wb").close()  # this start only: its tail explains a failure
         # The monitor (like lxc's) runs nspawn, and again when the container rebooted itself.
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "monitor", str(vmid),
-                                 log_path, "--", *nspawn_argv(vmid, conf, root, binds)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-                                close_fds=True, preexec_fn=lambda: _join_cgroups(vmid))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "monitor",
+                str(vmid),
+                log_path,
+                "--",
+                *nspawn_argv(vmid, conf, root, binds),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=lambda: _join_cgroups(vmid),
+        )
         _write(rd + "/monitor.pid", proc.pid)
         pid = _wait_booted(vmid, proc, log_path)
         _attach_proc_views(pid)
@@ -252,8 +281,9 @@ def monitor(vmid, log_path, argv):
     does for a container's own reboot). -> nspawn's last exit status."""
     while True:
         with open(log_path, "ab") as log:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT)
+            p = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
         _write(run_dir(vmid) + "/nspawn.pid", p.pid)
         code = p.wait()
         if code != REBOOT_EXIT:
@@ -276,8 +306,12 @@ def _check(ret, what):
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def attach(pid, src, dst, ro=False):
@@ -287,13 +321,28 @@ def attach(pid, src, dst, ro=False):
     child = os.fork()
     if child == 0:
         try:
-            fd = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, src.encode(),
-                                      OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC), "open_tree")
+            fd = _check(
+                _libc.syscall(
+                    SYS_OPEN_TREE,
+                    AT_FDCWD,
+                    src.encode(),
+                    OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC,
+                ),
+                "open_tree",
+            )
             if ro:
                 attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-                _check(_libc.syscall(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH | AT_RECURSIVE,
-                                     ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))),
-                       "mount_setattr")
+                _check(
+                    _libc.syscall(
+                        SYS_MOUNT_SETATTR,
+                        fd,
+                        b"",
+                        AT_EMPTY_PATH | AT_RECURSIVE,
+                        ctypes.byref(attr),
+                        ctypes.c_size_t(ctypes.sizeof(attr)),
+                    ),
+                    "mount_setattr",
+                )
             ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
             _check(_libc.setns(ns, CLONE_NEWNS), "setns")
             if not os.path.exists(dst):
@@ -302,8 +351,12 @@ def attach(pid, src, dst, ro=False):
                 else:
                     os.makedirs(os.path.dirname(dst), exist_ok=True)
                     open(dst, "a").close()
-            _check(_libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, dst.encode(),
-                                 MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
+            _check(
+                _libc.syscall(
+                    SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, dst.encode(), MOVE_MOUNT_F_EMPTY_PATH
+                ),
+                "move_mount",
+            )
         except BaseException as e:  # noqa
             sys.stderr.write(f"attach {src} -> {dst}: {e}\n")
             os._exit(1)
@@ -339,6 +392,7 @@ def hotplug_mounts(vmid, entries):
 
 
 # ----------------------------------------------------------------------------- stop
+
 
 def power_off(vmid, clean, timeout=None, kill_after=True):
     """Stop the container and remove everything its run left (cgroups, staged nodes, rootfs

@@ -13,29 +13,38 @@ its pid namespace, so nothing it starts outlives the call. Exit codes follow lxc
 command's own, 127 when it cannot be found, 126 when it cannot be executed, 128+N on signal N.
 The pct double imports this module and calls enter() directly.
 """
+
 import ctypes
+import grp
 import os
 import pwd
-import grp
 import signal
 import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import pvelxc as L  # noqa: E402
 import ctsystemd as SD  # noqa: E402
+import pvelxc as L  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-STD_DEVS = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9),
-            ("tty", 5, 0))
+STD_DEVS = (
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+)
 
 
 def _mknod(path, kind, major, minor, mode, uid=0, gid=0):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if os.path.lexists(path):
         os.unlink(path)
-    os.mknod(path, (stat.S_IFCHR if kind == "c" else stat.S_IFBLK) | 0o600, os.makedev(major, minor))
+    os.mknod(
+        path, (stat.S_IFCHR if kind == "c" else stat.S_IFBLK) | 0o600, os.makedev(major, minor)
+    )
     os.chmod(path, mode)
     if uid or gid:
         os.chown(path, uid, gid)
@@ -51,17 +60,34 @@ def _setup(vmid, conf):
         _mknod(f"{R}/dev/{name}", "c", ma, mi, 0o666)
     for d in ("pts", "shm", "mqueue"):
         os.makedirs(f"{R}/dev/{d}", exist_ok=True)
-    L.sys_mount("devpts", R + "/dev/pts", "devpts", L.MS_NOSUID | L.MS_NOEXEC,
-                "newinstance,ptmxmode=0666,mode=0620,gid=5")
+    L.sys_mount(
+        "devpts",
+        R + "/dev/pts",
+        "devpts",
+        L.MS_NOSUID | L.MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620,gid=5",
+    )
     os.symlink("pts/ptmx", R + "/dev/ptmx")
     L.sys_mount("tmpfs", R + "/dev/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{R}/dev/{name}")
     for dev in L.load_devices(vmid):
         dst = R + dev["dst"]
         if dev["kind"] == "mknod":
-            _mknod(dst, dev["type"], dev["major"], dev["minor"], dev["mode"], dev.get("uid", 0), dev.get("gid", 0))
+            _mknod(
+                dst,
+                dev["type"],
+                dev["major"],
+                dev["minor"],
+                dev["mode"],
+                dev.get("uid", 0),
+                dev.get("gid", 0),
+            )
         elif dev["kind"] == "bind":
             if not os.path.exists(dev["src"]):
                 continue
@@ -94,6 +120,7 @@ def _setup(vmid, conf):
         if ro:
             L.sys_mount(None, dst, None, L.MS_BIND | L.MS_REMOUNT | L.MS_RDONLY)
     import socket
+
     socket.sethostname(conf.get("hostname", f"CT{vmid}"))
     os.chroot(R)
 
@@ -113,7 +140,9 @@ def _find(cmd, path):
 
 
 def _lxc_err(vmid, msg):
-    sys.stderr.write(f"lxc-attach: {vmid}: ../src/lxc/attach.c: lxc_attach_run_command: 1841 {msg}\n")
+    sys.stderr.write(
+        f"lxc-attach: {vmid}: ../src/lxc/attach.c: lxc_attach_run_command: 1841 {msg}\n"
+    )
     sys.stderr.flush()
 
 
@@ -138,7 +167,11 @@ def _create_file(path, perms, user, group):
                 raise L.PveError(f"failed to get gid for: {group}") from None
     if perms is not None:
         try:
-            perms = int(perms, 0) if not perms.startswith("0") or perms.startswith("0x") else int(perms, 8)
+            perms = (
+                int(perms, 0)
+                if not perms.startswith("0") or perms.startswith("0x")
+                else int(perms, 8)
+            )
         except ValueError:
             raise L.PveError(f"invalid mode: '{perms}'") from None
     try:
@@ -174,8 +207,19 @@ def _copy_fd(src, dst):
             mv = mv[n:]
 
 
-def enter(vmid, mode, argv=None, env=None, keep_cwd=True, dest=None, perms=None, user=None, group=None,
-          src_fd=None, dst_fd=None):
+def enter(
+    vmid,
+    mode,
+    argv=None,
+    env=None,
+    keep_cwd=True,
+    dest=None,
+    perms=None,
+    user=None,
+    group=None,
+    src_fd=None,
+    dst_fd=None,
+):
     """Run in container vmid; returns an exit status like lxc-attach (exec) or 0/1 (push/pull).
     mode: 'exec' (argv, env), 'push' (copy src_fd to dest inside), 'pull' (copy dest inside to
     dst_fd)."""
@@ -198,7 +242,9 @@ def enter(vmid, mode, argv=None, env=None, keep_cwd=True, dest=None, perms=None,
             pid2 = os.fork()
             if pid2 == 0:
                 try:
-                    _child(vmid, conf, mode, argv, env, cwd, dest, perms, user, group, src_fd, dst_fd)
+                    _child(
+                        vmid, conf, mode, argv, env, cwd, dest, perms, user, group, src_fd, dst_fd
+                    )
                 except L.PveError as e:
                     sys.stderr.write(f"{e}\n")
                     os._exit(1)

@@ -7,6 +7,7 @@ it started is stopped (processes killed, namespace gone, state removed) when the
 fail. `shared_sim_node` is one default node per test module, for tests that only read or that clean
 up after themselves.
 """
+
 import os
 import shutil
 
@@ -29,8 +30,9 @@ def skip_without_real_systemd():
     """Skip (with the reason) where containers cannot boot real systemd (ct_init="systemd")."""
     _check_host()
     if shutil.which("systemd-nspawn") is None:
-        pytest.skip("real-systemd containers need systemd-nspawn "
-                    "(apt-get install systemd-container)")
+        pytest.skip(
+            "real-systemd containers need systemd-nspawn (apt-get install systemd-container)"
+        )
     if not cgroup_hierarchies():
         pytest.skip("real-systemd containers need cgroup v2 or the hybrid cgroup layout")
 

@@ -163,7 +163,7 @@ class PackageIndex:
             return [event for prefix, event in self._holds if name.startswith(prefix)]
 
     # lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> "PackageIndex":
+    def start(self) -> PackageIndex:
         if self._server is not None:
             return self
         server = _Server((self._host, 0), self._handler_class())
@@ -201,7 +201,7 @@ class PackageIndex:
             if thread is not None:
                 thread.join()
 
-    def __enter__(self) -> "PackageIndex":
+    def __enter__(self) -> PackageIndex:
         return self.start()
 
     def __exit__(self, *exc) -> None:

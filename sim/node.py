@@ -11,6 +11,7 @@ the mount namespace is gone and removes the state directory.
 
 Run by hand:  python -m sim.node up [STATE_DIR]   (prints the inventory env, waits for Ctrl-C)
 """
+
 from __future__ import annotations
 
 import atexit
@@ -46,12 +47,30 @@ PROFILES = {
 # of proxmox/pve-manager and proxmox/pve-container; see docs/real-tools.md). A version takes the
 # pair of the newest pve-manager at or below it. devN entries came with pve-container 5.0.7.
 PVE_CONTAINER_BY_MANAGER = (
-    ("8.0.0", "5.0.3"), ("8.0.4", "5.0.4"), ("8.0.7", "5.0.5"), ("8.1.0", "5.0.8"),
-    ("8.1.7", "5.0.9"), ("8.1.11", "5.0.10"), ("8.2.3", "5.1.10"), ("8.2.4", "5.1.11"),
-    ("8.2.5", "5.2.0"), ("8.2.9", "5.2.1"), ("8.2.10", "5.2.2"), ("8.3.3", "5.2.3"),
-    ("8.3.4", "5.2.4"), ("8.3.6", "5.2.6"), ("9.0.0", "6.0.9"), ("9.0.8", "6.0.10"),
-    ("9.0.9", "6.0.11"), ("9.0.11", "6.0.13"), ("9.0.12", "6.0.14"), ("9.0.16", "6.0.15"),
-    ("9.0.17", "6.0.17"), ("9.0.18", "6.0.18"), ("9.1.5", "6.0.19"), ("9.1.6", "6.1.2"),
+    ("8.0.0", "5.0.3"),
+    ("8.0.4", "5.0.4"),
+    ("8.0.7", "5.0.5"),
+    ("8.1.0", "5.0.8"),
+    ("8.1.7", "5.0.9"),
+    ("8.1.11", "5.0.10"),
+    ("8.2.3", "5.1.10"),
+    ("8.2.4", "5.1.11"),
+    ("8.2.5", "5.2.0"),
+    ("8.2.9", "5.2.1"),
+    ("8.2.10", "5.2.2"),
+    ("8.3.3", "5.2.3"),
+    ("8.3.4", "5.2.4"),
+    ("8.3.6", "5.2.6"),
+    ("9.0.0", "6.0.9"),
+    ("9.0.8", "6.0.10"),
+    ("9.0.9", "6.0.11"),
+    ("9.0.11", "6.0.13"),
+    ("9.0.12", "6.0.14"),
+    ("9.0.16", "6.0.15"),
+    ("9.0.17", "6.0.17"),
+    ("9.0.18", "6.0.18"),
+    ("9.1.5", "6.0.19"),
+    ("9.1.6", "6.1.2"),
 )
 TEMPLATES = {  # by PVE major: (file name in local storage, Debian release of its tree)
     8: ("debian-12-standard_12.7-1_amd64.tar.zst", None),
@@ -85,8 +104,10 @@ def release_pve_container(pve_version: str) -> str:
     >>> [release_pve_container(v) for v in ("8.0.4", "8.1.4", "8.4.1", "9.1.1")]
     ['5.0.4', '5.0.8', '5.2.6', '6.0.18']
     """
+
     def key(v):
         return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
     found = [c for m, c in PVE_CONTAINER_BY_MANAGER if key(m) <= key(pve_version)]
     return found[-1] if found else PVE_CONTAINER_BY_MANAGER[0][1]
 
@@ -97,24 +118,69 @@ def template_text(cfg: dict) -> str:
     if cfg.get("template_release"):
         text += f"lower: {TREES_IN_NODE}/{cfg['template_release']}\n"
     return text
-NODE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-            "USER": "root", "LOGNAME": "root"}
 
-CONFIG_KEYS = ("gpus", "driver_version", "pve_version", "pve_container", "gpu_name",
-               "gpu_memory_mib", "compute_cap", "compute_modes", "uvm_major", "caps_major",
-               "uvm_nodes_at_boot", "template", "driver_loaded", "minor_order", "excluded_gpus",
-               "template_kmod", "apt_mirror", "pct_startup_s", "gsp_firmware", "template_toolchain",
-               "storages", "fabric_state", "fabric_status")
+
+NODE_ENV = {
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "USER": "root",
+    "LOGNAME": "root",
+}
+
+CONFIG_KEYS = (
+    "gpus",
+    "driver_version",
+    "pve_version",
+    "pve_container",
+    "gpu_name",
+    "gpu_memory_mib",
+    "compute_cap",
+    "compute_modes",
+    "uvm_major",
+    "caps_major",
+    "uvm_nodes_at_boot",
+    "template",
+    "driver_loaded",
+    "minor_order",
+    "excluded_gpus",
+    "template_kmod",
+    "apt_mirror",
+    "pct_startup_s",
+    "gsp_firmware",
+    "template_toolchain",
+    "storages",
+    "fabric_state",
+    "fabric_status",
+)
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
-DIGEST_SKIP_NODE = ("var/log/pve-sim", "var/lib/pve-sim", "etc/pve-sim", "var/log/wtmp", "var/log/btmp",
-                    "var/log/lastlog", "var/log/journal", "tmp", "run", "var/lib/pve-sim-systemd/calls.log")
-DIGEST_SKIP_CT = ("tmp", "run", "var/log/wtmp", "var/log/btmp", "var/log/lastlog",
-                  # a booted container's (ct_init="systemd") own state: journal, timer stamps,
-                  # PrivateTmp= dirs of its services ("*": any entry starting so)
-                  "var/log/journal", "var/lib/systemd", "var/tmp/systemd-private-*")
+DIGEST_SKIP_NODE = (
+    "var/log/pve-sim",
+    "var/lib/pve-sim",
+    "etc/pve-sim",
+    "var/log/wtmp",
+    "var/log/btmp",
+    "var/log/lastlog",
+    "var/log/journal",
+    "tmp",
+    "run",
+    "var/lib/pve-sim-systemd/calls.log",
+)
+DIGEST_SKIP_CT = (
+    "tmp",
+    "run",
+    "var/log/wtmp",
+    "var/log/btmp",
+    "var/log/lastlog",
+    # a booted container's (ct_init="systemd") own state: journal, timer stamps,
+    # PrivateTmp= dirs of its services ("*": any entry starting so)
+    "var/log/journal",
+    "var/lib/systemd",
+    "var/tmp/systemd-private-*",
+)
 
-_LIVE: set["SimNode"] = set()
+_LIVE: set[SimNode] = set()
 _LIVE_LOCK = threading.Lock()
 _HANDLERS_INSTALLED = False
 
@@ -240,8 +306,10 @@ def _make_node_cgroups(state: Path, v2_only=False) -> list[Path]:
     if v2_only:
         hierarchies = [h for h in hierarchies if h.name != "systemd"]
     if not hierarchies:
-        raise SimNodeError("ct_init='systemd' needs cgroup v2 or the hybrid layout (name=systemd + "
-                           "unified) mounted under /sys/fs/cgroup")
+        raise SimNodeError(
+            "ct_init='systemd' needs cgroup v2 or the hybrid layout (name=systemd + "
+            "unified) mounted under /sys/fs/cgroup"
+        )
     tag = hashlib.sha256(str(state).encode()).hexdigest()[:8]
     dirs = []
     for h in hierarchies:
@@ -281,14 +349,37 @@ def _remove_cgroups(dirs: list[Path], timeout=10.0) -> list[str]:
 
 
 class SimNode:
-    def __init__(self, state_dir, gpus=8, driver_version="580.95.05", pve_version=None,
-                 pve_container=None, gpu_name="NVIDIA H200", gpu_memory_mib=143771,
-                 compute_cap="9.0", uvm_major=508,
-                 caps_major=511, uvm_nodes_at_boot=True, template=True, driver_loaded=True,
-                 hostname="pve1", minor_order="pci", excluded_gpus=0, template_kmod=True,
-                 apt_mirror=None, gsp_firmware=True, template_toolchain=True,
-                 host="127.0.0.1", profile="pve8", ct_init=None, pct_startup_s=0.0,
-                 cgroup_layout="host", storages=None, fabric_state=None, fabric_status=None):
+    def __init__(
+        self,
+        state_dir,
+        gpus=8,
+        driver_version="580.95.05",
+        pve_version=None,
+        pve_container=None,
+        gpu_name="NVIDIA H200",
+        gpu_memory_mib=143771,
+        compute_cap="9.0",
+        uvm_major=508,
+        caps_major=511,
+        uvm_nodes_at_boot=True,
+        template=True,
+        driver_loaded=True,
+        hostname="pve1",
+        minor_order="pci",
+        excluded_gpus=0,
+        template_kmod=True,
+        apt_mirror=None,
+        gsp_firmware=True,
+        template_toolchain=True,
+        host="127.0.0.1",
+        profile="pve8",
+        ct_init=None,
+        pct_startup_s=0.0,
+        cgroup_layout="host",
+        storages=None,
+        fabric_state=None,
+        fabric_status=None,
+    ):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major); pve_container overrides the pve-container that
         goes with it (release_pve_container; pct's devN and hot-plug follow it). ct_init:
@@ -322,15 +413,24 @@ class SimNode:
             template_release = SYSTEMD_DEFAULT_RELEASE
         self.state = Path(state_dir).resolve()
         self.cfg = {
-            "hostname": hostname, "gpus": int(gpus), "driver_version": driver_version,
+            "hostname": hostname,
+            "gpus": int(gpus),
+            "driver_version": driver_version,
             "pve_version": pve_version,
             "pve_container": pve_container or release_pve_container(pve_version),
-            "gpu_name": gpu_name, "gpu_memory_mib": int(gpu_memory_mib),
-            "compute_cap": compute_cap, "nvidia_major": 195, "uvm_major": int(uvm_major),
-            "caps_major": int(caps_major), "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
-            "template": bool(template), "template_name": template_name,
-            "template_release": template_release, "template_tree": None,
-            "driver_loaded": bool(driver_loaded), "ct_init": ct_init,
+            "gpu_name": gpu_name,
+            "gpu_memory_mib": int(gpu_memory_mib),
+            "compute_cap": compute_cap,
+            "nvidia_major": 195,
+            "uvm_major": int(uvm_major),
+            "caps_major": int(caps_major),
+            "uvm_nodes_at_boot": bool(uvm_nodes_at_boot),
+            "template": bool(template),
+            "template_name": template_name,
+            "template_release": template_release,
+            "template_tree": None,
+            "driver_loaded": bool(driver_loaded),
+            "ct_init": ct_init,
             "cgroup_layout": cgroup_layout,
             # device minors: "pci" (minor = nvidia-smi index) or "reverse" (minor = count-1-index)
             "minor_order": minor_order,
@@ -339,7 +439,8 @@ class SimNode:
             "excluded_gpus": int(excluded_gpus),
             # containers created from now on: kmod in the template or not; the apt mirror URL
             # their sources name (None: no apt source at all; the site is air-gapped)
-            "template_kmod": bool(template_kmod), "apt_mirror": apt_mirror,
+            "template_kmod": bool(template_kmod),
+            "apt_mirror": apt_mirror,
             "pct_startup_s": float(pct_startup_s),
             # the GPUs run GSP firmware (H100/H200 do): /proc's information files say so
             "gsp_firmware": bool(gsp_firmware),
@@ -347,7 +448,9 @@ class SimNode:
             # (the sim's trees have gcc and libpython3-dev so that tests not about the toolchain
             # need no apt mirror) or not, as in Proxmox's real debian-<N>-standard templates
             "template_toolchain": bool(template_toolchain),
-            "storages": storages, "fabric_state": fabric_state, "fabric_status": fabric_status,
+            "storages": storages,
+            "fabric_state": fabric_state,
+            "fabric_status": fabric_status,
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None
@@ -385,15 +488,36 @@ class SimNode:
         return self._proc is not None
 
     def inventory_env(self, ct_id=200) -> dict:
-        return {"PVE_HOST": self.host, "PVE_SSH_PORT": str(self.port), "PVE_SSH_USER": "root",
-                "PVE_SSH_KEY": self.key_path, "PVE_SSH_KNOWN_HOSTS": self.known_hosts_path,
-                "CT_ID": str(ct_id)}
+        return {
+            "PVE_HOST": self.host,
+            "PVE_SSH_PORT": str(self.port),
+            "PVE_SSH_USER": "root",
+            "PVE_SSH_KEY": self.key_path,
+            "PVE_SSH_KNOWN_HOSTS": self.known_hosts_path,
+            "CT_ID": str(ct_id),
+        }
 
     def ssh_argv(self, *command: str) -> list[str]:
         """argv for the real ssh client logging into the node (for tests)."""
-        return ["ssh", "-i", self.key_path, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-                "-o", "LogLevel=ERROR", "-p", str(self.port), f"root@{self.host}", *command]
+        return [
+            "ssh",
+            "-i",
+            self.key_path,
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts_path}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "LogLevel=ERROR",
+            "-p",
+            str(self.port),
+            f"root@{self.host}",
+            *command,
+        ]
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self):
@@ -411,13 +535,20 @@ class SimNode:
             raise SimNodeError("SimNode needs root (mount/pid namespaces, overlayfs, mknod)")
         if self.cfg["template_kmod"] and not os.path.exists("/var/lib/dpkg/info/kmod.list"):
             # containers are overlays of this machine's /: the default template's kmod is ours
-            raise SimNodeError("this machine lacks Debian's kmod, which the simulated "
-                               "containers' template has: apt-get install kmod (.ci/setup does)")
-        if (self.cfg["template_toolchain"] and self.cfg["ct_init"] == "exec"
-                and not os.path.exists("/var/lib/dpkg/info/gcc.list")):
+            raise SimNodeError(
+                "this machine lacks Debian's kmod, which the simulated "
+                "containers' template has: apt-get install kmod (.ci/setup does)"
+            )
+        if (
+            self.cfg["template_toolchain"]
+            and self.cfg["ct_init"] == "exec"
+            and not os.path.exists("/var/lib/dpkg/info/gcc.list")
+        ):
             # exec-model containers are overlays of this machine's /: their gcc is ours
-            raise SimNodeError("this machine lacks gcc, which the simulated containers' template "
-                               "has: apt-get install gcc libpython3-dev (.ci/setup does)")
+            raise SimNodeError(
+                "this machine lacks gcc, which the simulated containers' template "
+                "has: apt-get install gcc libpython3-dev (.ci/setup does)"
+            )
         if self.state.exists() and any(self.state.iterdir()):
             raise SimNodeError(f"state dir {self.state} is not empty")
         _install_handlers()
@@ -434,9 +565,26 @@ class SimNode:
     def _prepare(self):
         ssh = self.state / "ssh"
         ssh.mkdir(parents=True)
-        for name, comment in (("id_ed25519", "pve-sim-client"), ("ssh_host_ed25519_key", "pve-sim-host")):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(ssh / name)],
-                           check=True, stdin=subprocess.DEVNULL)
+        for name, comment in (
+            ("id_ed25519", "pve-sim-client"),
+            ("ssh_host_ed25519_key", "pve-sim-host"),
+        ):
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    comment,
+                    "-f",
+                    str(ssh / name),
+                ],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
         shutil.copyfile(ssh / "id_ed25519.pub", ssh / "authorized_keys")
         self._port = _free_port()
         (ssh / "sshd_config").write_text(f"""\
@@ -464,14 +612,23 @@ LogLevel ERROR
         if self.cfg["template_release"]:
             # Built by .ci/setup (or here, on first use); the node bind-mounts it read-only.
             from sim.rootfs import ensure_tree
+
             self.cfg["template_tree"] = str(ensure_tree(self.cfg["template_release"]))
         hostkey = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
         (ssh / "known_hosts").write_text(f"[{self.host}]:{self._port} {hostkey[0]} {hostkey[1]}\n")
         (self.state / "node.json").write_text(json.dumps(self.cfg, indent=1, sort_keys=True))
 
     def _launch(self, timeout):
-        unshare = ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "--propagation",
-                   "private"]
+        unshare = [
+            "unshare",
+            "--mount",
+            "--pid",
+            "--uts",
+            "--fork",
+            "--kill-child",
+            "--propagation",
+            "private",
+        ]
         preexec = _pdeathsig
         if self.cfg["ct_init"] == "systemd":
             # The node gets its own cgroup directories and a cgroup namespace rooted there: its
@@ -484,17 +641,25 @@ LogLevel ERROR
             def preexec():
                 _pdeathsig()
                 _join_cgroups(cgroups)
+
         with open(self.state / "node.log", "ab") as log:  # the child keeps its own copy
             self._proc = subprocess.Popen(
                 [*unshare, PYTHON, str(NODEINIT), str(self.state)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                preexec_fn=preexec, close_fds=True)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=preexec,
+                close_fds=True,
+            )
         deadline = time.monotonic() + timeout
         ready = self.upper / "var/lib/pve-sim/ready"
         pidfile = self.state / "nodeinit.pid"
         while True:
             if self._proc.poll() is not None:
-                raise SimNodeError(f"node init exited with {self._proc.returncode}:\n{self.log_tail()}")
+                raise SimNodeError(
+                    f"node init exited with {self._proc.returncode}:\n{self.log_tail()}"
+                )
             if self._pid is None and pidfile.exists() and pidfile.read_text().strip():
                 self._pid = int(pidfile.read_text())
                 try:
@@ -514,11 +679,18 @@ LogLevel ERROR
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SimNodeError(f"sshd not listening on {self._port}:\n{self.log_tail()}") from None
+                    raise SimNodeError(
+                        f"sshd not listening on {self._port}:\n{self.log_tail()}"
+                    ) from None
                 time.sleep(0.05)
         while True:
-            r = subprocess.run(self.ssh_argv("true"), capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                               timeout=30)
+            r = subprocess.run(
+                self.ssh_argv("true"),
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+            )
             if r.returncode == 0:
                 break
             if time.monotonic() > deadline:
@@ -527,7 +699,9 @@ LogLevel ERROR
 
     def log_tail(self, n=40) -> str:
         try:
-            return "\n".join((self.state / "node.log").read_text(errors="replace").splitlines()[-n:])
+            return "\n".join(
+                (self.state / "node.log").read_text(errors="replace").splitlines()[-n:]
+            )
         except OSError:
             return ""
 
@@ -565,8 +739,10 @@ LogLevel ERROR
                                     except ProcessLookupError:
                                         pass
                             if time.monotonic() > deadline + 5:
-                                errors.append("processes still in the node's mount namespace: "
-                                              f"{_describe(holders)}")
+                                errors.append(
+                                    "processes still in the node's mount namespace: "
+                                    f"{_describe(holders)}"
+                                )
                                 break
                         time.sleep(0.05)
             for p in list(self._spawned.values()):
@@ -597,15 +773,23 @@ LogLevel ERROR
         cgroup = ["-C"] if self.cfg["ct_init"] == "systemd" else []
         return ["nsenter", "-t", str(self._pid), "-m", "-p", "-u", *cgroup, "-r", "-w", "--"]
 
-    def run(self, argv, input=None, check=False, timeout=120, env=None) -> subprocess.CompletedProcess:
+    def run(
+        self, argv, input=None, check=False, timeout=120, env=None
+    ) -> subprocess.CompletedProcess:
         """Run argv on the node (its namespaces and root; not through ssh; no pct log entry unless
         argv is pct itself). Text in/out unless input is bytes."""
         text = not isinstance(input, bytes)
         e = dict(NODE_ENV)
         if env:
             e.update(env)
-        r = subprocess.run(self._nsenter() + [str(a) for a in argv], input=input, capture_output=True,
-                           text=text, env=e, timeout=timeout)
+        r = subprocess.run(
+            self._nsenter() + [str(a) for a in argv],
+            input=input,
+            capture_output=True,
+            text=text,
+            env=e,
+            timeout=timeout,
+        )
         if check and r.returncode != 0:
             raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
         return r
@@ -613,9 +797,21 @@ LogLevel ERROR
     def ct_run(self, vmid, argv, input=None, check=False, timeout=120, keep_env=False):
         """Run argv inside container vmid through the same path as `pct exec`, without a pct.log
         entry."""
-        return self.run([PYTHON, "/usr/lib/pve-sim/enter.py", "exec", str(vmid),
-                         "--keep-env", "1" if keep_env else "0", "--", *argv],
-                        input=input, check=check, timeout=timeout)
+        return self.run(
+            [
+                PYTHON,
+                "/usr/lib/pve-sim/enter.py",
+                "exec",
+                str(vmid),
+                "--keep-env",
+                "1" if keep_env else "0",
+                "--",
+                *argv,
+            ],
+            input=input,
+            check=check,
+            timeout=timeout,
+        )
 
     def read(self, path: str) -> str:
         return self.run(["cat", path], check=True).stdout
@@ -626,9 +822,16 @@ LogLevel ERROR
         it uses, ``context_mib`` each, while it lives), ``meet_node_query=True`` (the node's
         ``nvidia-smi --query-compute-apps`` waits for such a context and the process, at exit,
         until it was listed), ``compile_race``. No options: the defaults again."""
-        self.run(["sh", "-c", "cat > /var/lib/pve-sim/gpu/torch.json.tmp && "
-                              "mv /var/lib/pve-sim/gpu/torch.json.tmp /var/lib/pve-sim/gpu/torch.json"],
-                 input=json.dumps(options), check=True)
+        self.run(
+            [
+                "sh",
+                "-c",
+                "cat > /var/lib/pve-sim/gpu/torch.json.tmp && "
+                "mv /var/lib/pve-sim/gpu/torch.json.tmp /var/lib/pve-sim/gpu/torch.json",
+            ],
+            input=json.dumps(options),
+            check=True,
+        )
 
     def configure(self, **changes):
         """Live-change the node: GPU count/name/memory, driver version, majors, uvm nodes, driver
@@ -639,9 +842,16 @@ LogLevel ERROR
         self.cfg.update(changes)
         for k in ("gpus", "gpu_memory_mib", "uvm_major", "caps_major"):
             self.cfg[k] = int(self.cfg[k])
-        self.run(["sh", "-c", "cat > /var/lib/pve-sim/gpu/node.json.tmp && "
-                              "mv /var/lib/pve-sim/gpu/node.json.tmp /var/lib/pve-sim/gpu/node.json"],
-                 input=json.dumps(self.cfg, indent=1, sort_keys=True), check=True)
+        self.run(
+            [
+                "sh",
+                "-c",
+                "cat > /var/lib/pve-sim/gpu/node.json.tmp && "
+                "mv /var/lib/pve-sim/gpu/node.json.tmp /var/lib/pve-sim/gpu/node.json",
+            ],
+            input=json.dumps(self.cfg, indent=1, sort_keys=True),
+            check=True,
+        )
         args = ["apply"]
         if changes.get("uvm_nodes_at_boot") is True:
             args.append("--boot")
@@ -649,8 +859,11 @@ LogLevel ERROR
         tpl = f"/var/lib/vz/template/cache/{self.cfg['template_name']}"
         if "template" in changes:
             if changes["template"]:
-                self.run(["sh", "-c", f"mkdir -p /var/lib/vz/template/cache && cat > {tpl}"],
-                         input=template_text(self.cfg), check=True)
+                self.run(
+                    ["sh", "-c", f"mkdir -p /var/lib/vz/template/cache && cat > {tpl}"],
+                    input=template_text(self.cfg),
+                    check=True,
+                )
             else:
                 self.run(["rm", "-f", tpl], check=True)
 
@@ -696,21 +909,45 @@ LogLevel ERROR
     def fail_device_hotplug(self, *paths: str) -> None:
         """Make pct's devN hot-plug (pve-container >= 6.0.4) of these device paths fail, as a
         failing move_mount would (the sim cannot make a real one fail); none: all succeed again."""
-        self.run(["sh", "-c", "cat > /var/lib/pve-sim/hotplug-fail"],
-                 input="".join(p + "\n" for p in paths), check=True)
+        self.run(
+            ["sh", "-c", "cat > /var/lib/pve-sim/hotplug-fail"],
+            input="".join(p + "\n" for p in paths),
+            check=True,
+        )
 
     # ------------------------------------------------------------------ GPU processes
-    def spawn_gpu_process(self, gpu_index: int, cmdline: list[str], used_mib: int, name: str | None = None,
-                          cgroup: str | None = None) -> int:
+    def spawn_gpu_process(
+        self,
+        gpu_index: int,
+        cmdline: list[str],
+        used_mib: int,
+        name: str | None = None,
+        cgroup: str | None = None,
+    ) -> int:
         """Start a sleeping process on the node whose /proc/<pid>/cmdline is cmdline and register it
         as a compute process on GPU gpu_index using used_mib. Returns its pid as the node sees it.
         cgroup: what the node's /proc/<pid>/cgroup reads, e.g. the process of a container's unit:
         "0::/lxc/200/ns/system.slice/dflash-train.service" (PVE's LXC layout)."""
         name = name or cmdline[0]
         opt = [f"--cgroup={cgroup}"] if cgroup is not None else []
-        p = subprocess.Popen(self._nsenter() + [PYTHON, "/usr/lib/pve-sim/simctl.py", "spawn", str(gpu_index),
-                                                str(used_mib), name, *opt, "--", *cmdline],
-                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=NODE_ENV, text=True)
+        p = subprocess.Popen(
+            self._nsenter()
+            + [
+                PYTHON,
+                "/usr/lib/pve-sim/simctl.py",
+                "spawn",
+                str(gpu_index),
+                str(used_mib),
+                name,
+                *opt,
+                "--",
+                *cmdline,
+            ],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=NODE_ENV,
+            text=True,
+        )
         line = p.stdout.readline().strip()
         p.stdout.close()
         if not line.isdigit():
@@ -724,14 +961,24 @@ LogLevel ERROR
         """Register a running process of the node (e.g. a container's trainer, by its node pid:
         see node_pid) as a compute process on GPU gpu_index using used_mib; nvidia-smi lists it
         while /proc/<pid> exists, with its real cmdline and cgroup."""
-        self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "register", str(pid), str(gpu_index),
-                  str(used_mib)], check=True)
+        self.run(
+            [
+                PYTHON,
+                "/usr/lib/pve-sim/simctl.py",
+                "register",
+                str(pid),
+                str(gpu_index),
+                str(used_mib),
+            ],
+            check=True,
+        )
 
     def node_pid(self, vmid: int, ct_pid: int) -> int:
         """The pid the node sees for process ct_pid of a running real-systemd container (the
         NSpid line of /proc/<pid>/status in the container's pid namespace)."""
-        out = self.run([PYTHON, "/usr/lib/pve-sim/simctl.py", "node-pid", str(vmid),
-                        str(ct_pid)], check=True).stdout.strip()
+        out = self.run(
+            [PYTHON, "/usr/lib/pve-sim/simctl.py", "node-pid", str(vmid), str(ct_pid)], check=True
+        ).stdout.strip()
         return int(out)
 
     def kill_gpu_process(self, pid: int):
@@ -744,8 +991,10 @@ LogLevel ERROR
 
 def _skipped(rel: str, skip: tuple) -> bool:
     """rel is a skip entry, below one, or starts like one that ends in "*"."""
-    return any(rel == s or rel.startswith(s + "/") or (s.endswith("*") and rel.startswith(s[:-1]))
-               for s in skip)
+    return any(
+        rel == s or rel.startswith(s + "/") or (s.endswith("*") and rel.startswith(s[:-1]))
+        for s in skip
+    )
 
 
 def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
@@ -775,8 +1024,11 @@ def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):
             if stat.S_ISLNK(st.st_mode):
                 out[f"{prefix}/{rel}"] = "link:" + os.readlink(full)
             elif stat.S_ISCHR(st.st_mode):
-                out[f"{prefix}/{rel}"] = "whiteout" if st.st_rdev == 0 else \
-                    f"chr:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+                out[f"{prefix}/{rel}"] = (
+                    "whiteout"
+                    if st.st_rdev == 0
+                    else f"chr:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+                )
             elif stat.S_ISREG(st.st_mode):
                 h = hashlib.sha256()
                 with open(full, "rb") as fh:
@@ -802,8 +1054,14 @@ def main(argv=None):
     up.add_argument("--pve-container", default=None)
     a = ap.parse_args(argv)
     state = a.state or tempfile.mkdtemp(prefix="pve-sim-")
-    with SimNode(state, gpus=a.gpus, driver_version=a.driver_version, pve_version=a.pve_version,
-                 pve_container=a.pve_container, profile=a.profile) as node:
+    with SimNode(
+        state,
+        gpus=a.gpus,
+        driver_version=a.driver_version,
+        pve_version=a.pve_version,
+        pve_container=a.pve_container,
+        profile=a.profile,
+    ) as node:
         for k, v in node.inventory_env().items():
             print(f"export {k}={v}")
         print(f"# ssh: {' '.join(node.ssh_argv())}", flush=True)

@@ -9,6 +9,7 @@ creates the NVIDIA device nodes and /proc views, then runs Debian's sshd on 127.
 children until sshd exits or SIGTERM arrives. Everything the node writes lands in
 <state>/node/upper; the real `/` is never modified.
 """
+
 import json
 import os
 import shutil
@@ -50,8 +51,10 @@ def mount_cgroups(target, v2_only=False):
         mount("cgroup2", target, "cgroup2", "nosuid,nodev,noexec")
         return
     mount("tmpfs", target, "tmpfs", "mode=755,size=64k")
-    for name, fstype, opts in (("systemd", "cgroup", "none,name=systemd,nosuid,nodev,noexec"),
-                               ("unified", "cgroup2", "nosuid,nodev,noexec")):
+    for name, fstype, opts in (
+        ("systemd", "cgroup", "none,name=systemd,nosuid,nodev,noexec"),
+        ("unified", "cgroup2", "nosuid,nodev,noexec"),
+    ):
         os.makedirs(os.path.join(target, name))
         mount("cgroup", os.path.join(target, name), fstype, opts)
 
@@ -98,8 +101,12 @@ def main():
         mount_cgroups(R("/sys/fs/cgroup"), cfg.get("cgroup_layout") == "v2")
     mount("tmpfs", R("/dev"), "tmpfs", "mode=755,size=16m")
     for name, major, minor, mode in (
-        ("null", 1, 3, 0o666), ("zero", 1, 5, 0o666), ("full", 1, 7, 0o666),
-        ("random", 1, 8, 0o666), ("urandom", 1, 9, 0o666), ("tty", 5, 0, 0o666),
+        ("null", 1, 3, 0o666),
+        ("zero", 1, 5, 0o666),
+        ("full", 1, 7, 0o666),
+        ("random", 1, 8, 0o666),
+        ("urandom", 1, 9, 0o666),
+        ("tty", 5, 0, 0o666),
     ):
         p = R("/dev/" + name)
         os.mknod(p, 0o600 | 0o020000, os.makedev(major, minor))
@@ -110,8 +117,12 @@ def main():
     mount("devpts", R("/dev/pts"), "devpts", "newinstance,ptmxmode=0666,mode=620,gid=5")
     os.symlink("pts/ptmx", R("/dev/ptmx"))
     mount("tmpfs", R("/dev/shm"), "tmpfs", "mode=1777")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, R("/dev/" + name))
     mount("tmpfs", R("/tmp"), "tmpfs", "mode=1777")
     mount("tmpfs", R("/run"), "tmpfs", "mode=755")
@@ -150,12 +161,21 @@ def main():
     sh("umount", "-l", ".")
     os.chdir("/")
     os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                       "HOME": "/root", "LANG": "C.UTF-8"})
-    subprocess.run(["/usr/bin/python3", "/usr/lib/pve-sim/simctl.py", "apply", "--boot"], check=True)
+    os.environ.update(
+        {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+        }
+    )
+    subprocess.run(
+        ["/usr/bin/python3", "/usr/lib/pve-sim/simctl.py", "apply", "--boot"], check=True
+    )
 
-    sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/pve-sim/ssh/sshd_config"],
-                            stdin=subprocess.DEVNULL)
+    sshd = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/pve-sim/ssh/sshd_config"],
+        stdin=subprocess.DEVNULL,
+    )
     with open(os.path.join("/var/lib/pve-sim", "ready"), "w") as f:
         f.write(str(sshd.pid))
 
@@ -201,8 +221,11 @@ def install(state, root, cfg):
     for name in ("nvidia-smi", "nvidia-installer.run"):
         put(os.path.join(D, name), "/usr/lib/pve-sim/doubles/" + name)
     for name in ("query-gpu-fields.txt", "query-compute-apps-fields.txt"):  # nvidia-smi's own
-        put(os.path.join(HERE, "nvidia-smi-fields", name),
-            "/usr/lib/pve-sim/nvidia-smi-fields/" + name, 0o644)
+        put(
+            os.path.join(HERE, "nvidia-smi-fields", name),
+            "/usr/lib/pve-sim/nvidia-smi-fields/" + name,
+            0o644,
+        )
     put(os.path.join(HERE, "enter.py"), "/usr/lib/pve-sim/enter.py", 0o644)
     put(os.path.join(HERE, "simctl.py"), "/usr/lib/pve-sim/simctl.py", 0o644)
     put(os.path.join(HERE, "pvelxc.py"), "/usr/lib/pve-sim/pvelxc.py", 0o644)
@@ -227,13 +250,19 @@ def install(state, root, cfg):
         os.makedirs(tdir, exist_ok=True)
         sys.path.insert(0, os.path.dirname(HERE))
         from sim.node import template_text
+
         with open(os.path.join(tdir, cfg["template_name"]), "w") as f:
             f.write(template_text(cfg))
 
     # ssh: our own host key, config and authorized key (copied from the state dir).
     sshdir = R("/etc/pve-sim/ssh")
     os.makedirs(sshdir, exist_ok=True)
-    for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "sshd_config", "authorized_keys"):
+    for name in (
+        "ssh_host_ed25519_key",
+        "ssh_host_ed25519_key.pub",
+        "sshd_config",
+        "authorized_keys",
+    ):
         shutil.copyfile(os.path.join(state, "ssh", name), os.path.join(sshdir, name))
     os.chmod(os.path.join(sshdir, "ssh_host_ed25519_key"), 0o600)
 

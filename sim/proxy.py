@@ -85,8 +85,9 @@ class ConnectProxy:
             target = first[1]
             host, _, port = target.rpartition(":")
             self.targets.append(target)
-            upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=10,
-                                                source_address=(self.source, 0))
+            upstream = socket.create_connection(
+                (host.strip("[]"), int(port)), timeout=10, source_address=(self.source, 0)
+            )
             self._track(upstream)
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             rest = head.split(b"\r\n\r\n", 1)[1]

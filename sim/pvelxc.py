@@ -3,6 +3,7 @@
 Container config files in the real format (/etc/pve/lxc/<vmid>.conf, i.e.
 /etc/pve/nodes/<node>/lxc/<vmid>.conf), locks, container state and the device list a start records.
 """
+
 import contextlib
 import ctypes
 import fcntl
@@ -33,8 +34,13 @@ class PveError(Exception):
 
 
 def sys_mount(src, dst, fstype=None, flags=0, data=None):
-    r = _libc.mount(src.encode() if src else None, dst.encode(), fstype.encode() if fstype else None,
-                    ctypes.c_ulong(flags), data.encode() if data else None)
+    r = _libc.mount(
+        src.encode() if src else None,
+        dst.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
     if r != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {src} -> {dst} ({fstype}, {data}): {os.strerror(e)}")
@@ -73,12 +79,26 @@ def pve_container():
 # iso,vztmpl,backup) and `local-lvm` (lvmthin: rootdir,images); a ZFS install has `local-zfs`
 # (zfspool: rootdir,images) instead. Sizes in KiB (pvesm status prints KiB).
 DEFAULT_STORAGES = [
-    {"name": "local", "type": "dir", "content": ["iso", "vztmpl", "backup"],
-     "total_kib": 98497780, "used_kib": 12582912, "avail_kib": 80862004, "enabled": True,
-     "active": True},
-    {"name": "local-lvm", "type": "lvmthin", "content": ["rootdir", "images"],
-     "total_kib": 1793064960, "used_kib": 10485760, "avail_kib": 1782579200, "enabled": True,
-     "active": True},
+    {
+        "name": "local",
+        "type": "dir",
+        "content": ["iso", "vztmpl", "backup"],
+        "total_kib": 98497780,
+        "used_kib": 12582912,
+        "avail_kib": 80862004,
+        "enabled": True,
+        "active": True,
+    },
+    {
+        "name": "local-lvm",
+        "type": "lvmthin",
+        "content": ["rootdir", "images"],
+        "total_kib": 1793064960,
+        "used_kib": 10485760,
+        "avail_kib": 1782579200,
+        "enabled": True,
+        "active": True,
+    },
 ]
 
 
@@ -97,6 +117,7 @@ def version_tuple(v):
 
 
 # ----------------------------------------------------------------------------- config
+
 
 class Config:
     """A container config: main section, raw lxc.* entries, description, pending and snapshots."""
@@ -191,7 +212,9 @@ def load(vmid):
         with open(conf_path(vmid)) as f:
             return Config.parse(f.read())
     except FileNotFoundError:
-        raise PveError(f"Configuration file 'nodes/{NODE}/lxc/{vmid}.conf' does not exist") from None
+        raise PveError(
+            f"Configuration file 'nodes/{NODE}/lxc/{vmid}.conf' does not exist"
+        ) from None
 
 
 def write(vmid, cfg):
@@ -220,11 +243,12 @@ def parse_propstring(value, default_key):
         elif i == 0:
             out[default_key] = part.strip()
         else:
-            raise ValueError(f"value without key, but schema does not define a default key")
+            raise ValueError("value without key, but schema does not define a default key")
     return out
 
 
 # ----------------------------------------------------------------------------- container state
+
 
 def ct_dir(vmid):
     return f"{CT_ROOT}/{vmid}"
@@ -284,7 +308,9 @@ def ensure_rootfs(vmid, run_tmpfs=True):
         return r
     for sub in ("upper", "work", "rootfs"):
         os.makedirs(f"{d}/{sub}", exist_ok=True)
-    sys_mount("overlay", r, "overlay", 0, f"lowerdir={lower(vmid)},upperdir={d}/upper,workdir={d}/work")
+    sys_mount(
+        "overlay", r, "overlay", 0, f"lowerdir={lower(vmid)},upperdir={d}/upper,workdir={d}/work"
+    )
     if not run_tmpfs:
         return r
     os.makedirs(r + "/run", exist_ok=True)
@@ -302,6 +328,7 @@ def release_rootfs(vmid):
 
 
 # ----------------------------------------------------------------------------- devices
+
 
 def cgroup_allows(rules, kind, major, minor):
     """lxc.cgroup2.devices.allow rules: 'a', 'c 195:* rwm', 'c *:* rwm', 'c 195:0 rw'."""
@@ -344,9 +371,18 @@ def compute_devices(conf, lxc):
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
             raise PveError(f"{path} is not a device")
         mode = int(d["mode"], 8) if "mode" in d else stat.S_IMODE(st.st_mode)
-        out.append({"kind": "mknod", "dst": path, "type": "c" if stat.S_ISCHR(st.st_mode) else "b",
-                    "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev), "mode": mode,
-                    "uid": int(d.get("uid", 0)), "gid": int(d.get("gid", 0))})
+        out.append(
+            {
+                "kind": "mknod",
+                "dst": path,
+                "type": "c" if stat.S_ISCHR(st.st_mode) else "b",
+                "major": os.major(st.st_rdev),
+                "minor": os.minor(st.st_rdev),
+                "mode": mode,
+                "uid": int(d.get("uid", 0)),
+                "gid": int(d.get("gid", 0)),
+            }
+        )
     rules = [v for k, v in lxc if k in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")]
     for k, v in lxc:
         if k != "lxc.mount.entry":
@@ -364,14 +400,23 @@ def compute_devices(conf, lxc):
         except OSError:
             if "optional" in optl:
                 continue
-            raise PveError(f"Failed to mount \"{src}\" onto \"{dst}\"") from None
+            raise PveError(f'Failed to mount "{src}" onto "{dst}"') from None
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
             t = "c" if stat.S_ISCHR(st.st_mode) else "b"
             if not cgroup_allows(rules, t, os.major(st.st_rdev), os.minor(st.st_rdev)):
                 continue
-            out.append({"kind": "mknod", "dst": dst, "type": t, "major": os.major(st.st_rdev),
-                        "minor": os.minor(st.st_rdev), "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid,
-                        "gid": st.st_gid})
+            out.append(
+                {
+                    "kind": "mknod",
+                    "dst": dst,
+                    "type": t,
+                    "major": os.major(st.st_rdev),
+                    "minor": os.minor(st.st_rdev),
+                    "mode": stat.S_IMODE(st.st_mode),
+                    "uid": st.st_uid,
+                    "gid": st.st_gid,
+                }
+            )
         elif stat.S_ISDIR(st.st_mode):
             out.append({"kind": "bind", "src": src, "dst": dst, "dir": True, "ro": "ro" in optl})
         else:
@@ -412,6 +457,7 @@ def mountpoints(conf):
 
 
 # ----------------------------------------------------------------------------- dpkg of a tree
+
 
 def stanza_package(stanza):
     m = re.match(r"Package: (\S+)", stanza.lstrip("\n"))

@@ -35,16 +35,34 @@ from pathlib import Path
 
 DEFAULT_CACHE = Path("~/.cache/pvegpu-sim/rootfs")
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "ca-certificates",
-            "kmod", "gcc", "libpython3-dev")
-TRIM = ("var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info",
-        "usr/share/locale", "var/cache/apt/archives", "var/cache/debconf/templates.dat-old",
-        "var/log/bootstrap.log")
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "python3-venv",
+    "ca-certificates",
+    "kmod",
+    "gcc",
+    "libpython3-dev",
+)
+TRIM = (
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "var/cache/apt/archives",
+    "var/cache/debconf/templates.dat-old",
+    "var/log/bootstrap.log",
+)
 # Bump when the build steps change in a way the fields above do not show.
 BUILDER_VERSION = 1
 # The Debian release of each Proxmox template the sim offers, and its system Python.
-RELEASES = {"bookworm": {"debian": "12", "python": "3.11"},
-            "trixie": {"debian": "13", "python": "3.13"}}
+RELEASES = {
+    "bookworm": {"debian": "12", "python": "3.11"},
+    "trixie": {"debian": "13", "python": "3.13"},
+}
 
 
 class RootfsError(RuntimeError):
@@ -59,9 +77,13 @@ def recipe(release: str) -> dict:
     """
     if release not in RELEASES:
         raise RootfsError(f"unknown release {release!r}: use one of {', '.join(RELEASES)}")
-    return {"release": release, "mirror": MIRROR, "trim": list(TRIM), "builder": BUILDER_VERSION,
-            "command": ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                        release]}
+    return {
+        "release": release,
+        "mirror": MIRROR,
+        "trim": list(TRIM),
+        "builder": BUILDER_VERSION,
+        "command": ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", release],
+    }
 
 
 def recipe_key(release: str) -> str:
@@ -93,8 +115,9 @@ def ensure_tree(release: str, log=sys.stderr) -> Path:
     if found:
         return found
     if shutil.which("debootstrap") is None:
-        raise RootfsError("debootstrap is not installed: run `bash .ci/setup` (apt-get install "
-                          "debootstrap)")
+        raise RootfsError(
+            "debootstrap is not installed: run `bash .ci/setup` (apt-get install debootstrap)"
+        )
     if os.geteuid() != 0:
         raise RootfsError("building a Debian tree needs root (debootstrap)")
     entry = tree_path(release).parent
@@ -148,7 +171,7 @@ def python_version(tree: Path) -> str | None:
     except OSError:
         return None
     name = target.rsplit("/", 1)[-1]
-    return name[len("python"):] if name.startswith("python3.") else None
+    return name[len("python") :] if name.startswith("python3.") else None
 
 
 def main(argv=None) -> int:
@@ -163,8 +186,11 @@ def main(argv=None) -> int:
         print(f"sim.rootfs: {e}", file=sys.stderr)
         return 1
     if tree is None:
-        print(f"sim.rootfs: no {release} tree built for the current recipe "
-              f"({tree_path(release)}): run `python -m sim.rootfs build {release}`", file=sys.stderr)
+        print(
+            f"sim.rootfs: no {release} tree built for the current recipe "
+            f"({tree_path(release)}): run `python -m sim.rootfs build {release}`",
+            file=sys.stderr,
+        )
         return 1
     print(tree)
     return 0

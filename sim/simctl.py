@@ -12,6 +12,7 @@
 
 Only the sim uses this; product code never calls it.
 """
+
 import ctypes
 import fcntl
 import json
@@ -68,15 +69,17 @@ def excluded_list(cfg):
     nvidia-smi row (NVML counts them apart: nvmlGetExcludedDeviceCount)."""
     out = []
     for j in range(int(cfg.get("excluded_gpus", 0))):
-        h = "%08x" % (0x5a1ee000 + j)
-        out.append({
-            "index": None,
-            "minor": kernel_minor(cfg, j),
-            "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0c0ffeee0000 + j:012x}",
-            "pci_bus_id": f"00000000:{EXCLUDED_BUS + j:02X}:00.0",
-            "name": cfg["gpu_name"],
-            "excluded": True,
-        })
+        h = "%08x" % (0x5A1EE000 + j)
+        out.append(
+            {
+                "index": None,
+                "minor": kernel_minor(cfg, j),
+                "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0C0FFEEE0000 + j:012x}",
+                "pci_bus_id": f"00000000:{EXCLUDED_BUS + j:02X}:00.0",
+                "name": cfg["gpu_name"],
+                "excluded": True,
+            }
+        )
     return out
 
 
@@ -84,16 +87,18 @@ def gpu_list(cfg):
     out = []
     for i in range(int(cfg["gpus"])):
         bus = BUSES[i] if i < len(BUSES) else 0xE0 + i
-        h = "%08x" % (0x5a1e0000 + i * 0x1111)
-        out.append({
-            "index": i,
-            "minor": gpu_minor(cfg, i),
-            "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0c0ffee00000 + i:012x}",
-            "pci_bus_id": f"00000000:{bus:02X}:00.0",
-            "name": cfg["gpu_name"],
-            "memory_total_mib": int(cfg["gpu_memory_mib"]),
-            "compute_cap": cfg["compute_cap"],
-        })
+        h = "%08x" % (0x5A1E0000 + i * 0x1111)
+        out.append(
+            {
+                "index": i,
+                "minor": gpu_minor(cfg, i),
+                "uuid": f"GPU-{h}-5157-4e4f-9d1a-{0x0C0FFEE00000 + i:012x}",
+                "pci_bus_id": f"00000000:{bus:02X}:00.0",
+                "name": cfg["gpu_name"],
+                "memory_total_mib": int(cfg["gpu_memory_mib"]),
+                "compute_cap": cfg["compute_cap"],
+            }
+        )
     return out
 
 
@@ -118,17 +123,19 @@ def gpu_information(g, bus, driver, gsp_firmware=True):
     (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info);
     the `GPU Firmware:` line: firmware_line.
     """
-    return (f"Model: \t\t {g['name']}\n"
-            f"IRQ:   \t\t {200 + g['minor']}\n"
-            f"GPU UUID: \t {g['uuid']}\n"
-            "Video BIOS: \t 96.00.a5.00.01\n"
-            "Bus Type: \t PCIe\n"
-            "DMA Size: \t 52 bits\n"
-            "DMA Mask: \t 0xfffffffffffff\n"
-            f"Bus Location: \t {bus}\n"
-            f"Device Minor: \t {g['minor']}\n"
-            + firmware_line(driver, gsp_firmware) +
-            f"GPU Excluded:\t {'Yes' if g.get('excluded') else 'No'}\n")
+    return (
+        f"Model: \t\t {g['name']}\n"
+        f"IRQ:   \t\t {200 + g['minor']}\n"
+        f"GPU UUID: \t {g['uuid']}\n"
+        "Video BIOS: \t 96.00.a5.00.01\n"
+        "Bus Type: \t PCIe\n"
+        "DMA Size: \t 52 bits\n"
+        "DMA Mask: \t 0xfffffffffffff\n"
+        f"Bus Location: \t {bus}\n"
+        f"Device Minor: \t {g['minor']}\n"
+        + firmware_line(driver, gsp_firmware)
+        + f"GPU Excluded:\t {'Yes' if g.get('excluded') else 'No'}\n"
+    )
 
 
 def load_cfg():
@@ -225,17 +232,21 @@ def apply(boot=False):
     pdn = "/proc/driver/nvidia"
     if loaded:
         ver = cfg["driver_version"]
-        _write(pdn + "/version",
-               f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  Tue Sep 23 10:14:39 UTC 2025\n"
-               "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n")
+        _write(
+            pdn + "/version",
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  Tue Sep 23 10:14:39 UTC 2025\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n",
+        )
         want = {g["pci_bus_id"][4:].lower(): g for g in gpus + excluded_list(cfg)}
         os.makedirs(pdn + "/gpus", exist_ok=True)
         for d in os.listdir(pdn + "/gpus"):
             if d not in want:
                 shutil.rmtree(pdn + "/gpus/" + d)
         for bus, g in want.items():
-            _write(f"{pdn}/gpus/{bus}/information",
-                   gpu_information(g, bus, ver, cfg.get("gsp_firmware", True)))
+            _write(
+                f"{pdn}/gpus/{bus}/information",
+                gpu_information(g, bus, ver, cfg.get("gsp_firmware", True)),
+            )
         os.makedirs(pdn + "/sim", exist_ok=True)
         if not _mounted(pdn + "/sim"):
             os.system(f"mount --bind {GPU_DIR} {pdn}/sim")
@@ -248,7 +259,11 @@ def apply(boot=False):
     ver = cfg["driver_version"]
     install_userspace("/", ver)
     for name in os.listdir("/root"):
-        if name.startswith("NVIDIA-Linux-x86_64-") and name.endswith(".run") and name != f"NVIDIA-Linux-x86_64-{ver}.run":
+        if (
+            name.startswith("NVIDIA-Linux-x86_64-")
+            and name.endswith(".run")
+            and name != f"NVIDIA-Linux-x86_64-{ver}.run"
+        ):
             _rm("/root/" + name)
     run = f"/root/NVIDIA-Linux-x86_64-{ver}.run"
     src = _read(DOUBLES + "/nvidia-installer.run").replace("@VERSION@", ver)
@@ -275,8 +290,11 @@ def install_userspace(root, ver):
     lib = os.path.join(root, LIBDIR.lstrip("/"))
     os.makedirs(lib, exist_ok=True)
     for name in os.listdir(lib):
-        if (name.startswith("libcuda.so.") or name.startswith("libnvidia-ml.so.")) and not name.endswith(ver) \
-                and name not in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        if (
+            (name.startswith("libcuda.so.") or name.startswith("libnvidia-ml.so."))
+            and not name.endswith(ver)
+            and name not in ("libcuda.so.1", "libnvidia-ml.so.1")
+        ):
             _rm(os.path.join(lib, name))
     for base in ("libcuda.so", "libnvidia-ml.so"):
         p = os.path.join(lib, f"{base}.{ver}")
@@ -339,18 +357,44 @@ def spawn(argv):
     libc.sbrk.restype = ctypes.c_void_p
 
     class MMMap(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint64) for n in (
-            "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
-            "arg_start", "arg_end", "env_start", "env_end")] + [
-            ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+        _fields_ = [
+            (n, ctypes.c_uint64)
+            for n in (
+                "start_code",
+                "end_code",
+                "start_data",
+                "end_data",
+                "start_brk",
+                "brk",
+                "start_stack",
+                "arg_start",
+                "arg_end",
+                "env_start",
+                "env_end",
+            )
+        ] + [("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
 
     f = _read("/proc/self/stat").rsplit(")", 1)[1].split()
     g = lambda n: int(f[n - 3])  # noqa: E731  (proc(5) field numbers)
     buf = b"\0".join(a.encode() for a in cmdline) + b"\0"
     cbuf = ctypes.create_string_buffer(buf, len(buf))
     addr = ctypes.addressof(cbuf)
-    m = MMMap(g(26), g(27), g(45), g(46), g(47), libc.sbrk(0), g(28), addr, addr + len(buf), g(50), g(51),
-              None, 0, 0xFFFFFFFF)
+    m = MMMap(
+        g(26),
+        g(27),
+        g(45),
+        g(46),
+        g(47),
+        libc.sbrk(0),
+        g(28),
+        addr,
+        addr + len(buf),
+        g(50),
+        g(51),
+        None,
+        0,
+        0xFFFFFFFF,
+    )
     if libc.prctl(35, 14, ctypes.byref(m), ctypes.sizeof(m), 0) != 0:  # PR_SET_MM, PR_SET_MM_MAP
         sys.exit(f"prctl(PR_SET_MM_MAP) failed: {os.strerror(ctypes.get_errno())}")
     libc.prctl(15, os.path.basename(cmdline[0]).encode()[:15], 0, 0, 0)  # PR_SET_NAME

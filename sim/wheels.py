@@ -190,11 +190,19 @@ def build_dependency_wheels(out_dir) -> tuple[dict[str, Path], dict[str, Path]]:
         module = _escape(name)
         for version, where, sub in ((new, fresh, out), (old, stale, out / "torch-index-copies")):
             source = f'"""{name} double."""\n__version__ = "{version}"\n'
-            where[name] = build_wheel(name, version, {f"{module}.py": source}, sub,
-                                      summary=f"pvegpu simulation: {name} double")
+            where[name] = build_wheel(
+                name,
+                version,
+                {f"{module}.py": source},
+                sub,
+                summary=f"pvegpu simulation: {name} double",
+            )
     name, version = TRAINER_UTILS
     fresh[name] = build_wheel(
-        name, version, {"trainer_utils/__init__.py": f'__version__ = "{version}"\n'}, out,
+        name,
+        version,
+        {"trainer_utils/__init__.py": f'__version__ = "{version}"\n'},
+        out,
         requires=[f"{n}>={new}" for n, (new, _) in TORCH_INDEX_COPIES.items()],
         summary="pvegpu simulation: a training requirement needing fresh torch dependencies",
     )

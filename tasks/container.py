@@ -12,21 +12,32 @@ for vmid in host.data.get("pve_ct_ids") or []:
     # changes under it; without consent nothing below touches it (the changes wait)
     takeover.training_taken_over(
         name=f"Take over the training running in CT {vmid} (only with restart_training=true)",
-        vmid=vmid, policy=s.policy, training=s.training,
+        vmid=vmid,
+        policy=s.policy,
+        training=s.training,
     )
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",
-        vmid=vmid, container=s.container, policy=s.policy, training=s.training,
+        vmid=vmid,
+        container=s.container,
+        policy=s.policy,
+        training=s.training,
         progress_interval_s=s.policy.progress_interval_s,
     )
     proxmox.gpu_passthrough(
         name=f"Pass GPUs 0-{s.gpus.expected_count - 1} through to CT {vmid} and run it",
-        vmid=vmid, gpus=s.gpus, policy=s.policy, training=s.training,
+        vmid=vmid,
+        gpus=s.gpus,
+        policy=s.policy,
+        training=s.training,
     )
     proxmox.driver_userspace(
-        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver", vmid=vmid, gpus=s.gpus,
-        progress_interval_s=s.policy.progress_interval_s, policy=s.policy,
+        name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver",
+        vmid=vmid,
+        gpus=s.gpus,
+        progress_interval_s=s.policy.progress_interval_s,
+        policy=s.policy,
     )
     proxmox.compile_toolchain(
         name=f"Give CT {vmid} a C compiler and Python headers for torch.compile", vmid=vmid

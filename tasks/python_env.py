@@ -21,7 +21,9 @@ if error:
 python_env.index_credentials(s.torch)
 python_env.index_ca_bundle(s)
 python_env.uv_installed(
-    name=f"Install uv {s.python_env.uv_version}", python_env=s.python_env, torch=s.torch,
+    name=f"Install uv {s.python_env.uv_version}",
+    python_env=s.python_env,
+    torch=s.torch,
     settings=s,
 )
 python_env.venv_built(name=f"Build venv {build} when missing, stale or drifted", settings=s)
@@ -30,7 +32,9 @@ python_env.compile_caches(
 )
 python_env.venv_checked(
     name=f"Check torch in the new {build} build before switching",
-    torch=s.torch, python_env=s.python_env, gpus=s.gpus,
+    torch=s.torch,
+    python_env=s.python_env,
+    gpus=s.gpus,
 )
 python_env.venv_promoted(name=f"Promote the new {build} build when one was built", settings=s)
 # Verify (tasks/verify.py) checks this build next; the training unit stage then switches

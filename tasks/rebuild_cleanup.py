@@ -9,5 +9,7 @@ s = settings(host)
 
 rebuild.old_builds_removed(
     name="Delete the venv builds rebuild=venv replaced",
-    policy=s.policy, torch=s.torch, python_env=s.python_env,
+    policy=s.policy,
+    torch=s.torch,
+    python_env=s.python_env,
 )

@@ -9,6 +9,8 @@ s = settings(host)
 
 for vmid in host.data.get("pve_ct_ids") or []:
     rebuild.container_destroyed(
-        name=f"Destroy CT {vmid} for rebuild=container", vmid=vmid,
-        policy=s.policy, training=s.training,
+        name=f"Destroy CT {vmid} for rebuild=container",
+        vmid=vmid,
+        policy=s.policy,
+        training=s.training,
     )

@@ -8,5 +8,7 @@ s = settings(host)
 
 rebuild.pollution_report(
     name=f"Report what rebuild={s.policy.rebuild} removes",
-    policy=s.policy, torch=s.torch, python_env=s.python_env,
+    policy=s.policy,
+    torch=s.torch,
+    python_env=s.python_env,
 )

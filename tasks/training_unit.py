@@ -19,7 +19,10 @@ python_env.venvs_pruned(
 )
 training.unit_running(
     name=f"Enable and start {unit}"
-    + (" (restart it when outdated: restart_training=true)" if s.policy.restart_training else
-       " (never restart it: restart_training=false)"),
+    + (
+        " (restart it when outdated: restart_training=true)"
+        if s.policy.restart_training
+        else " (never restart it: restart_training=false)"
+    ),
     settings=s,
 )

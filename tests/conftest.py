@@ -30,8 +30,7 @@ def _left_behind(base: str) -> list[str]:
     for h in cgroup_hierarchies():
         own = h / _own_cgroup(h).lstrip("/")
         left += [str(d) for d in own.glob(f"pve-sim-{os.getpid()}-*")]
-    left += [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-             if base in line]
+    left += [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if base in line]
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from sim.__main__ import seed_training_code, site_data, site_env
 from sim.fixtures import check_host
 from sim.node import SimNode
@@ -46,7 +47,9 @@ class Site:
     index: object
     base_data: list[str]
 
-    def pyinfra(self, script="deploy.py", *data: str, yes=True, as_json=True, extra=(), timeout=900) -> Run:
+    def pyinfra(
+        self, script="deploy.py", *data: str, yes=True, as_json=True, extra=(), timeout=900
+    ) -> Run:
         """Run `pyinfra inventory.py <script>` with --data overrides (key=value strings)."""
         argv = [sys.executable, "-m", "pyinfra", *extra, "inventory.py", script]
         if yes:
@@ -56,8 +59,15 @@ class Site:
         argv += self.base_data
         for kv in data:
             argv += ["--data", kv]
-        p = subprocess.run(argv, cwd=ROOT, env=site_env(self.node), capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env=site_env(self.node),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         return Run(p.returncode, p.stdout, p.stderr)
 
     def deploy(self, *data: str, **kw) -> Run:
@@ -68,12 +78,27 @@ class Site:
         """Start `pyinfra inventory.py deploy.py -y --json` and read its output as it arrives
         (a test can act while the deploy runs); the process is ended on the way out if it is
         still running (a failed test)."""
-        argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y", "--json",
-                *self.base_data]
+        argv = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "inventory.py",
+            "deploy.py",
+            "-y",
+            "--json",
+            *self.base_data,
+        ]
         for kv in data:
             argv += ["--data", kv]
-        p = subprocess.Popen(argv, cwd=ROOT, env=site_env(self.node), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=site_env(self.node),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         stream = Streaming(p)
         try:
             yield stream

@@ -61,8 +61,10 @@ class StallProxy:
                     for key in ("Content-Type", "Location"):
                         if resp.headers.get(key):
                             self.send_header(key, resp.headers[key])
-                    self.send_header("Content-Length", str(len(data) if body else
-                                                            resp.headers.get("Content-Length", 0)))
+                    self.send_header(
+                        "Content-Length",
+                        str(len(data) if body else resp.headers.get("Content-Length", 0)),
+                    )
                     self.end_headers()
                     if body:
                         self.wfile.write(data)

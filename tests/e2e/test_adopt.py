@@ -16,13 +16,18 @@ import re
 import time
 
 import pytest
+
 from sim.fixtures import skip_without_real_systemd
 from sim.trainer import TRAINER
 
 CKPT_NODE = "/tank/dflash/checkpoints"  # /data/checkpoints in CT 200
 TRAIN_NODE = "/tank/dflash/dflash/train.py"
-TRAIN_ARGV = ["/root/venv/bin/python", "/data/dflash/train.py", "--checkpoint-dir",
-              "/data/checkpoints"]
+TRAIN_ARGV = [
+    "/root/venv/bin/python",
+    "/data/dflash/train.py",
+    "--checkpoint-dir",
+    "/data/checkpoints",
+]
 
 
 USERS_UNIT = """\
@@ -65,23 +70,52 @@ def handmade_ct(site):
     """CT 200 as the users made it, running, with their venv and userspace (no training yet)."""
     node = site.node
     template = node.run(["sh", "-c", "ls /var/lib/vz/template/cache"], check=True).stdout.split()[0]
-    node.run(["pct", "create", "200", f"local:vztmpl/{template}", "--hostname", "dflash",
-              "--cores", "16", "--memory", "131072", "--rootfs", "local-lvm:64",
-              "--net0", "name=eth0,bridge=vmbr0,ip=dhcp", "--unprivileged", "0",
-              "--features", "nesting=1", "--mp0", "/tank/dflash,mp=/data", "--ostype", "debian"],
-             check=True)
+    node.run(
+        [
+            "pct",
+            "create",
+            "200",
+            f"local:vztmpl/{template}",
+            "--hostname",
+            "dflash",
+            "--cores",
+            "16",
+            "--memory",
+            "131072",
+            "--rootfs",
+            "local-lvm:64",
+            "--net0",
+            "name=eth0,bridge=vmbr0,ip=dhcp",
+            "--unprivileged",
+            "0",
+            "--features",
+            "nesting=1",
+            "--mp0",
+            "/tank/dflash,mp=/data",
+            "--ostype",
+            "debian",
+        ],
+        check=True,
+    )
     majors = {}
     for line in node.read("/proc/devices").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0].isdigit():
             majors.setdefault(parts[1], int(parts[0]))
     devices = [f"/dev/nvidia{i}" for i in range(node.cfg["gpus"])] + [
-        "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
-    lines = [f"lxc.cgroup2.devices.allow: c {majors['nvidia']}:* rwm",
-             f"lxc.cgroup2.devices.allow: c {majors['nvidia-uvm']}:* rwm"]
+        "/dev/nvidiactl",
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+    ]
+    lines = [
+        f"lxc.cgroup2.devices.allow: c {majors['nvidia']}:* rwm",
+        f"lxc.cgroup2.devices.allow: c {majors['nvidia-uvm']}:* rwm",
+    ]
     lines += [f"lxc.mount.entry: {d} {d[1:]} none bind,optional,create=file" for d in devices]
-    node.run(["sh", "-c", "cat >> /etc/pve/lxc/200.conf"], input="\n".join(lines) + "\n",
-             check=True)
+    node.run(
+        ["sh", "-c", "cat >> /etc/pve/lxc/200.conf"], input="\n".join(lines) + "\n", check=True
+    )
     node.run(["pct", "start", "200"], check=True)
     wait_for("CT 200's exec", lambda: site.ct("true").returncode == 0)
     driver = node.cfg["driver_version"]
@@ -89,12 +123,18 @@ def handmade_ct(site):
     node.run(["pct", "push", "200", run, "/root/nvidia.run"], check=True)
     installed = site.ct("sh", "/root/nvidia.run", "--silent", "--no-kernel-modules")
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    venv = node.ct_run(200, ["sh", "-c",
-                   "python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-cache-dir "
-                   f"--index-url {site.index.torch_index_base}/cu130 "
-                   f"--extra-index-url {site.index.package_index_url} torch==2.11.0+cu130 && "
-                   "mkdir -p /root/venv/lib/old_tool && echo leftover > /root/venv/lib/old_tool/x"],
-                   timeout=600)
+    venv = node.ct_run(
+        200,
+        [
+            "sh",
+            "-c",
+            "python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-cache-dir "
+            f"--index-url {site.index.torch_index_base}/cu130 "
+            f"--extra-index-url {site.index.package_index_url} torch==2.11.0+cu130 && "
+            "mkdir -p /root/venv/lib/old_tool && echo leftover > /root/venv/lib/old_tool/x",
+        ],
+        timeout=600,
+    )
     assert venv.returncode == 0, venv.stdout + venv.stderr
     node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
     if node.cfg["pve_version"].startswith("9."):
@@ -103,15 +143,19 @@ def handmade_ct(site):
 
 def start_by_hand(site) -> int:
     known = set(ckpt_files(site, "started"))
-    site.ct("sh", "-c", "cd /root && setsid nohup " + " ".join(TRAIN_ARGV)
-            + " >/dev/null 2>&1 </dev/null &")
+    site.ct(
+        "sh",
+        "-c",
+        "cd /root && setsid nohup " + " ".join(TRAIN_ARGV) + " >/dev/null 2>&1 </dev/null &",
+    )
     new = wait_for("the hand-started trainer", lambda: set(ckpt_files(site, "started")) - known)
     return int(new.pop().split("-")[1])
 
 
 def start_users_unit(site) -> int:
-    site.node.ct_run(200, ["sh", "-c", "cat > /etc/systemd/system/train.service"],
-                     input=USERS_UNIT, check=True)
+    site.node.ct_run(
+        200, ["sh", "-c", "cat > /etc/systemd/system/train.service"], input=USERS_UNIT, check=True
+    )
     assert site.ct("systemctl", "daemon-reload").returncode == 0
     assert site.ct("systemctl", "enable", "--now", "train.service").returncode == 0
     new = wait_for("train.service's trainer", lambda: ckpt_files(site, "started"))
@@ -120,15 +164,20 @@ def start_users_unit(site) -> int:
 
 def trainers(site) -> list[int]:
     """Container pids running the training script."""
-    out = site.ct("sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null "
-                  "| grep -q '^[^ ]*python[^ ]* /data/dflash/train.py' && echo ${p#/proc/}; "
-                  "done").stdout
+    out = site.ct(
+        "sh",
+        "-c",
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null "
+        "| grep -q '^[^ ]*python[^ ]* /data/dflash/train.py' && echo ${p#/proc/}; "
+        "done",
+    ).stdout
     return sorted(int(p) for p in out.split())
 
 
 def data_digest(site) -> str:
-    return site.node.run(["sh", "-c", "cd /tank/dflash && find . -type f | sort | "
-                          "xargs sha256sum"], check=True).stdout
+    return site.node.run(
+        ["sh", "-c", "cd /tank/dflash && find . -type f | sort | xargs sha256sum"], check=True
+    ).stdout
 
 
 def snapshot(site, pid):
@@ -138,8 +187,8 @@ def snapshot(site, pid):
         "alive": site.ct("test", "-d", f"/proc/{pid}").returncode == 0,
         "init": site.node.node_pid(200, 1),
         "venv": site.ct("readlink", "-f", "/root/venv").stdout.strip(),
-        "venv_is_dir": site.ct("test", "-d", "/root/venv", "-a", "!", "-L", "/root/venv")
-        .returncode == 0,
+        "venv_is_dir": site.ct("test", "-d", "/root/venv", "-a", "!", "-L", "/root/venv").returncode
+        == 0,
         "cores": keys.get("cores"),
         "memory": keys.get("memory"),
         "data": data_digest(site),
@@ -160,11 +209,13 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     # the preview (no -y) shows the adoption plan first and changes nothing
     preview = site.deploy(yes=False)
     assert f"CT 200 already trains (pid {node_pid}" in preview.output, preview.output[-6000:]
-    for line in ("CT 200 cores: 16 -> 32: waits for --data restart_training=true",
-                 "CT 200 memory: 131072 -> 262144: waits for",
-                 "GPU passthrough: the container's own lines pass every device: kept",
-                 "/root/venv -> /root/venvs/torch-2.11.0-cu130",
-                 "dflash-train.service: installed now; enabled and started after the takeover"):
+    for line in (
+        "CT 200 cores: 16 -> 32: waits for --data restart_training=true",
+        "CT 200 memory: 131072 -> 262144: waits for",
+        "GPU passthrough: the container's own lines pass every device: kept",
+        "/root/venv -> /root/venvs/torch-2.11.0-cu130",
+        "dflash-train.service: installed now; enabled and started after the takeover",
+    ):
         assert line in preview.output, preview.output[-6000:]
 
     run = site.deploy()
@@ -172,14 +223,19 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     after = snapshot(site, pid)
     assert after == before, run.output[-6000:]
     started_by = "started by hand" if how == "by hand" else "under train.service"
-    summary = re.search(rf"pvegpu: {re.escape(site.node.host)}: converged; (\d+) changes wait "
-                        rf"for the running training \(pid {node_pid}, {started_by}\): rerun "
-                        "with --data restart_training=true to apply them", run.output)
+    summary = re.search(
+        rf"pvegpu: {re.escape(site.node.host)}: converged; (\d+) changes wait "
+        rf"for the running training \(pid {node_pid}, {started_by}\): rerun "
+        "with --data restart_training=true to apply them",
+        run.output,
+    )
     assert summary, run.output[-6000:]
     waits = re.findall(r"CT 200: .* waits for the running training", run.output)
     assert int(summary.group(1)) == len(set(waits)) > 0, waits
-    assert f"the start of dflash-train.service waits for the running training (pid {node_pid}" \
+    assert (
+        f"the start of dflash-train.service waits for the running training (pid {node_pid}"
         in run.output
+    )
     assert "switch of /root/venv" in run.output
     assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
     assert site.ct("systemctl", "is-enabled", "dflash-train.service").stdout.strip() != "enabled"
@@ -189,15 +245,15 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     assert summary.group(0) in again.output
     # verify.py names the same training, not a leftover, and changes nothing
     check = site.pyinfra("verify.py")
-    assert f"is held by the running training (pid {node_pid}, {started_by})" in check.output, \
+    assert f"is held by the running training (pid {node_pid}, {started_by})" in check.output, (
         check.output[-6000:]
+    )
     assert "leftover" not in check.output
     assert snapshot(site, pid) == before
 
 
 @pytest.mark.parametrize("how", ["by hand", "users' unit"])
-def test_the_takeover_with_consent_lets_the_trainer_checkpoint_and_ends_with_one_trainer(
-        site, how):
+def test_the_takeover_with_consent_lets_the_trainer_checkpoint_and_ends_with_one_trainer(site, how):
     """restart_training=true: the trainer gets SIGTERM and finishes a checkpoint that takes
     longer than 30 s (the old leftover clearing's SIGKILL), the users' unit is disabled, the
     hand-made venv is kept aside, and pvegpu's unit runs the only trainer, from a clean venv."""
@@ -221,8 +277,9 @@ def test_the_takeover_with_consent_lets_the_trainer_checkpoint_and_ends_with_one
     assert len(aside) == 1
     assert site.ct("test", "-f", f"{aside[0]}/lib/old_tool/x").returncode == 0
     assert site.ct("readlink", "/root/venv").stdout.strip().startswith("/root/venvs/")
-    unit_pid = int(site.ct("systemctl", "show", "-p", "MainPID", "--value",
-                           "dflash-train.service").stdout)
+    unit_pid = int(
+        site.ct("systemctl", "show", "-p", "MainPID", "--value", "dflash-train.service").stdout
+    )
     assert unit_pid > 0
     assert trainers(site) == [unit_pid]
     cgroup = site.node.read(f"/proc/{site.node.node_pid(200, unit_pid)}/cgroup")

@@ -11,23 +11,39 @@ import pytest
 
 # (--data values, the line that must be printed)
 FRESH_NODE_ROWS = [
-    (["ct_hostname=x;id $(touch /tmp/INJ)"], "ct_hostname='x;id $(touch /tmp/INJ)' is not a valid host name"),
+    (
+        ["ct_hostname=x;id $(touch /tmp/INJ)"],
+        "ct_hostname='x;id $(touch /tmp/INJ)' is not a valid host name",
+    ),
     (["ct_memory_mib=1"], "ct_memory_mib=1 is outside pct's range >= 16"),
     (["ct_swap_mib=-1"], "ct_swap_mib=-1 is outside pct's range >= 0"),
     (["data_dir_node=/etc"], "data_dir_node='/etc' is a system directory of the node"),
     (["data_dir_node=/tank/dflash,ro=1"], "data_dir_node='/tank/dflash,ro=1' contains ','"),
 ]
 DEPLOYED_ROWS = [
-    (["venvs_dir=/data", "rebuild=venv", "restart_training=true"],
-     "venvs_dir='/data' overlaps data_dir_ct='/data'"),
+    (
+        ["venvs_dir=/data", "rebuild=venv", "restart_training=true"],
+        "venvs_dir='/data' overlaps data_dir_ct='/data'",
+    ),
     (["venv_path=/root"], "venv_path='/root' is a system directory"),
     (["venv_path=/usr/bin"], "venv_path='/usr/bin' is a system directory"),
-    (["pytorch_cuda_alloc_conf=a\nExecStartPre=/bin/touch /tmp/INJECTED", "restart_training=true"],
-     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
-     "has characters outside"),
-    (["training_script=/data/dflash/my train.py"], "training_script='/data/dflash/my train.py' has a"),
-    (["training_script=/data/dflash/it's.py"], "training_script=\"/data/dflash/it's.py\" has a"),
-    (["training_script=/data/dflash/$(touch INJ).py"], "training_script='/data/dflash/$(touch INJ).py'"),
+    (
+        [
+            "pytorch_cuda_alloc_conf=a\nExecStartPre=/bin/touch /tmp/INJECTED",
+            "restart_training=true",
+        ],
+        "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
+        "has characters outside",
+    ),
+    (
+        ["training_script=/data/dflash/my train.py"],
+        "training_script='/data/dflash/my train.py' has a",
+    ),
+    (["training_script=/data/dflash/it's.py"], 'training_script="/data/dflash/it\'s.py" has a'),
+    (
+        ["training_script=/data/dflash/$(touch INJ).py"],
+        "training_script='/data/dflash/$(touch INJ).py'",
+    ),
     (["data_dir_ct=/root"], "data_dir_ct='/root' is a system directory of the container"),
     (["data_dir_node=/etc"], "data_dir_node='/etc' is a system directory of the node"),
 ]
@@ -53,9 +69,11 @@ def assert_refused_without_change(site, rows, running=False):
             assert invocation(site) == training, data
 
 
-@pytest.mark.parametrize("node_options", [{"minor_order": "reverse", "profile": "pve8"},
-                                          {"minor_order": "reverse", "profile": "pve9"}],
-                         ids=["pve8", "pve9"])
+@pytest.mark.parametrize(
+    "node_options",
+    [{"minor_order": "reverse", "profile": "pve8"}, {"minor_order": "reverse", "profile": "pve9"}],
+    ids=["pve8", "pve9"],
+)
 def test_bad_settings_on_a_fresh_node_change_nothing(site):
     assert_refused_without_change(site, FRESH_NODE_ROWS)
 
@@ -63,25 +81,30 @@ def test_bad_settings_on_a_fresh_node_change_nothing(site):
 def test_bad_settings_on_a_deployed_node_cost_no_data(deployed):
     site = deployed
     for name in ("my train.py", "it's.py", "$(touch INJ).py"):  # the scripts exist
-        site.node.run(["cp", "/tank/dflash/dflash/train.py", f"/tank/dflash/dflash/{name}"],
-                      check=True)
+        site.node.run(
+            ["cp", "/tank/dflash/dflash/train.py", f"/tank/dflash/dflash/{name}"], check=True
+        )
     assert_refused_without_change(site, DEPLOYED_ROWS, running=True)
     assert site.ct("test", "-L", "/root/venv").returncode == 0
 
 
-def test_a_unit_systemd_analyze_rejects_fails_the_deploy_before_any_change(site, tmp_path,
-                                                                            monkeypatch):
+def test_a_unit_systemd_analyze_rejects_fails_the_deploy_before_any_change(
+    site, tmp_path, monkeypatch
+):
     # systemd-analyze as it reports a bad line: on stderr, naming the unit file, exit status 0
     # ("..., ignoring"); first on the controller's PATH, with its own verdict cache.
     bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "systemd-analyze"
-    tool.write_text("#!/bin/sh\n"
-                    "echo \"$2:9: Unknown key name 'Bogus' in section 'Service', ignoring.\" >&2\n")
+    tool.write_text(
+        "#!/bin/sh\necho \"$2:9: Unknown key name 'Bogus' in section 'Service', ignoring.\" >&2\n"
+    )
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    line = ("dflash-train.service as rendered is rejected by systemd-analyze verify: "
-            "dflash-train.service:9: Unknown key name 'Bogus' in section 'Service', ignoring.: "
-            "fix the setting or templates/training.service.j2")
+    line = (
+        "dflash-train.service as rendered is rejected by systemd-analyze verify: "
+        "dflash-train.service:9: Unknown key name 'Bogus' in section 'Service', ignoring.: "
+        "fix the setting or templates/training.service.j2"
+    )
     assert_refused_without_change(site, [([], line)])

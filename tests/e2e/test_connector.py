@@ -9,6 +9,7 @@ import os
 import pytest
 from pyinfra.api import Config, Inventory, QuoteString, State, StringCommand
 from pyinfra.api.connect import connect_all
+
 from sim.fixtures import shared_sim_node  # noqa: F401
 from tests.tricky_strings import TRICKY
 
@@ -16,16 +17,32 @@ from tests.tricky_strings import TRICKY
 @pytest.fixture(scope="module")
 def node(shared_sim_node):  # noqa: F811  (pytest passes the fixture imported above)
     n = shared_sim_node
-    create = n.run(["pct", "create", "200", "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
-                    "--hostname", "t", "--unprivileged", "0", "--rootfs", "local-lvm:4"])
+    create = n.run(
+        [
+            "pct",
+            "create",
+            "200",
+            "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+            "--hostname",
+            "t",
+            "--unprivileged",
+            "0",
+            "--rootfs",
+            "local-lvm:4",
+        ]
+    )
     assert create.returncode == 0, create.stderr
     assert n.run(["pct", "start", "200"]).returncode == 0
     return n
 
 
 def connect(node, *names):
-    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
-            "ssh_known_hosts_file": node.known_hosts_path}
+    data = {
+        "ssh_port": node.port,
+        "ssh_user": "root",
+        "ssh_key": node.key_path,
+        "ssh_known_hosts_file": node.known_hosts_path,
+    }
     inventory = Inventory(([(name, dict(data)) for name in names], {}))
     state = State(inventory, Config())
     connect_all(state)
@@ -51,9 +68,13 @@ def test_tricky_strings_round_trip(ct, text):
 
 
 def test_commands_run_inside_the_container_with_a_clean_environment(ct, node):
-    ok, out = run(ct, StringCommand("hostname; echo \"$PATH\"; test -e /usr/sbin/pct || echo no-pct"))
+    ok, out = run(ct, StringCommand('hostname; echo "$PATH"; test -e /usr/sbin/pct || echo no-pct'))
     assert ok
-    assert out.stdout_lines == ["t", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "no-pct"]
+    assert out.stdout_lines == [
+        "t",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "no-pct",
+    ]
 
 
 def test_exit_codes_stdout_and_stderr_pass_through(ct):
@@ -67,9 +88,11 @@ def test_exit_codes_stdout_and_stderr_pass_through(ct):
 
 
 def test_control_arguments_work_as_with_ssh(ct):
-    ok, out = run(ct, StringCommand("echo \"$FOO\"; pwd"), _env={"FOO": "a 'b' $c"}, _chdir="/etc")
+    ok, out = run(ct, StringCommand('echo "$FOO"; pwd'), _env={"FOO": "a 'b' $c"}, _chdir="/etc")
     assert ok and out.stdout_lines == ["a 'b' $c", "/etc"]
-    assert run(ct, StringCommand("id -u trainer >/dev/null 2>&1 || useradd -m -s /bin/sh trainer"))[0]
+    assert run(ct, StringCommand("id -u trainer >/dev/null 2>&1 || useradd -m -s /bin/sh trainer"))[
+        0
+    ]
     ok, out = run(ct, StringCommand("id -un"), _su_user="trainer")
     assert ok and out.stdout == "trainer"
 
@@ -127,10 +150,30 @@ def test_ssh_data_given_with_cli_data_applies_to_node_and_container(node):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
     env["PVE_HOST"] = "127.0.0.1"  # port, key and known_hosts come only from --data
     p = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "inventory.py", "exec", "--data", f"ssh_port={node.port}",
-         "--data", f"ssh_key={node.key_path}", "--data", f"ssh_known_hosts_file={node.known_hosts_path}",
-         "--data", "ssh_strict_host_key_checking=yes", "-y", "--", "hostname"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "inventory.py",
+            "exec",
+            "--data",
+            f"ssh_port={node.port}",
+            "--data",
+            f"ssh_key={node.key_path}",
+            "--data",
+            f"ssh_known_hosts_file={node.known_hosts_path}",
+            "--data",
+            "ssh_strict_host_key_checking=yes",
+            "-y",
+            "--",
+            "hostname",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -139,7 +182,9 @@ def test_ssh_data_given_with_cli_data_applies_to_node_and_container(node):
 
 
 def test_put_file_to_a_hostile_name_creates_exactly_that_file_and_runs_nothing(ct, node):
-    assert run(ct, StringCommand("rm -rf /tmp/putbox /tmp/INJ /root/INJ /INJ && mkdir /tmp/putbox"))[0]
+    assert run(
+        ct, StringCommand("rm -rf /tmp/putbox /tmp/INJ /root/INJ /INJ && mkdir /tmp/putbox")
+    )[0]
     # The row: the name's directory part ("/tmp/x$(touch /tmp") does not exist, so the
     # upload fails loudly, and the $(...) never runs.
     with pytest.raises(IOError, match="upload to"):
@@ -191,7 +236,8 @@ def test_container_host_shares_its_node_hosts_ssh_connection(node, monkeypatch, 
     assert run(ct_host, StringCommand("hostname"))[1].stdout == "t"
     back = io.BytesIO()
     assert ct_host.put_file(io.BytesIO(b"shared"), "/tmp/shared") and ct_host.get_file(
-        "/tmp/shared", back)
+        "/tmp/shared", back
+    )
     assert back.getvalue() == b"shared"
     # the container host's disconnect leaves the node's connection (not its own) open
     ct_host.disconnect()
@@ -204,10 +250,21 @@ def test_container_host_with_other_ssh_data_connects_on_its_own(node, monkeypatc
     copy = tmp_path / "known_hosts"
     with open(node.known_hosts_path) as f:
         copy.write_text(f.read())
-    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
-            "ssh_known_hosts_file": node.known_hosts_path}
-    inventory = Inventory(([("127.0.0.1", dict(data)),
-                            ("@pct/127.0.0.1/200", {**data, "ssh_known_hosts_file": str(copy)})], {}))
+    data = {
+        "ssh_port": node.port,
+        "ssh_user": "root",
+        "ssh_key": node.key_path,
+        "ssh_known_hosts_file": node.known_hosts_path,
+    }
+    inventory = Inventory(
+        (
+            [
+                ("127.0.0.1", dict(data)),
+                ("@pct/127.0.0.1/200", {**data, "ssh_known_hosts_file": str(copy)}),
+            ],
+            {},
+        )
+    )
     state = State(inventory, Config())
     connect_all(state)
     ct_host = inventory.get_host("@pct/127.0.0.1/200")
@@ -241,8 +298,13 @@ def test_a_node_that_refuses_fails_both_hosts_with_one_handshake(node, monkeypat
     handshakes = count_handshakes(monkeypatch)
     wrong = tmp_path / "known_hosts"
     wrong.write_text("")
-    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
-            "ssh_known_hosts_file": str(wrong), "ssh_strict_host_key_checking": "yes"}
+    data = {
+        "ssh_port": node.port,
+        "ssh_user": "root",
+        "ssh_key": node.key_path,
+        "ssh_known_hosts_file": str(wrong),
+        "ssh_strict_host_key_checking": "yes",
+    }
     inventory = Inventory(([("127.0.0.1", dict(data)), ("@pct/127.0.0.1/200", dict(data))], {}))
     State(inventory, Config())  # binds the inventory's hosts to a state: connect() needs one
     errors = []

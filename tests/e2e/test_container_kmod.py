@@ -27,7 +27,8 @@ def test_a_template_without_kmod_gets_it_from_the_mirror_then_nothing_changes(si
     assert kmod_mirror.downloads() == [kmod_mirror.debs[0].name]
     module = node.read("/proc/driver/nvidia/version").split()[7]
     assert site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip() == (
-        f"libcuda.so.{module}")
+        f"libcuda.so.{module}"
+    )
 
     served = len(kmod_mirror.requests)
     before = node.tree_digest()

@@ -36,9 +36,10 @@ def test_a_template_without_a_compiler_gets_one_and_compiles(site, toolchain_mir
     assert site.ct("dpkg", "-r", "gcc").returncode == 0
     bare = site.pyinfra("verify.py", "verify_level=compile")
     assert bare.rc != 0
-    assert "torch.compile toolchain: expected a C compiler (gcc or clang) and Python.h" \
-        in bare.output and "found no C compiler, Python.h in /usr/include/python3.11" \
-        in bare.output, bare.output[-4000:]
+    assert (
+        "torch.compile toolchain: expected a C compiler (gcc or clang) and Python.h" in bare.output
+        and "found no C compiler, Python.h in /usr/include/python3.11" in bare.output
+    ), bare.output[-4000:]
     assert NO_COMPILER in bare.output
     fixed = site.deploy("verify_level=compile")
     assert fixed.rc == 0, fixed.output[-4000:]
@@ -49,8 +50,10 @@ def test_a_template_without_a_compiler_gets_one_and_compiles(site, toolchain_mir
 def test_a_toolchain_that_cannot_be_installed_stops_with_one_line(site):
     run = site.deploy()
     assert run.rc != 0
-    line = ("CT 200 lacks gcc and libpython3.11-dev, which torch.compile (Triton) needs to build "
-            "its C helper, and apt-get could not install them (E: Unable to locate package gcc)")
+    line = (
+        "CT 200 lacks gcc and libpython3.11-dev, which torch.compile (Triton) needs to build "
+        "its C helper, and apt-get could not install them (E: Unable to locate package gcc)"
+    )
     assert run.output.count(line) == 1, run.output[-4000:]
     assert "Traceback" not in run.output
     assert installed(site, "gcc") == ""

@@ -27,9 +27,23 @@ UNIT = "dflash-train.service"
 NEW = "dflash-train2.service"
 RECORD = "/run/pvegpu-dflash-train/started"
 CGROUP = "0::/lxc/200/ns/system.slice/{}"
-TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
-            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
-            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+TRAINING = [
+    "/root/venv/bin/python",
+    "/data/dflash/train.py",
+    "--target-gpus",
+    "0,1,2,3,4",
+    "--drafter-gpus",
+    "5,6,7",
+    "--token-budget",
+    "49152",
+    "--max-batch-size",
+    "48",
+    "--dataset-dir",
+    "/data/datasets",
+    "--checkpoint-dir",
+    "/data/checkpoints",
+    "--resume",
+]
 
 
 def show(site, prop, unit):
@@ -47,34 +61,52 @@ VERB = re.compile(r"systemctl (start|stop|restart|enable|disable) (\S+)")
 def unit_commands(calls):
     """(verb, unit) of every start/stop/restart/enable/disable the `pct exec` calls ran, in
     order (the pct log; CT 200's systemd is real and keeps no call log)."""
-    return [(verb, unit.strip("'\"")) for c in calls if c["argv"][:1] == ["exec"]
-            for verb, unit in VERB.findall(" ".join(c["argv"]))]
+    return [
+        (verb, unit.strip("'\""))
+        for c in calls
+        if c["argv"][:1] == ["exec"]
+        for verb, unit in VERB.findall(" ".join(c["argv"]))
+    ]
 
 
 def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(deployed):
     site, node = deployed, deployed.node
     trainer = node.spawn_gpu_process(0, TRAINING, used_mib=40000, cgroup=CGROUP.format(UNIT))
-    started = (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT),
-               show(site, "ExecMainStartTimestamp", UNIT), site.ct("cat", RECORD).stdout)
+    started = (
+        show(site, "MainPID", UNIT),
+        show(site, "InvocationID", UNIT),
+        show(site, "ExecMainStartTimestamp", UNIT),
+        site.ct("cat", RECORD).stdout,
+    )
     before = node.tree_digest()
 
     # Without consent: one line naming both units, before anything changes.
     refused = site.deploy("training_unit_name=dflash-train2")
     assert refused.rc != 0
-    lines = [ln for ln in refused.output.splitlines()
-             if f"{UNIT} is running, but training_unit_name=dflash-train2" in ln]
+    lines = [
+        ln
+        for ln in refused.output.splitlines()
+        if f"{UNIT} is running, but training_unit_name=dflash-train2" in ln
+    ]
     assert lines and NEW in lines[0] and "restart_training=true" in lines[0], refused.output[-3000:]
     assert node.tree_digest() == before
-    assert (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT),
-            show(site, "ExecMainStartTimestamp", UNIT), site.ct("cat", RECORD).stdout) == started
+    assert (
+        show(site, "MainPID", UNIT),
+        show(site, "InvocationID", UNIT),
+        show(site, "ExecMainStartTimestamp", UNIT),
+        site.ct("cat", RECORD).stdout,
+    ) == started
     assert alive(site, trainer)
 
     # With consent: the old unit is stopped (its leftover ended) and disabled, then the new starts.
     node.clear_pct_log()
     run = site.deploy("training_unit_name=dflash-train2", "restart_training=true")
     assert run.rc == 0, run.output[-4000:]
-    order = [(verb, unit) for verb, unit in unit_commands(node.pct_calls())
-             if verb in ("stop", "disable", "start") and unit in (UNIT, NEW)]
+    order = [
+        (verb, unit)
+        for verb, unit in unit_commands(node.pct_calls())
+        if verb in ("stop", "disable", "start") and unit in (UNIT, NEW)
+    ]
     assert order == [("stop", UNIT), ("disable", UNIT), ("start", NEW)], order
     assert show(site, "ActiveState", UNIT) == "inactive"
     assert site.ct("systemctl", "is-enabled", UNIT).stdout.strip() == "disabled"
@@ -90,8 +122,9 @@ def test_renamed_unit_needs_consent_and_cleanup_ends_only_the_restarted_units(de
     site.ct("systemctl", "stop", NEW)
     restart = site.deploy("training_unit_name=dflash-train2")
     assert restart.rc == 0, restart.output[-3000:]
-    assert (f"the start of {NEW} waits for the running training (pid {other}, under "
-            "hand.service)") in restart.output, restart.output[-3000:]
+    assert (
+        f"the start of {NEW} waits for the running training (pid {other}, under hand.service)"
+    ) in restart.output, restart.output[-3000:]
     assert show(site, "ActiveState", NEW) != "active"
     assert alive(site, other)
 
@@ -109,14 +142,35 @@ def test_deploy_killed_mid_rebuild_leaves_the_previous_build_live(deployed, tmp_
     site.ct("rm", "-rf", "/root/.cache/uv")
     held = lambda path: "/files/" in path and "torch-" in path  # noqa: E731
     with StallProxy(site.index.url, held) as proxy:
-        argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y",
-                "--data", f"torch_index_base={proxy.url}/whl",
-                "--data", f"package_index_url={proxy.url}/simple",
-                "--data", "training_requirements=[]", "--data", f"locks_dir={tmp_path / 'locks'}",
-                "--data", "rebuild=venv", "--data", "restart_training=true"]
+        argv = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "inventory.py",
+            "deploy.py",
+            "-y",
+            "--data",
+            f"torch_index_base={proxy.url}/whl",
+            "--data",
+            f"package_index_url={proxy.url}/simple",
+            "--data",
+            "training_requirements=[]",
+            "--data",
+            f"locks_dir={tmp_path / 'locks'}",
+            "--data",
+            "rebuild=venv",
+            "--data",
+            "restart_training=true",
+        ]
         with open(tmp_path / "killed.log", "w") as log:
-            deploy = subprocess.Popen(argv, cwd=ROOT, env=site_env(node), stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            deploy = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=site_env(node),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
             try:
                 # (a deploy that ends before it reaches the download fails the test at once)
                 while not proxy.reached.wait(1) and deploy.poll() is None:
@@ -146,11 +200,17 @@ HOLDER = "/run/lock/pvegpu-deploy.holder"
 @contextlib.contextmanager
 def lock_held_by_test(node):
     """Hold the node's deploy lock from the test (as another deploy would) until the block ends."""
-    script = (f"mkdir -p /run/lock && exec 9>>{LOCK} && flock 9 && "
-              f"echo \"pid $$ since now: the test's holder\" > {HOLDER} && echo held && "
-              "exec cat >/dev/null")
-    holder = subprocess.Popen(node.ssh_argv("sh", "-c", shlex.quote(script)), text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    script = (
+        f"mkdir -p /run/lock && exec 9>>{LOCK} && flock 9 && "
+        f'echo "pid $$ since now: the test\'s holder" > {HOLDER} && echo held && '
+        "exec cat >/dev/null"
+    )
+    holder = subprocess.Popen(
+        node.ssh_argv("sh", "-c", shlex.quote(script)),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         yield
@@ -164,8 +224,14 @@ def start_deploy(site, log: Path, *data: str) -> subprocess.Popen:
     for kv in data:
         argv += ["--data", kv]
     with open(log, "w") as out:
-        return subprocess.Popen(argv, cwd=ROOT, env=site_env(site.node), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=site_env(site.node),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen):
@@ -185,8 +251,10 @@ def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
         # A second deploy waits deploy_lock_wait_s, then refuses naming the holder; no change.
         refused = site.deploy("torch_variant=cu128", "deploy_lock_wait_s=0")
         assert refused.rc != 0
-        assert ("127.0.0.1: another deploy holds the node (pid " in refused.output
-                and "the test's holder" in refused.output), refused.output[-3000:]
+        assert (
+            "127.0.0.1: another deploy holds the node (pid " in refused.output
+            and "the test's holder" in refused.output
+        ), refused.output[-3000:]
         assert node.tree_digest() == before
         # verify.py takes no lock: it reads beside a deploy.
         assert site.pyinfra("verify.py").rc == 0
@@ -209,16 +277,25 @@ def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
 def test_an_extra_package_alone_is_repaired_not_only_reported(deployed):
     site = deployed
     uv, py = "/usr/local/bin/uv", "/root/venv/bin/python"
-    junk = site.ct(uv, "pip", "install", "--python", py, "--index-url",
-                   site.index.package_index_url, "sglang-junk==0.1.0")
+    junk = site.ct(
+        uv,
+        "pip",
+        "install",
+        "--python",
+        py,
+        "--index-url",
+        site.index.package_index_url,
+        "sglang-junk==0.1.0",
+    )
     assert junk.returncode == 0, junk.stderr
     live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
     repair = site.deploy()
     assert repair.rc == 0, repair.output[-4000:]
     assert "sglang-junk 0.1.0 is installed but not in the lock (extra)" in repair.output
     assert site.ct(py, "-c", "import sglang_junk").returncode != 0
-    assert site.ct(py, "-c", "import torch; print(torch.__version__)").stdout.strip() == \
-        "2.11.0+cu130"
+    assert (
+        site.ct(py, "-c", "import torch; print(torch.__version__)").stdout.strip() == "2.11.0+cu130"
+    )
     assert site.ct("readlink", "-f", "/root/venv").stdout.strip() != live
     assert site.deploy().changed == 0
 
@@ -230,16 +307,34 @@ def test_a_container_only_run_is_refused_before_any_change(deployed):
     deploy holds the lock and while none does."""
     site, node = deployed, deployed.node
     before = node.tree_digest()
-    ssh = [f"ssh_port={node.port}", "ssh_user=root", f"ssh_key={node.key_path}",
-           f"ssh_known_hosts_file={node.known_hosts_path}"]
-    argv = [sys.executable, "-m", "pyinfra", f"@pct/{node.host}/200", "deploy.py", "-y",
-            *site.base_data]
+    ssh = [
+        f"ssh_port={node.port}",
+        "ssh_user=root",
+        f"ssh_key={node.key_path}",
+        f"ssh_known_hosts_file={node.known_hosts_path}",
+    ]
+    argv = [
+        sys.executable,
+        "-m",
+        "pyinfra",
+        f"@pct/{node.host}/200",
+        "deploy.py",
+        "-y",
+        *site.base_data,
+    ]
     for kv in [*ssh, "torch_variant=cu128", "deploy_lock_wait_s=0"]:
         argv += ["--data", kv]
 
     def run():
-        p = subprocess.run(argv, cwd=ROOT, env=site_env(node), capture_output=True, text=True,
-                           timeout=600, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env=site_env(node),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
         return p.returncode, p.stdout + p.stderr
 
     with lock_held_by_test(node):
@@ -247,8 +342,10 @@ def test_a_container_only_run_is_refused_before_any_change(deployed):
     rc, out = run()
     for code, text in ((held_rc, held_out), (rc, out)):
         assert code != 0, text[-3000:]
-        assert (f"@pct/{node.host}/200: in neither pve_hosts nor training_cts, so deploy.py would "
-                "change nothing there: run `pyinfra inventory.py deploy.py`") in text, text[-3000:]
+        assert (
+            f"@pct/{node.host}/200: in neither pve_hosts nor training_cts, so deploy.py would "
+            "change nothing there: run `pyinfra inventory.py deploy.py`"
+        ) in text, text[-3000:]
         assert "Traceback" not in text, text[-3000:]
     assert node.tree_digest() == before
 
@@ -264,17 +361,20 @@ def test_a_build_that_fails_verification_never_goes_live(deployed):
     back = site.deploy()
     assert back.rc == 0, back.output[-4000:]
     init = "/root/venvs/torch-2.11.0-cu128/lib/python3*/site-packages/torch/__init__.py"
-    damage = f"for f in {init}; do echo 'raise ImportError(\"damaged\")' > \"$f\"; done"
+    damage = f'for f in {init}; do echo \'raise ImportError("damaged")\' > "$f"; done'
     assert site.ct("sh", "-c", damage).returncode == 0
     live = site.ct("readlink", "-f", "/root/venv").stdout.strip()
-    kept = {path: site.ct("cat", path).stdout
-            for path in ("/etc/systemd/system/dflash-train.service", "/root/venv/.pvegpu-train.env")}
+    kept = {
+        path: site.ct("cat", path).stdout
+        for path in ("/etc/systemd/system/dflash-train.service", "/root/venv/.pvegpu-train.env")
+    }
     running = (show(site, "MainPID", UNIT), show(site, "InvocationID", UNIT))
 
     failed = site.deploy("torch_variant=cu128")
     assert failed.rc != 0
-    assert "import torch works in /root/venvs/torch-2.11.0-cu128" in failed.output, \
-        failed.output[-4000:]
+    assert "import torch works in /root/venvs/torch-2.11.0-cu128" in failed.output, failed.output[
+        -4000:
+    ]
     assert site.ct("readlink", "-f", "/root/venv").stdout.strip() == live
     assert live.startswith("/root/venvs/torch-2.11.0-cu130.b")
     assert {path: site.ct("cat", path).stdout for path in kept} == kept

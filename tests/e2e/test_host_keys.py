@@ -24,9 +24,15 @@ def connect_only(site, tmp_path, **env_changes) -> subprocess.CompletedProcess:
             env.pop(key, None)
         else:
             env[key] = value
-    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", "inventory.py", str(noop)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory.py", str(noop)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_pinned_host_key_is_strict_and_a_first_key_is_recorded_once(site, tmp_path):
@@ -36,11 +42,14 @@ def test_pinned_host_key_is_strict_and_a_first_key_is_recorded_once(site, tmp_pa
     assert connect_only(site, tmp_path).returncode == 0  # the right pinned key
 
     # A wrong pinned key refuses the connection with a clear line.
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
+    )
     wrong = tmp_path / "wrong_known_hosts"
-    wrong.write_text(f"{entry} {(tmp_path / 'other.pub').read_text().split()[0]} "
-                     f"{(tmp_path / 'other.pub').read_text().split()[1]}\n")
+    wrong.write_text(
+        f"{entry} {(tmp_path / 'other.pub').read_text().split()[0]} "
+        f"{(tmp_path / 'other.pub').read_text().split()[1]}\n"
+    )
     run = connect_only(site, tmp_path, PVE_SSH_KNOWN_HOSTS=str(wrong))
     assert run.returncode != 0
     assert "Host key for 127.0.0.1 does not match" in run.stdout + run.stderr

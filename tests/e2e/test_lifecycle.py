@@ -7,6 +7,7 @@ runs as the steps need."""
 from __future__ import annotations
 
 import pytest
+
 from sim.__main__ import seed_training_code, site_data
 from sim.index import PackageIndex
 from sim.node import SimNode
@@ -14,8 +15,7 @@ from tests.e2e.conftest import Site
 
 # PVE 9 containers run Debian 13's Python 3.13 (debian-13-standard); python_version follows the
 # container's Python, so no run names it.
-PROFILES = {"pve8": ("debian-12-standard", "3.11", []),
-            "pve9": ("debian-13-standard", "3.13", [])}
+PROFILES = {"pve8": ("debian-12-standard", "3.11", []), "pve9": ("debian-13-standard", "3.13", [])}
 
 
 @pytest.fixture(scope="module", params=sorted(PROFILES))
@@ -27,19 +27,28 @@ def lifecycle_site(request, tmp_path_factory, wheelhouse):
     index = PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi())
     index.start()
     try:
-        with SimNode(tmp_path_factory.mktemp(profile) / "node", profile=profile,
-                     minor_order="reverse") as node:
+        with SimNode(
+            tmp_path_factory.mktemp(profile) / "node", profile=profile, minor_order="reverse"
+        ) as node:
             seed_training_code(node)
             extra = [x for kv in PROFILES[profile][2] for x in ("--data", kv)]
             locks = tmp_path_factory.mktemp(f"{profile}-locks")
-            yield profile, Site(node, index, [*site_data(index, locks), "--data",
-                                              "training_requirements=[]", *extra])
+            yield (
+                profile,
+                Site(
+                    node,
+                    index,
+                    [*site_data(index, locks), "--data", "training_requirements=[]", *extra],
+                ),
+            )
     finally:
         index.stop()
 
 
 def torch_of(site) -> str:
-    return site.ct("/root/venv/bin/python", "-c", "import torch; print(torch.__version__)").stdout.strip()
+    return site.ct(
+        "/root/venv/bin/python", "-c", "import torch; print(torch.__version__)"
+    ).stdout.strip()
 
 
 def ok(run):
@@ -54,10 +63,14 @@ def test_lifecycle(lifecycle_site):
 
     ok(site.deploy())
     conf = node.read("/etc/pve/lxc/200.conf")
-    assert f"ostype: debian" in conf and "unprivileged" not in conf  # --unprivileged 0 on both
-    assert node.pct_calls() and any(c["argv"][:2] == ["create", "200"]
-                                    and template in c["argv"][2] for c in node.pct_calls())
-    assert site.ct("python3", "-c", "import sys; print(*sys.version_info[:2], sep='.')").stdout.strip() == python
+    assert "ostype: debian" in conf and "unprivileged" not in conf  # --unprivileged 0 on both
+    assert node.pct_calls() and any(
+        c["argv"][:2] == ["create", "200"] and template in c["argv"][2] for c in node.pct_calls()
+    )
+    assert (
+        site.ct("python3", "-c", "import sys; print(*sys.version_info[:2], sep='.')").stdout.strip()
+        == python
+    )
     assert torch_of(site) == "2.11.0+cu130"
 
     assert ok(site.deploy()).changed == 0
@@ -95,8 +108,9 @@ def hotplug_or_refuse(profile, site):
     restart, which a running training blocks."""
     node = site.node
     conf = node.read("/etc/pve/lxc/200.conf")
-    key = next(line.split(":")[0] for line in conf.splitlines()
-               if line.endswith(": /dev/nvidia-uvm-tools"))
+    key = next(
+        line.split(":")[0] for line in conf.splitlines() if line.endswith(": /dev/nvidia-uvm-tools")
+    )
     for argv in (["stop", "200"], ["set", "200", "--delete", key], ["start", "200"]):
         assert node.run(["pct", *argv]).returncode == 0
     site.ct("systemctl", "start", "dflash-train.service")
@@ -106,14 +120,19 @@ def hotplug_or_refuse(profile, site):
     if profile == "pve9":
         ok(run)
         calls = [c["argv"][:2] for c in node.pct_calls()]
-        assert ["set", "200"] in calls and not any(c[0] in ("shutdown", "stop", "reboot") for c in calls)
+        assert ["set", "200"] in calls and not any(
+            c[0] in ("shutdown", "stop", "reboot") for c in calls
+        )
         assert "[pve:pending]" not in node.read("/etc/pve/lxc/200.conf")
         assert site.ct("test", "-c", "/dev/nvidia-uvm-tools").returncode == 0
         failed_hotplug_means_restart(site)
     else:
         assert run.rc != 0
-        assert "CT 200 must restart to get its GPUs right (its GPU passthrough config changes" \
-            in run.output and "dflash-train.service is running in it" in run.output
+        assert (
+            "CT 200 must restart to get its GPUs right (its GPU passthrough config changes"
+            in run.output
+            and "dflash-train.service is running in it" in run.output
+        )
         ok(site.deploy("restart_training=true"))
         assert site.ct("test", "-c", "/dev/nvidia-uvm-tools").returncode == 0
     assert ok(site.deploy()).changed == 0
@@ -126,8 +145,11 @@ def failed_hotplug_means_restart(site):
     the device through."""
     node = site.node
     conf = node.read("/etc/pve/lxc/200.conf")
-    keys = [line.split(":")[0] for line in conf.splitlines()
-            if line.endswith((": /dev/nvidia-uvm-tools", ": /dev/nvidia0"))]
+    keys = [
+        line.split(":")[0]
+        for line in conf.splitlines()
+        if line.endswith((": /dev/nvidia-uvm-tools", ": /dev/nvidia0"))
+    ]
     for argv in (["stop", "200"], ["set", "200", "--delete", ",".join(keys)], ["start", "200"]):
         assert node.run(["pct", *argv]).returncode == 0
     site.ct("systemctl", "start", "dflash-train.service")
@@ -136,8 +158,11 @@ def failed_hotplug_means_restart(site):
         node.clear_pct_log()
         blocked = site.deploy()
         assert blocked.rc != 0
-        assert "CT 200 must restart to get its GPUs right (hot-plug of /dev/nvidia-uvm-tools " \
-            in blocked.output and "dflash-train.service is running in it" in blocked.output
+        assert (
+            "CT 200 must restart to get its GPUs right (hot-plug of /dev/nvidia-uvm-tools "
+            in blocked.output
+            and "dflash-train.service is running in it" in blocked.output
+        )
         sets = [c["argv"] for c in node.pct_calls() if c["argv"][:1] == ["set"]]
         assert sets and all(sum(a.startswith("--dev") for a in argv) == 1 for argv in sets), sets
         assert not any(c["argv"][0] in ("shutdown", "stop") for c in node.pct_calls())

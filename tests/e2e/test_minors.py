@@ -16,9 +16,23 @@ import pytest
 
 UNIT = "dflash-train.service"
 UNIT_CGROUP = f"0::/lxc/200/ns/system.slice/{UNIT}"
-TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
-            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
-            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+TRAINING = [
+    "/root/venv/bin/python",
+    "/data/dflash/train.py",
+    "--target-gpus",
+    "0,1,2,3,4",
+    "--drafter-gpus",
+    "5,6,7",
+    "--token-budget",
+    "49152",
+    "--max-batch-size",
+    "48",
+    "--dataset-dir",
+    "/data/datasets",
+    "--checkpoint-dir",
+    "/data/checkpoints",
+    "--resume",
+]
 
 
 @pytest.fixture(params=["pve8", "pve9"])
@@ -29,11 +43,14 @@ def node_options(request):
 
 def smi_gpus(site):
     """The node's GPUs as nvidia-smi lists them: (index, UUID without `GPU-`, parsed PCI bus id)."""
-    out = site.node.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
-                         "--format=csv,noheader"]).stdout
+    out = site.node.run(
+        ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"]
+    ).stdout
     rows = (line.split(", ") for line in out.splitlines())
-    return [(int(i), u.removeprefix("GPU-"), tuple(int(x, 16) for x in re.split("[:.]", bus)))
-            for i, u, bus in rows]
+    return [
+        (int(i), u.removeprefix("GPU-"), tuple(int(x, 16) for x in re.split("[:.]", bus)))
+        for i, u, bus in rows
+    ]
 
 
 def alive(site, pid):
@@ -45,8 +62,10 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
     # The node really numbers them in reverse: nvidia-smi's GPU 0 is /dev/nvidia7.
     info = node.read("/proc/driver/nvidia/gpus/0000:18:00.0/information")
     assert "Bus Location: \t 0000:18:00.0\nDevice Minor: \t 7\n" in info
-    assert "Minor Number                                       : 7" in node.run(
-        ["nvidia-smi", "-q", "-i", "0"]).stdout
+    assert (
+        "Minor Number                                       : 7"
+        in node.run(["nvidia-smi", "-q", "-i", "0"]).stdout
+    )
 
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
@@ -81,8 +100,10 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
     stale = node.spawn_gpu_process(3, ["/usr/bin/python3", "/root/notebook.py"], used_mib=1000)
     check = site.pyinfra("verify.py")
     assert check.rc != 0
-    assert f"GPU 3 (target) free: expected no compute process but the training unit's; found pid " \
-           f"{stale} " in check.output, check.output[-4000:]
+    assert (
+        f"GPU 3 (target) free: expected no compute process but the training unit's; found pid "
+        f"{stale} " in check.output
+    ), check.output[-4000:]
     node.kill_gpu_process(stale)
 
     # A leftover training process on GPU 7 (/dev/nvidia0, a drafter) while the unit is stopped:
@@ -92,8 +113,10 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
     own = node.spawn_gpu_process(0, TRAINING, used_mib=1000, cgroup=UNIT_CGROUP)
     cleared = site.deploy()
     assert cleared.rc == 0, cleared.output[-4000:]
-    assert f"leftover training process {leftover} on GPU 7: cleared before the unit starts" \
+    assert (
+        f"leftover training process {leftover} on GPU 7: cleared before the unit starts"
         in cleared.output
+    )
     assert f"ended leftover training process {leftover} on GPU 7" in cleared.output
     assert f"ended leftover training process {own} on GPU 0" in cleared.output
     assert not alive(site, leftover) and not alive(site, own)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sim.fixtures import skip_without_real_systemd
-from sim.node import SimNode
 
 from pvegpu.plan.boot import render_modules, render_persistenced_unit, render_uvm_unit
+from sim.fixtures import skip_without_real_systemd
+from sim.node import SimNode
 
 SIM = Path(__file__).resolve().parents[2] / "sim"
 GPUS = 8
@@ -23,9 +23,10 @@ RECORD = "/var/log/pve-guests-startall.record"
 NODES = [f"/dev/nvidia{i}" for i in range(GPUS)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
 # What pve-guests.service's ExecStart runs on a real node starts the onboot guests; here it
 # writes down which device nodes exist at that moment.
-PVESH = "#!/bin/sh\n: > " + RECORD + "\nfor n in " + " ".join(NODES) + "; do\n" \
-        "  if [ -c \"$n\" ]; then echo \"present $n\"; else echo \"missing $n\"; fi >> " + RECORD \
-        + "\ndone\n"
+PVESH = (
+    "#!/bin/sh\n: > " + RECORD + "\nfor n in " + " ".join(NODES) + "; do\n"
+    '  if [ -c "$n" ]; then echo "present $n"; else echo "missing $n"; fi >> ' + RECORD + "\ndone\n"
+)
 
 
 @pytest.fixture
@@ -36,8 +37,11 @@ def node(tmp_path):
 
 
 def push(node, vmid, path, text, mode="0644"):
-    node.run(["sh", "-c", f"cat > /tmp/push.tmp && pct push {vmid} /tmp/push.tmp {path} "
-                          f"--perms {mode}"], input=text, check=True)
+    node.run(
+        ["sh", "-c", f"cat > /tmp/push.tmp && pct push {vmid} /tmp/push.tmp {path} --perms {mode}"],
+        input=text,
+        check=True,
+    )
 
 
 def boot_record(node, vmid):
@@ -52,20 +56,37 @@ def boot_record(node, vmid):
 
 def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
     tpl = node.cfg["template_name"]
-    assert node.run(["pct", "create", "900", f"local:vztmpl/{tpl}", "--hostname", "pve1",
-                     "--rootfs", "local-lvm:4"]
-                    ).returncode == 0
+    assert (
+        node.run(
+            [
+                "pct",
+                "create",
+                "900",
+                f"local:vztmpl/{tpl}",
+                "--hostname",
+                "pve1",
+                "--rootfs",
+                "local-lvm:4",
+            ]
+        ).returncode
+        == 0
+    )
     assert node.run(["pct", "start", "900"]).returncode == 0
     # the node's tools and state the doubles read (the simulated driver's node.json)
     node.run(["mkdir", "-p", "/tmp/boot"], check=True)
     for double in ("nvidia-modprobe", "nvidia-persistenced"):
         push(node, 900, f"/usr/bin/{double}", (SIM / "doubles" / double).read_text(), "0755")
-    node.ct_run(900, ["mkdir", "-p", "/var/lib/pve-sim/gpu", "/usr/share/pve-manager/helpers"],
-                check=True)
+    node.ct_run(
+        900, ["mkdir", "-p", "/var/lib/pve-sim/gpu", "/usr/share/pve-manager/helpers"], check=True
+    )
     push(node, 900, "/var/lib/pve-sim/gpu/node.json", node.read("/var/lib/pve-sim/gpu/node.json"))
     push(node, 900, "/usr/bin/pvesh", PVESH, "0755")
-    push(node, 900, "/lib/systemd/system/pve-guests.service",
-         (SIM / "doubles" / "pve-guests.service").read_text())
+    push(
+        node,
+        900,
+        "/lib/systemd/system/pve-guests.service",
+        (SIM / "doubles" / "pve-guests.service").read_text(),
+    )
     assert node.ct_run(900, ["systemctl", "enable", "pve-guests.service"]).returncode == 0
 
     # Control: without pvegpu's units the nodes are missing when the guests would start.
@@ -76,15 +97,34 @@ def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
     push(node, 900, "/etc/systemd/system/nvidia-persistenced.service", render_persistenced_unit())
     node.ct_run(900, ["mkdir", "-p", "/etc/modules-load.d"], check=True)
     push(node, 900, "/etc/modules-load.d/nvidia.conf", render_modules())
-    enable = node.ct_run(900, ["systemctl", "enable", "nvidia-uvm-init.service",
-                               "nvidia-persistenced.service"])
+    enable = node.ct_run(
+        900, ["systemctl", "enable", "nvidia-uvm-init.service", "nvidia-persistenced.service"]
+    )
     assert enable.returncode == 0, enable.stderr
 
     assert boot_record(node, 900) == [f"present {n}" for n in NODES]
     # systemd ran them in that order: the device nodes' unit was done before pve-guests began
-    done = node.ct_run(900, ["systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value",
-                             "nvidia-uvm-init.service"]).stdout
-    began = node.ct_run(900, ["systemctl", "show", "-p", "InactiveExitTimestampMonotonic",
-                              "--value", "pve-guests.service"]).stdout
+    done = node.ct_run(
+        900,
+        [
+            "systemctl",
+            "show",
+            "-p",
+            "ActiveEnterTimestampMonotonic",
+            "--value",
+            "nvidia-uvm-init.service",
+        ],
+    ).stdout
+    began = node.ct_run(
+        900,
+        [
+            "systemctl",
+            "show",
+            "-p",
+            "InactiveExitTimestampMonotonic",
+            "--value",
+            "pve-guests.service",
+        ],
+    ).stdout
     assert 0 < int(done) <= int(began), (done, began)
     assert node.run(["pct", "stop", "900"]).returncode == 0

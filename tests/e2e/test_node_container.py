@@ -11,26 +11,50 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sim.__main__ import site_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 TORCH_SEES = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
-UNIT_FILES = ("/etc/modules-load.d/nvidia.conf", "/etc/systemd/system/nvidia-uvm-init.service",
-              "/etc/systemd/system/nvidia-persistenced.service")
+UNIT_FILES = (
+    "/etc/modules-load.d/nvidia.conf",
+    "/etc/systemd/system/nvidia-uvm-init.service",
+    "/etc/systemd/system/nvidia-persistenced.service",
+)
 
 
 def deploy_counted(site, *data: str):
     """A deploy with pyinfra's --debug log: returns the run and the commands it ran on the node
     itself (container commands travel as `pct exec <vmid> -- env -i ...` and are left out)."""
-    argv = [sys.executable, "-m", "pyinfra", "inventory.py", "deploy.py", "-y", "--json", "--debug",
-            *site.base_data]
+    argv = [
+        sys.executable,
+        "-m",
+        "pyinfra",
+        "inventory.py",
+        "deploy.py",
+        "-y",
+        "--json",
+        "--debug",
+        *site.base_data,
+    ]
     for kv in data:
         argv += ["--data", kv]
-    p = subprocess.run(argv, cwd=ROOT, env=site_env(site.node), capture_output=True, text=True,
-                       timeout=900, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=site_env(site.node),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     commands = re.findall(r"Running command on [^:]+: \(pty=\w+\) (.*)", p.stderr)
-    node = [c for c in commands if not re.search(r"^\S*sh -c '?pct exec \d+ -- env -i|^pct exec \d+ -- env -i", c)]
+    node = [
+        c
+        for c in commands
+        if not re.search(r"^\S*sh -c '?pct exec \d+ -- env -i|^pct exec \d+ -- env -i", c)
+    ]
     return p.returncode, json.loads(p.stdout), node, p.stdout + p.stderr
 
 
@@ -74,30 +98,59 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     conf = node.read("/etc/pve/lxc/200.conf")
     # `--unprivileged 0` writes no line: pve-container writes `unprivileged: 1` only when true
     assert not any(line.startswith("unprivileged:") for line in conf.splitlines()), conf
-    for line in ("features: nesting=1", "protection: 1", "onboot: 1",
-                 "mp0: /tank/dflash,mp=/data,backup=0", "hostname: dflash-train", "cores: 32"):
+    for line in (
+        "features: nesting=1",
+        "protection: 1",
+        "onboot: 1",
+        "mp0: /tank/dflash,mp=/data,backup=0",
+        "hostname: dflash-train",
+        "cores: 32",
+    ):
         assert line in conf.splitlines(), conf
-    devs = sorted(v for k, v in (ln.split(": ", 1) for ln in conf.splitlines() if ": " in ln)
-                  if re.fullmatch(r"dev\d+", k))
-    assert devs == sorted([f"/dev/nvidia{i}" for i in range(8)]
-                          + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+    devs = sorted(
+        v
+        for k, v in (ln.split(": ", 1) for ln in conf.splitlines() if ": " in ln)
+        if re.fullmatch(r"dev\d+", k)
+    )
+    assert devs == sorted(
+        [f"/dev/nvidia{i}" for i in range(8)]
+        + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    )
     assert "lxc." not in conf and "[pve:pending]" not in conf
     create = next(c["argv"] for c in node.pct_calls() if c["argv"][:2] == ["create", "200"])
     assert create[create.index("--unprivileged") + 1] == "0"
     assert node.run(["pct", "status", "200"]).stdout.strip() == "status: running"
     assert torch_sees(site) == "True 8"
     # Driver parity: the container's userspace is exactly the kernel module's version.
-    module = re.search(r"Kernel Module\s+(\S+)", site.ct("cat", "/proc/driver/nvidia/version").stdout)[1]
-    assert site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip() == f"libcuda.so.{module}"
-    assert site.ct("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout.split()[0] == module
+    module = re.search(
+        r"Kernel Module\s+(\S+)", site.ct("cat", "/proc/driver/nvidia/version").stdout
+    )[1]
+    assert (
+        site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip()
+        == f"libcuda.so.{module}"
+    )
+    assert (
+        site.ct("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout.split()[
+            0
+        ]
+        == module
+    )
 
     # Node: uvm nodes created, boot persistence written, enabled (real WantedBy links), valid.
     assert node.run(["test", "-c", "/dev/nvidia-uvm"]).returncode == 0
     assert node.read("/etc/modules-load.d/nvidia.conf").split("\n")[2:4] == ["nvidia", "nvidia_uvm"]
     uvm_unit = node.read("/etc/systemd/system/nvidia-uvm-init.service")
-    assert "Before=pve-guests.service" in uvm_unit and "ExecStart=/usr/bin/nvidia-modprobe -u -c 0" in uvm_unit
+    assert (
+        "Before=pve-guests.service" in uvm_unit
+        and "ExecStart=/usr/bin/nvidia-modprobe -u -c 0" in uvm_unit
+    )
     for unit in ("nvidia-uvm-init.service", "nvidia-persistenced.service"):
-        assert node.run(["test", "-L", f"/etc/systemd/system/multi-user.target.wants/{unit}"]).returncode == 0
+        assert (
+            node.run(
+                ["test", "-L", f"/etc/systemd/system/multi-user.target.wants/{unit}"]
+            ).returncode
+            == 0
+        )
         assert node.run(["systemctl", "is-active", unit]).stdout.strip() == "active"
     verify = node.run(["systemd-analyze", "verify", *UNIT_FILES[1:]])
     assert [ln for ln in verify.stderr.splitlines() if "nvidia" in ln] == [], verify.stderr
@@ -124,7 +177,9 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     before = node.tree_digest()
     run = site.deploy("passthrough_mode=dev")
     assert_failed_without_change(
-        site, run, before,
+        site,
+        run,
+        before,
         "node GPU count: expected 8 (expected_gpu_count); found 7 listed by nvidia-smi",
         "driver for cu130: expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node",
         "passthrough_mode=dev needs pve-container >= 5.0.7 (devN entries), the node has "
@@ -139,7 +194,9 @@ def test_devn_mode_from_nothing_to_verified_then_idempotent_guarded_and_prefligh
     before = node.tree_digest()
     run = site.deploy()
     assert_failed_without_change(
-        site, run, before,
+        site,
+        run,
+        before,
         "CT 200 must restart to get its GPUs right (/dev/nvidia-uvm is 508:0 in the container, "
         "509:0 on the node",
         "dflash-train.service is running in it",
@@ -184,9 +241,14 @@ def test_raw_lxc_mode_on_pve_8_0_and_a_changed_uvm_major_is_repaired(site):
     rest = [ln for ln in conf.splitlines() if not ln.startswith("lxc.")]
     assert [ln for ln in conf2.splitlines() if not ln.startswith("lxc.")] == rest  # all else kept
     assert ct_major(site, "/dev/nvidia-uvm") == 509
-    assert "CT 200: kernel module 580.105.08, userspace libcuda 580.95.05, libnvidia-ml 580.95.05: " \
-           "reinstalling" in second.output
-    assert site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip() == "libcuda.so.580.105.08"
+    assert (
+        "CT 200: kernel module 580.105.08, userspace libcuda 580.95.05, libnvidia-ml 580.95.05: "
+        "reinstalling" in second.output
+    )
+    assert (
+        site.ct("readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1").stdout.strip()
+        == "libcuda.so.580.105.08"
+    )
     assert torch_sees(site) == "True 8"
     third = site.deploy()
     assert third.rc == 0 and third.changed == 0, third.output[-4000:]

@@ -33,8 +33,10 @@ def test_a_container_start_says_how_long_it_has_waited_for_pct_exec(deployed):
     node = site.node
     assert node.run(["pct", "stop", "200"]).returncode == 0
     # the next start's container does not answer `pct exec` until the test lets it
-    node.run(["sh", "-c", "mkdir -p /var/lib/pve-sim/exec-hold && touch "
-              "/var/lib/pve-sim/exec-hold/200"], check=True)
+    node.run(
+        ["sh", "-c", "mkdir -p /var/lib/pve-sim/exec-hold && touch /var/lib/pve-sim/exec-hold/200"],
+        check=True,
+    )
     try:
         with site.deploy_streaming("progress_interval_s=1") as run:
             line = run.wait_for("waiting for `pct exec` to answer in CT 200: ", timeout=300)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import socket
-import sys
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -40,11 +39,16 @@ def make_locks(site, out: Path) -> Path:
     (pvegpu.locks.make_lock) against the loopback index (the real PyTorch index is not
     reachable here)."""
     for variant in ("cu128", "cu130"):
-        s = Settings.from_data({
-            **defaults(), "torch_variant": variant, "training_requirements": [],
-            "package_index_url": site.index.package_index_url,
-            "torch_index_base": site.index.torch_index_base, "locks_dir": str(out),
-        })
+        s = Settings.from_data(
+            {
+                **defaults(),
+                "torch_variant": variant,
+                "training_requirements": [],
+                "package_index_url": site.index.package_index_url,
+                "torch_index_base": site.index.torch_index_base,
+                "locks_dir": str(out),
+            }
+        )
         plan = make_lock(s, "3.11", uv=uv_package.find_uv_bin())
         assert plan.made and plan.error is None, plan.error
     return out
@@ -61,8 +65,11 @@ def torch_of(site, python="/root/venv/bin/python"):
 
 def ct_commands(site) -> list[str]:
     """The commands the run sent into the container (the @pct connector's `env -i ... sh -c`)."""
-    return [c["argv"][-1] for c in site.node.pct_calls()
-            if c["argv"][:2] == ["exec", "200"] and "env" in c["argv"]]
+    return [
+        c["argv"][-1]
+        for c in site.node.pct_calls()
+        if c["argv"][:2] == ["exec", "200"] and "env" in c["argv"]
+    ]
 
 
 def probes(cmds, name):
@@ -101,8 +108,10 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
 
     # bad input: one clear line each, non-zero, nothing changed
     before = site.node.tree_digest()
-    for bad, line in (("torch_variant=cu129", "torch_variant='cu129' is not a known variant"),
-                      ("torch_version=2.11", "torch_version='2.11' is not a full X.Y.Z version")):
+    for bad, line in (
+        ("torch_variant=cu129", "torch_variant='cu129' is not a known variant"),
+        ("torch_version=2.11", "torch_version='2.11' is not a full X.Y.Z version"),
+    ):
         run = site.deploy(locks, bad)
         assert run.rc != 0 and line in run.output, run.output[-3000:]
     empty = tmp_path / "no-locks"
@@ -143,8 +152,12 @@ def test_swap_there_and_back_offline_keeps_builds_and_caches(site, tmp_path):
     # an unreachable index, when a lock must be made: one clear line, the live venv untouched
     dead = f"http://127.0.0.1:{free_port()}/simple"
     fresh = tmp_path / "fresh-locks"
-    run = site.deploy(f"locks_dir={fresh}", "torch_variant=cu128", f"package_index_url={dead}",
-                      'training_requirements=["transformers==5.6.0"]')
+    run = site.deploy(
+        f"locks_dir={fresh}",
+        "torch_variant=cu128",
+        f"package_index_url={dead}",
+        'training_requirements=["transformers==5.6.0"]',
+    )
     assert run.rc != 0
     line = next(ln for ln in run.output.splitlines() if "cu128-py3.11.lock failed: " in ln)
     assert f"making {fresh}/cu128-py3.11.lock failed: " in line and dead in line, run.output[-3000:]
@@ -179,8 +192,10 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
 
     # pollute the live venv by hand: a junk package, and torch replaced by the other variant
     index = site.index
-    for argv in (["sglang-junk==0.1.0", "--index-url", index.package_index_url],
-                 ["torch==2.11.0+cu128", "--index-url", index.torch_index_url("cu128")]):
+    for argv in (
+        ["sglang-junk==0.1.0", "--index-url", index.package_index_url],
+        ["torch==2.11.0+cu128", "--index-url", index.torch_index_url("cu128")],
+    ):
         r = site.ct(UV, "pip", "install", "--python", "/root/venv/bin/python", *argv)
         assert r.returncode == 0, r.stderr
     assert torch_of(site) == "2.11.0+cu128"
@@ -229,10 +244,16 @@ def test_pollution_is_reported_and_repaired_and_a_failed_build_leaves_the_live_v
 
     # the index goes empty mid-way (after the cu128 lock was made): the new build fails, the
     # live venv still runs the old one
-    s128 = Settings.from_data({
-        **defaults(), "torch_variant": "cu128", "training_requirements": [],
-        "package_index_url": index.package_index_url, "torch_index_base": index.torch_index_base,
-        "locks_dir": str(tmp_path / "locks")})
+    s128 = Settings.from_data(
+        {
+            **defaults(),
+            "torch_variant": "cu128",
+            "training_requirements": [],
+            "package_index_url": index.package_index_url,
+            "torch_index_base": index.torch_index_base,
+            "locks_dir": str(tmp_path / "locks"),
+        }
+    )
     assert make_lock(s128, "3.11", uv=uv_package.find_uv_bin()).made
     site.ct("rm", "-rf", "/root/.cache/uv")  # the hand install above cached the cu128 wheel
     index.set_mode("empty")
@@ -261,22 +282,33 @@ def test_locks_on_first_use_take_fresh_dependencies_and_refuse_a_swapped_wheel(s
     assert lock.is_file() and (locks / "cu130.in").is_file()
     pins = parse_pins(lock.read_text())
     assert pins["filelock"] == "3.20.0" and pins["typing-extensions"] == "4.15.0"
-    r = site.ct("/root/venv/bin/python", "-c",
-                "import filelock, typing_extensions as t; print(filelock.__version__, t.__version__)")
+    r = site.ct(
+        "/root/venv/bin/python",
+        "-c",
+        "import filelock, typing_extensions as t; print(filelock.__version__, t.__version__)",
+    )
     assert r.stdout.split() == ["3.20.0", "4.15.0"], r.stderr
     again = site.deploy(req)
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]
     assert "wrote " not in again.output
 
     # the index swaps trainer-utils for another file of the same name and advertises its hash
-    evil = build_wheel("trainer-utils", "1.0.0", {"trainer_utils/__init__.py": "EVIL = 1\n"},
-                       tmp_path / "evil", requires=["filelock>=3.20.0"])
+    evil = build_wheel(
+        "trainer-utils",
+        "1.0.0",
+        {"trainer_utils/__init__.py": "EVIL = 1\n"},
+        tmp_path / "evil",
+        requires=["filelock>=3.20.0"],
+    )
     site.index.add([evil])
     fresh = site.deploy(req, "rebuild=container", "restart_training=true")
     assert fresh.rc != 0
-    failed = [ln for ln in fresh.output.splitlines() if "/root/venvs/torch-2.11.0-cu130.next failed" in ln]
-    assert len(failed) == 1 and "Hash mismatch for `trainer-utils==1.0.0`" in failed[0], \
+    failed = [
+        ln for ln in fresh.output.splitlines() if "/root/venvs/torch-2.11.0-cu130.next failed" in ln
+    ]
+    assert len(failed) == 1 and "Hash mismatch for `trainer-utils==1.0.0`" in failed[0], (
         fresh.output[-3000:]
+    )
     assert f"the index serves another file than {lock} records: refused" in failed[0]
     assert site.ct("/root/venv/bin/python", "-c", "import trainer_utils").returncode != 0
     assert lock.read_text().count("trainer-utils==1.0.0") == 1  # the recorded lock is unchanged
@@ -299,9 +331,20 @@ def test_index_credentials_never_reach_output_argv_or_the_lock(wheelhouse, tmp_p
         seed_training_code(node)
         base = index.url.replace("http://", f"http://me:{token}@")
         locks = tmp_path / "locks"
-        site = Site(node, index, [
-            "--data", f"torch_index_base={base}/whl", "--data", f"package_index_url={base}/simple",
-            "--data", f"locks_dir={locks}", "--data", "training_requirements=[]"])
+        site = Site(
+            node,
+            index,
+            [
+                "--data",
+                f"torch_index_base={base}/whl",
+                "--data",
+                f"package_index_url={base}/simple",
+                "--data",
+                f"locks_dir={locks}",
+                "--data",
+                "training_requirements=[]",
+            ],
+        )
         run = site.pyinfra("deploy.py", extra=("--debug",))
         assert run.rc == 0, run.output[-4000:]
         assert token not in run.output
@@ -311,17 +354,23 @@ def test_index_credentials_never_reach_output_argv_or_the_lock(wheelhouse, tmp_p
         assert site.ct("stat", "-c", "%a", "/root/.config/pvegpu/netrc").stdout.strip() == "600"
         assert torch_of(site) == "2.11.0+cu130"
         import base64
+
         good = "Basic " + base64.b64encode(f"me:{token}".encode()).decode()
         assert good in index.authorization_headers()  # uv and the checks did authenticate
 
         wrong = base.replace(token, "wrong-TOKEN")
-        bad = site.deploy(f"package_index_url={wrong}/simple", f"torch_index_base={wrong}/whl",
-                          "torch_variant=cu128")
+        bad = site.deploy(
+            f"package_index_url={wrong}/simple",
+            f"torch_index_base={wrong}/whl",
+            "torch_variant=cu128",
+        )
         assert bad.rc != 0
         assert "wrong-TOKEN" not in bad.output and token not in bad.output
         line = next(ln for ln in bad.output.splitlines() if "cu128-py3.11.lock failed" in ln)
-        assert (f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
-                "refused the credentials (HTTP 401): fix the user:token") in line, line
+        assert (
+            f"package_index_url={index.url.replace('http://', 'http://me:***@')}/simple "
+            "refused the credentials (HTTP 401): fix the user:token"
+        ) in line, line
         assert torch_of(site) == "2.11.0+cu130"
 
 
@@ -351,12 +400,18 @@ def test_a_slow_download_prints_the_builds_progress_while_it_runs(site, wheelhou
     with site.deploy_streaming("progress_interval_s=1") as run:
         try:
             # the first line once the download has begun (an earlier one may come before it)
-            line = run.wait_for(f"building {building}.next: ", timeout=600,
-                                pattern=r"so far; download: [\d.]+ MiB into uv's cache")
+            line = run.wait_for(
+                f"building {building}.next: ",
+                timeout=600,
+                pattern=r"so far; download: [\d.]+ MiB into uv's cache",
+            )
             # the build is still downloading: nothing installed, no finished build; the first
             # half of the wheel (4 MiB) is in uv's cache
-            found = re.search(r"download: ([\d.]+) MiB into uv's cache so far, "
-                              r"0 of \d+ packages installed", line)
+            found = re.search(
+                r"download: ([\d.]+) MiB into uv's cache so far, "
+                r"0 of \d+ packages installed",
+                line,
+            )
             assert found and float(found[1]) >= 1, line
             assert site.ct("test", "-d", f"{building}.building").returncode == 0
             assert site.ct("test", "-e", f"{building}.next").returncode == 1

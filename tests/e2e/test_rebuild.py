@@ -16,16 +16,34 @@ def put_data(node):
 
 
 def data_sums(node) -> str:
-    return node.run(["sh", "-c", "cd /tank/dflash && find . -type f | sort | xargs sha256sum"]).stdout
+    return node.run(
+        ["sh", "-c", "cd /tank/dflash && find . -type f | sort | xargs sha256sum"]
+    ).stdout
 
 
 def pollute(site):
     uv = "/usr/local/bin/uv"
-    junk = site.ct(uv, "pip", "install", "--python", "/root/venv/bin/python",
-                   "--index-url", site.index.package_index_url, "sglang-junk==0.1.0")
+    junk = site.ct(
+        uv,
+        "pip",
+        "install",
+        "--python",
+        "/root/venv/bin/python",
+        "--index-url",
+        site.index.package_index_url,
+        "sglang-junk==0.1.0",
+    )
     assert junk.returncode == 0, junk.stderr
-    other = site.ct(uv, "pip", "install", "--python", "/root/venv/bin/python", "--index-url",
-                    site.index.torch_index_url("cu128"), "torch==2.11.0+cu128")
+    other = site.ct(
+        uv,
+        "pip",
+        "install",
+        "--python",
+        "/root/venv/bin/python",
+        "--index-url",
+        site.index.torch_index_url("cu128"),
+        "torch==2.11.0+cu128",
+    )
     assert other.returncode == 0, other.stderr
     site.ct("sh", "-c", "echo junk > /usr/local/bin/junk-tool && chmod +x /usr/local/bin/junk-tool")
 
@@ -76,10 +94,18 @@ def test_dry_rebuild_shows_what_it_would_destroy_and_changes_nothing(deployed):
     site.ct("sh", "-c", "echo junk > /usr/local/bin/junk-tool")
     before = site.node.tree_digest()
     # --dry previews (facts and detected changes) and stops: pyinfra's own convention.
-    run = site.pyinfra("deploy.py", "rebuild=container", "restart_training=true", as_json=False,
-                       yes=False, extra=("--dry",))
+    run = site.pyinfra(
+        "deploy.py",
+        "rebuild=container",
+        "restart_training=true",
+        as_json=False,
+        yes=False,
+        extra=("--dry",),
+    )
     assert run.rc == 0, run.output[-4000:]
     assert "/usr/local/bin/junk-tool was not placed by pvegpu" in run.output
-    destroy = next(ln for ln in run.output.splitlines() if "Destroy CT 200 for rebuild=container" in ln)
+    destroy = next(
+        ln for ln in run.output.splitlines() if "Destroy CT 200 for rebuild=container" in ln
+    )
     assert "1 (127.0.0.1)" in destroy
     assert site.node.tree_digest() == before

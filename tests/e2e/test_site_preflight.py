@@ -12,12 +12,26 @@ import pytest
 
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 SMALL_LVM = [
-    {"name": "local", "type": "dir", "content": ["iso", "vztmpl", "backup"],
-     "total_kib": 98497780, "used_kib": 12582912, "avail_kib": 80862004, "enabled": True,
-     "active": True},
-    {"name": "local-lvm", "type": "lvmthin", "content": ["rootdir", "images"],
-     "total_kib": 8388608, "used_kib": 6291456, "avail_kib": 2097152, "enabled": True,
-     "active": True},
+    {
+        "name": "local",
+        "type": "dir",
+        "content": ["iso", "vztmpl", "backup"],
+        "total_kib": 98497780,
+        "used_kib": 12582912,
+        "avail_kib": 80862004,
+        "enabled": True,
+        "active": True,
+    },
+    {
+        "name": "local-lvm",
+        "type": "lvmthin",
+        "content": ["rootdir", "images"],
+        "total_kib": 8388608,
+        "used_kib": 6291456,
+        "avail_kib": 2097152,
+        "enabled": True,
+        "active": True,
+    },
 ]
 
 
@@ -40,22 +54,33 @@ def refused_without_change(site, data, line):
 def test_a_node_a_new_container_cannot_live_on_is_refused_before_any_change(site):
     node = site.node
     # a storage that does not exist (a ZFS node has local-zfs, not local-lvm; here the reverse)
-    refused_without_change(site, ["ct_rootfs=local-zfs:128"],
-                           "127.0.0.1: CT 200 is to be created on storage 'local-zfs' "
-                           "(ct_rootfs='local-zfs:128'), which does not exist or holds no "
-                           "container directories (rootdir) on the node; storages for "
-                           "containers: local-lvm: set ct_rootfs, e.g. ct_rootfs=local-lvm:128")
+    refused_without_change(
+        site,
+        ["ct_rootfs=local-zfs:128"],
+        "127.0.0.1: CT 200 is to be created on storage 'local-zfs' "
+        "(ct_rootfs='local-zfs:128'), which does not exist or holds no "
+        "container directories (rootdir) on the node; storages for "
+        "containers: local-lvm: set ct_rootfs, e.g. ct_rootfs=local-lvm:128",
+    )
     # a storage without container directories
     refused_without_change(site, ["ct_rootfs=local:128"], "storage 'local' (ct_rootfs=")
     # too little disk on the rootfs storage
     node.configure(storages=SMALL_LVM)
-    refused_without_change(site, [], "127.0.0.1: storage 'local-lvm' (ct_rootfs) has 2.0 GiB available, "
-                                     "CT 200 needs 20 GiB (min_free_gib=20;")
+    refused_without_change(
+        site,
+        [],
+        "127.0.0.1: storage 'local-lvm' (ct_rootfs) has 2.0 GiB available, "
+        "CT 200 needs 20 GiB (min_free_gib=20;",
+    )
     node.configure(storages=None)
     # an NVSwitch fabric without Fabric Manager
     node.configure(fabric_state="Not Started", fabric_status="N/A")
-    refused_without_change(site, [], "127.0.0.1: the GPUs are on an NVSwitch fabric (fabric.state Not "
-                                     "Started) but nvidia-fabricmanager.service is not installed")
+    refused_without_change(
+        site,
+        [],
+        "127.0.0.1: the GPUs are on an NVSwitch fabric (fabric.state Not "
+        "Started) but nvidia-fabricmanager.service is not installed",
+    )
     node.configure(fabric_state=None, fabric_status=None)
     # no python3 on the node
     node.run(["mv", "/usr/bin/python3", "/usr/bin/python3.pvegpu-test"], check=True)
@@ -74,8 +99,10 @@ def test_a_locked_or_full_container_is_refused_before_any_change(site):
     before = node.tree_digest()
     run = site.deploy()
     assert run.rc != 0, run.output[-3000:]
-    assert ("127.0.0.1: CT 200 is locked (backup): pct refuses changes while a backup runs; wait for it "
-            "to end (or, if none runs, `pct unlock 200`) and run again") in run.output
+    assert (
+        "127.0.0.1: CT 200 is locked (backup): pct refuses changes while a backup runs; "
+        "wait for it to end (or, if none runs, `pct unlock 200`) and run again"
+    ) in run.output
     assert "Traceback" not in run.output
     assert node.tree_digest() == before
     assert node.run(["pct", "unlock", "200"]).returncode == 0
@@ -84,17 +111,19 @@ def test_a_locked_or_full_container_is_refused_before_any_change(site):
     run = site.deploy("min_free_gib=100000")
     assert run.rc != 0, run.output[-3000:]
     assert "127.0.0.1: CT 200 has " in run.output and (
-        "GiB free on its root disk, a deploy needs 100000 GiB (min_free_gib=100000;"
-        in run.output), run.output[-3000:]
+        "GiB free on its root disk, a deploy needs 100000 GiB (min_free_gib=100000;" in run.output
+    ), run.output[-3000:]
     assert "Traceback" not in run.output
     assert node.tree_digest() == before
 
 
 # --- nvidia-persistenced someone else runs (issue 21 item 4) -----------------------------------
 UNIT = "/etc/systemd/system/nvidia-persistenced.service"
-ADMIN_UNIT = "[Unit]\nDescription=our own persistenced\n\n[Service]\nType=forking\n" \
-             "ExecStart=/usr/bin/nvidia-persistenced --user nvpd\n\n[Install]\n" \
-             "WantedBy=multi-user.target\n"
+ADMIN_UNIT = (
+    "[Unit]\nDescription=our own persistenced\n\n[Service]\nType=forking\n"
+    "ExecStart=/usr/bin/nvidia-persistenced --user nvpd\n\n[Install]\n"
+    "WantedBy=multi-user.target\n"
+)
 
 
 def persistenced_changes(node) -> list[list[str]]:
@@ -113,47 +142,62 @@ def node_stage(site):
 def test_a_persistence_daemon_outside_systemd_is_left_alone(site):
     node = site.node
     # a daemon started by hand (argv[0] nvidia-persistenced), outside any unit
-    start = ("import os, sys; os.setsid(); os.execvp('sleep', ['nvidia-persistenced', '3600'])")
-    pid = node.run(["sh", "-c", f"python3 -c \"{start}\" >/dev/null 2>&1 & echo $!"],
-                   check=True).stdout.strip()
+    start = "import os, sys; os.setsid(); os.execvp('sleep', ['nvidia-persistenced', '3600'])"
+    pid = node.run(
+        ["sh", "-c", f'python3 -c "{start}" >/dev/null 2>&1 & echo $!'], check=True
+    ).stdout.strip()
     try:
         run = node_stage(site)
         assert run.rc == 0, run.output[-3000:]
-        assert (f"127.0.0.1: nvidia-persistenced already runs outside systemd (pid {pid}): left "
-                "alone (pvegpu neither writes nor starts nvidia-persistenced.service)") in run.output
+        assert (
+            f"127.0.0.1: nvidia-persistenced already runs outside systemd (pid {pid}): left "
+            "alone (pvegpu neither writes nor starts nvidia-persistenced.service)"
+        ) in run.output
         assert node.run(["test", "-e", UNIT]).returncode == 1  # no second daemon's unit
         assert persistenced_changes(node) == []
-        assert node.run(["test", "-e", "/etc/systemd/system/nvidia-uvm-init.service"]).returncode == 0
+        assert (
+            node.run(["test", "-e", "/etc/systemd/system/nvidia-uvm-init.service"]).returncode == 0
+        )
     finally:
         node.run(["kill", pid])
 
 
 def test_an_admins_own_persistenced_unit_is_never_overwritten(site):
     node = site.node
-    node.run(["sh", "-c", f"mkdir -p /etc/systemd/system && cat > {UNIT}"], input=ADMIN_UNIT,
-             check=True)
+    node.run(
+        ["sh", "-c", f"mkdir -p /etc/systemd/system && cat > {UNIT}"], input=ADMIN_UNIT, check=True
+    )
     run = node_stage(site)
     assert run.rc == 0, run.output[-3000:]
-    assert (f"127.0.0.1: {UNIT} is not pvegpu's (no pvegpu marker on its first line): left alone "
-            "(never rewritten, enabled or started by pvegpu)") in run.output
+    assert (
+        f"127.0.0.1: {UNIT} is not pvegpu's (no pvegpu marker on its first line): left alone "
+        "(never rewritten, enabled or started by pvegpu)"
+    ) in run.output
     assert node.read(UNIT) == ADMIN_UNIT
     assert persistenced_changes(node) == []
 
 
 # NVIDIA's unit (package nvidia-fabricmanager-<branch>: /lib/systemd/system), abridged
-FM_UNIT = ("[Unit]\nDescription=NVIDIA fabric manager service\n\n[Service]\nType=forking\n"
-           "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
-           "\n[Install]\nWantedBy=multi-user.target\n")
+FM_UNIT = (
+    "[Unit]\nDescription=NVIDIA fabric manager service\n\n[Service]\nType=forking\n"
+    "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+    "\n[Install]\nWantedBy=multi-user.target\n"
+)
 
 
 def test_an_nvswitch_board_with_fabric_manager_running_converges_with_it_before_guests(site):
     node = site.node
     node.configure(fabric_state="Completed", fabric_status="Success")
-    node.run(["sh", "-c", "cat > /lib/systemd/system/nvidia-fabricmanager.service"], input=FM_UNIT,
-             check=True)
+    node.run(
+        ["sh", "-c", "cat > /lib/systemd/system/nvidia-fabricmanager.service"],
+        input=FM_UNIT,
+        check=True,
+    )
     node.run(["systemctl", "enable", "--now", "nvidia-fabricmanager.service"], check=True)
     run = node_stage(site)
     assert run.rc == 0, run.output[-3000:]
     uvm = node.read("/etc/systemd/system/nvidia-uvm-init.service").splitlines()
-    assert "After=nvidia-fabricmanager.service" in uvm and "Wants=nvidia-fabricmanager.service" in uvm
+    assert (
+        "After=nvidia-fabricmanager.service" in uvm and "Wants=nvidia-fabricmanager.service" in uvm
+    )
     assert "Before=pve-guests.service" in uvm

@@ -6,7 +6,10 @@ it converges, the torch wheel reaching the container through the proxy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
 from sim.index import PackageIndex
 from sim.proxy import ConnectProxy
 from sim.tls import private_ca
@@ -27,8 +30,13 @@ def ca_files(tmp_path):
 def package_index(wheelhouse, ca_files, proxy):
     """The site's mirror: HTTPS with the private CA, answering the proxy alone."""
     _, cert, key = ca_files
-    index = PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), host="127.0.0.2",
-                         tls=(cert, key), only_from=proxy.source)
+    index = PackageIndex(
+        wheelhouse.torch_index(),
+        wheelhouse.pypi(),
+        host="127.0.0.2",
+        tls=(cert, key),
+        only_from=proxy.source,
+    )
     index.start()
     try:
         yield index
@@ -46,7 +54,8 @@ def test_a_mirror_with_an_internal_ca_behind_a_proxy(site, ca_files, proxy):
     assert f"package_index_url={url} is not reachable from the container for uv==" in line
     assert "CERTIFICATE_VERIFY_FAILED" in line and line.endswith(
         "fix package_index_url (or https_proxy, index_ca_bundle) or start the mirror; the live "
-        "venv is untouched"), line
+        "venv is untouched"
+    ), line
     assert "Traceback" not in run.output
     # the CA but not the proxy: the mirror is not reachable directly
     run = site.deploy(f"index_ca_bundle={ca}")
@@ -61,6 +70,6 @@ def test_a_mirror_with_an_internal_ca_behind_a_proxy(site, ca_files, proxy):
     assert any("torch-2.11.0+cu130" in f for f in site.index.downloads()), site.index.downloads()
     assert proxy.targets and set(proxy.targets) == {url.split("/")[2]}
     # the container holds the bundle; uv there got it and the proxy explicitly
-    assert site.ct("cat", "/etc/pvegpu/index-ca.pem").stdout == open(ca).read()
+    assert site.ct("cat", "/etc/pvegpu/index-ca.pem").stdout == Path(ca).read_text()
     again = site.deploy(f"index_ca_bundle={ca}", f"https_proxy={proxy.url}")
     assert again.rc == 0 and again.changed == 0, again.output[-3000:]

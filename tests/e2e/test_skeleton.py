@@ -6,8 +6,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def running_unit(site) -> dict:
-    out = site.ct("systemctl", "show", "-p", "ActiveState,MainPID,InvocationID",
-                  "dflash-train.service").stdout
+    out = site.ct(
+        "systemctl", "show", "-p", "ActiveState,MainPID,InvocationID", "dflash-train.service"
+    ).stdout
     unit = dict(line.split("=", 1) for line in out.splitlines())
     assert unit["ActiveState"] == "active", unit
     return unit
@@ -25,8 +26,11 @@ def test_full_deploy_from_no_container_then_zero_changes(site):
     assert "dev0: /dev/nvidia0" in conf and "/dev/nvidia-uvm" in conf
     torch = site.ct("/root/venv/bin/python", "-c", "import torch; print(torch.__version__)")
     assert torch.stdout.strip() == "2.11.0+cu130"
-    cuda = site.ct("/root/venv/bin/python", "-c",
-                   "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())")
+    cuda = site.ct(
+        "/root/venv/bin/python",
+        "-c",
+        "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())",
+    )
     assert cuda.stdout.strip() == "True 8"
     assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() == "active"
     # The simulator's default: CT 200 boots real systemd, whose unit runs train.py with the python

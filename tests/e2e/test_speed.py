@@ -55,8 +55,10 @@ def describe(command: str) -> str:
 
 
 def report(what, container, execs, other, node):
-    lines = [f"{what}: {len(container)} container commands, {len(execs)} pct exec calls in all, "
-             f"{len(other)} other pct calls, {len(node)} node commands"]
+    lines = [
+        f"{what}: {len(container)} container commands, {len(execs)} pct exec calls in all, "
+        f"{len(other)} other pct calls, {len(node)} node commands"
+    ]
     lines += [f"  ct   {describe(a[-1])}" for a in container]
     lines += [f"  exec {describe(' '.join(a))}" for a in execs if a not in container]
     lines += [f"  pct  {describe(' '.join(a))}" for a in other]

@@ -8,23 +8,40 @@ from __future__ import annotations
 import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
-from sim.fixtures import shared_sim_node  # noqa: F401
 
 from pvegpu.startup import node_lock
+from sim.fixtures import shared_sim_node  # noqa: F401
 
 
 @pytest.fixture(scope="module")
-def node(shared_sim_node):
+def node(shared_sim_node):  # noqa: F811  (pytest passes the fixture imported above)
     n = shared_sim_node
-    create = n.run(["pct", "create", "200", "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
-                    "--hostname", "t", "--unprivileged", "0", "--rootfs", "local-lvm:4"])
+    create = n.run(
+        [
+            "pct",
+            "create",
+            "200",
+            "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+            "--hostname",
+            "t",
+            "--unprivileged",
+            "0",
+            "--rootfs",
+            "local-lvm:4",
+        ]
+    )
     assert create.returncode == 0, create.stderr
     return n
 
 
 def connect(node, names, **extra):
-    data = {"ssh_port": node.port, "ssh_user": "root", "ssh_key": node.key_path,
-            "ssh_known_hosts_file": node.known_hosts_path, **extra}
+    data = {
+        "ssh_port": node.port,
+        "ssh_user": "root",
+        "ssh_key": node.key_path,
+        "ssh_known_hosts_file": node.known_hosts_path,
+        **extra,
+    }
     inventory = Inventory(([(name, dict(data)) for name in names], {}))
     state = State(inventory, Config())
     connect_all(state)

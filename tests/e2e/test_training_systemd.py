@@ -15,9 +15,9 @@ import json
 import time
 
 import pytest
-from sim.fixtures import skip_without_real_systemd
 
 from pvegpu.plan.unit import digest
+from sim.fixtures import skip_without_real_systemd
 
 UNIT = "dflash-train.service"
 RECORD = "/run/pvegpu-dflash-train/started"
@@ -114,16 +114,24 @@ def main_argv(site, pid):
 def test_container_boots_real_systemd_and_stops_clean(site):
     node = site.node
     tpl = node.cfg["template_name"]
-    assert node.run(["pct", "create", "200", f"local:vztmpl/{tpl}",
-                     "--rootfs", "local-lvm:4"]).returncode == 0
+    assert (
+        node.run(
+            ["pct", "create", "200", f"local:vztmpl/{tpl}", "--rootfs", "local-lvm:4"]
+        ).returncode
+        == 0
+    )
     assert node.run(["pct", "start", "200"]).returncode == 0
     comm = node.run(["pct", "exec", "200", "--", "cat", "/proc/1/comm"])
     assert (comm.returncode, comm.stdout) == (0, "systemd\n")
     # no systemctl double: the tree's own, talking to the container's systemd
     state = node.run(["pct", "exec", "200", "--", "systemctl", "is-system-running", "--wait"])
     assert state.stdout.strip() in ("running", "degraded"), state.stdout + state.stderr
-    assert node.run(["pct", "exec", "200", "--", "test", "-e",
-                     "/var/lib/pve-sim-systemd/calls.log"]).returncode == 1
+    assert (
+        node.run(
+            ["pct", "exec", "200", "--", "test", "-e", "/var/lib/pve-sim-systemd/calls.log"]
+        ).returncode
+        == 1
+    )
     # pct semantics: exit codes, signals, missing commands
     assert node.run(["pct", "exec", "200", "--", "sh", "-c", "exit 7"]).returncode == 7
     assert node.run(["pct", "exec", "200", "--", "sh", "-c", "kill -9 $$"]).returncode == 137
@@ -131,15 +139,22 @@ def test_container_boots_real_systemd_and_stops_clean(site):
     assert node.run(["pct", "shutdown", "200"]).returncode == 0
     assert node.run(["pct", "status", "200"]).stdout == "status: stopped\n"
     # nothing left: no container cgroup, no rootfs mount, no nspawn
-    left = node.run(["sh", "-c", "ls -d /sys/fs/cgroup/*/lxc/200 /sys/fs/cgroup/lxc/200 "
-                                 "2>/dev/null; grep ' /var/lib/pve-sim/ct/200/' /proc/self/mountinfo;"
-                                 " ls /run/pve-sim/ct/200 2>/dev/null; pgrep -x systemd-nspawn"])
+    left = node.run(
+        [
+            "sh",
+            "-c",
+            "ls -d /sys/fs/cgroup/*/lxc/200 /sys/fs/cgroup/lxc/200 "
+            "2>/dev/null; grep ' /var/lib/pve-sim/ct/200/' /proc/self/mountinfo;"
+            " ls /run/pve-sim/ct/200 2>/dev/null; pgrep -x systemd-nspawn",
+        ]
+    )
     assert left.stdout == "", left.stdout
 
 
 # PVE 8 containers boot Debian 12 (systemd 252), PVE 9 ones Debian 13 (systemd 257)
-@pytest.mark.parametrize("node_options", [{"profile": "pve8"}, {"profile": "pve9"}],
-                         indirect=True, ids=["pve8", "pve9"])
+@pytest.mark.parametrize(
+    "node_options", [{"profile": "pve8"}, {"profile": "pve9"}], indirect=True, ids=["pve8", "pve9"]
+)
 def test_training_unit_runs_under_real_systemd(trainer_site):
     site = trainer_site
     node = site.node
@@ -168,8 +183,7 @@ def test_training_unit_runs_under_real_systemd(trainer_site):
     second = site.deploy()
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
     again = show(site, "ActiveState", "MainPID", "InvocationID")
-    assert again == {"ActiveState": "active", "MainPID": pid,
-                     "InvocationID": unit["InvocationID"]}
+    assert again == {"ActiveState": "active", "MainPID": pid, "InvocationID": unit["InvocationID"]}
 
     # A changed unit without consent: keeps running, restart pending.
     pending = site.deploy("training_stop_timeout_s=600")
@@ -200,8 +214,9 @@ def test_training_unit_runs_under_real_systemd(trainer_site):
 def test_child_ignoring_sigterm_is_killed_after_timeout_stop_sec(trainer_site):
     site = trainer_site
     node = site.node
-    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo stubborn-child > {CKPT_NODE}/mode"],
-             check=True)
+    node.run(
+        ["sh", "-c", f"mkdir -p {CKPT_NODE} && echo stubborn-child > {CKPT_NODE}/mode"], check=True
+    )
     timeout_s = 2
     first = site.deploy(f"training_stop_timeout_s={timeout_s}")
     assert first.rc == 0, first.output[-4000:]
@@ -225,9 +240,15 @@ def test_child_ignoring_sigterm_is_killed_after_timeout_stop_sec(trainer_site):
     # within the first TimeoutStopSec, then final-sigterm waited a whole TimeoutStopSec from that
     # exit before SIGKILL; so the stop lasts more than one TimeoutStopSec and at most two (plus
     # the SIGKILL), as docs/training-unit.md and the unit's comment say.
-    t = {k: int(v) for k, v in show(site, "ActiveExitTimestampMonotonic",
-                                      "ExecMainExitTimestampMonotonic",
-                                      "InactiveEnterTimestampMonotonic").items()}
+    t = {
+        k: int(v)
+        for k, v in show(
+            site,
+            "ActiveExitTimestampMonotonic",
+            "ExecMainExitTimestampMonotonic",
+            "InactiveEnterTimestampMonotonic",
+        ).items()
+    }
     stop_sigterm = t["ExecMainExitTimestampMonotonic"] - t["ActiveExitTimestampMonotonic"]
     final_sigterm = t["InactiveEnterTimestampMonotonic"] - t["ExecMainExitTimestampMonotonic"]
     assert 0 <= stop_sigterm <= timeout_s * 1_000_000, t
@@ -243,19 +264,25 @@ def test_crash_restarts_then_start_limit_back_off(trainer_site):
     # Restart=on-failure restarts it after RestartSec while the starts in StartLimitIntervalSec
     # stay within StartLimitBurst: burst 3 is 3 starts in all, the deploy's own included, so
     # exactly 2 automatic restarts (what docs/training-unit.md and the unit's comment say); the
-    # next restart is refused and the unit stays failed. Result keeps the first failure ('exit-code', not
+    # next restart is refused and the unit stays failed. Result keeps the first failure
+    # ('exit-code', not
     # 'start-limit-hit'); NRestarts counts the refused one too.
     log = lambda: site.ct("journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout  # noqa
     text = wait_for("the start limit", log, lambda t: "Start request repeated too quickly" in t)
     starts = text.count(f"Started {UNIT}")
     automatic_restarts = starts - 1  # the first start is the deploy's
     assert (starts, automatic_restarts) == (burst, burst - 1), text
-    assert f"Back off: at most {burst} starts an hour" in site.ct(
-        "cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert (
+        f"Back off: at most {burst} starts an hour"
+        in site.ct("cat", f"/etc/systemd/system/{UNIT}").stdout
+    )
     assert len(ckpt_files(site, "started")) == burst
     assert text.count("Start request repeated too quickly") == 1, text
     assert show(site, "ActiveState", "Result", "NRestarts") == {
-        "ActiveState": "failed", "Result": "exit-code", "NRestarts": "3"}, crashing.output[-3000:]
+        "ActiveState": "failed",
+        "Result": "exit-code",
+        "NRestarts": "3",
+    }, crashing.output[-3000:]
     # it stays down: no further start happens on its own
     assert site.ct("systemctl", "is-failed", UNIT).stdout == "failed\n"
     # a human fixed the trainer: the next deploy resets the failed state and starts it again
@@ -282,40 +309,50 @@ def test_a_restart_asked_for_is_never_refused_by_the_start_limit(trainer_site):
         assert "Start request repeated too quickly" not in run.output
         now = show(site, "ActiveState", "InvocationID")
         assert now["ActiveState"] == "active" and now["InvocationID"] != before, now
-        cmdline = site.ct("sh", "-c", "cat /proc/$(systemctl show -p MainPID --value "
-                          f"{UNIT})/cmdline").stdout.split("\0")
+        cmdline = site.ct(
+            "sh", "-c", f"cat /proc/$(systemctl show -p MainPID --value {UNIT})/cmdline"
+        ).stdout.split("\0")
         assert cmdline[cmdline.index("--token-budget") + 1] == str(budget)
 
 
 def test_a_deploy_during_a_stop_in_progress(trainer_site):
     site = trainer_site
     node = site.node
-    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"],
-             check=True)
+    node.run(
+        ["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"], check=True
+    )
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
     unit = show(site, "MainPID", "InvocationID")
     # someone stops the training; its checkpoint takes a while
     assert site.ct("systemctl", "stop", "--no-block", UNIT).returncode == 0
     wait_for("the checkpoint to begin", lambda: ckpt_files(site, "stopping"))
-    assert show(site, "ActiveState", "SubState") == {"ActiveState": "deactivating",
-                                                     "SubState": "stop-sigterm"}
+    assert show(site, "ActiveState", "SubState") == {
+        "ActiveState": "deactivating",
+        "SubState": "stop-sigterm",
+    }
 
     # The deploy meanwhile: it starts nothing (that would queue behind the stop) and fails the
     # host with one line saying why the training is not running.
     during = site.deploy()
     assert during.rc != 0, during.output[-4000:]
-    assert (f"{UNIT} is stopping (deactivating): not started; run deploy.py again once it has "
-            "stopped") in during.output, during.output[-4000:]
+    assert (
+        f"{UNIT} is stopping (deactivating): not started; run deploy.py again once it has stopped"
+    ) in during.output, during.output[-4000:]
     assert "Traceback" not in during.output
     assert "restart pending" not in during.output
     assert show(site, "ActiveState", "InvocationID") == {
-        "ActiveState": "deactivating", "InvocationID": unit["InvocationID"]}
+        "ActiveState": "deactivating",
+        "InvocationID": unit["InvocationID"],
+    }
 
     # The checkpoint finishes, the stop completes; the next deploy starts a new run.
     node.run(["touch", f"{CKPT_NODE}/release"], check=True)
-    wait_for("the stop", lambda: show(site, "ActiveState")["ActiveState"],
-             lambda state: state == "inactive")
+    wait_for(
+        "the stop",
+        lambda: show(site, "ActiveState")["ActiveState"],
+        lambda state: state == "inactive",
+    )
     assert ckpt_files(site, "checkpoint") == [f"checkpoint-{unit['MainPID']}"]
     after = site.deploy()
     assert after.rc == 0 and after.changed >= 1, after.output[-4000:]
@@ -328,8 +365,9 @@ def test_a_restart_says_how_long_the_stop_has_waited_while_the_checkpoint_runs(t
     prints its waiting lines while systemd still waits for the checkpoint, not only after it."""
     site = trainer_site
     node = site.node
-    node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"],
-             check=True)
+    node.run(
+        ["sh", "-c", f"mkdir -p {CKPT_NODE} && echo hold-on-term > {CKPT_NODE}/mode"], check=True
+    )
     first = site.deploy()
     assert first.rc == 0, first.output[-4000:]
     pid = show(site, "MainPID")["MainPID"]
@@ -338,11 +376,15 @@ def test_a_restart_says_how_long_the_stop_has_waited_while_the_checkpoint_runs(t
         try:
             # the first line once systemd is stopping it (an earlier one may come before the
             # SIGTERM): the sub-state and the timeout systemd applies (the unit reloaded: 600 s)
-            line = run.wait_for(f"waiting for {UNIT} to stop", timeout=120,
-                                pattern="so far; stop-sigterm, SIGKILL after TimeoutStopSec=10min")
+            line = run.wait_for(
+                f"waiting for {UNIT} to stop",
+                timeout=120,
+                pattern="so far; stop-sigterm, SIGKILL after TimeoutStopSec=10min",
+            )
             # the line came while the checkpoint was still being written: the trainer holds
-            assert wait_for("the checkpoint to begin",
-                            lambda: ckpt_files(site, "stopping")) == [f"stopping-{pid}"]
+            assert wait_for("the checkpoint to begin", lambda: ckpt_files(site, "stopping")) == [
+                f"stopping-{pid}"
+            ]
             assert ckpt_files(site, "checkpoint") == []
             assert show(site, "ActiveState")["ActiveState"] == "deactivating", line
         finally:
@@ -357,9 +399,16 @@ def by_hand(site):
     """Start the training command by hand in CT 200, outside the unit (detached, like a run
     someone started in a shell): -> its pid in the container, once it has started."""
     known = set(ckpt_files(site, "started"))
-    site.node.ct_run(200, ["sh", "-c", "setsid -f /root/venv/bin/python /data/dflash/train.py "
-                           "--checkpoint-dir /data/checkpoints >/dev/null 2>&1 </dev/null"],
-                     check=True)
+    site.node.ct_run(
+        200,
+        [
+            "sh",
+            "-c",
+            "setsid -f /root/venv/bin/python /data/dflash/train.py "
+            "--checkpoint-dir /data/checkpoints >/dev/null 2>&1 </dev/null",
+        ],
+        check=True,
+    )
     new = wait_for("the hand-started trainer", lambda: set(ckpt_files(site, "started")) - known)
     return int(new.pop().split("-")[1])
 
@@ -368,8 +417,9 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     """A second copy of train.py started outside the unit while the unit runs: verify.py and a
     deploy name it and change nothing; a restart with consent takes it over first (SIGTERM: it
     checkpoints), then stops and starts the unit. With the unit stopped, it is the running
-    training (issue 20): the next deploy starts nothing beside it; with consent, takes it over. The GPUs they hold are registered on the node by their real pids, so the node sees
-    their real cmdline and cgroup (the unit's: .../lxc/200/payload/system.slice/<unit>; the hand
+    training (issue 20): the next deploy starts nothing beside it; with consent, takes it over.
+    The GPUs they hold are registered on the node by their real pids, so the node sees their
+    real cmdline and cgroup (the unit's: .../lxc/200/payload/system.slice/<unit>; the hand
     one: .../lxc/200/payload, outside the unit)."""
     site = trainer_site
     node = site.node
@@ -381,15 +431,18 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     hand_node = node.node_pid(200, hand)
     node.register_gpu_process(hand_node, 1, used_mib=30000)
     assert f"/lxc/200/payload/system.slice/{UNIT}" in node.read(
-        f"/proc/{node.node_pid(200, int(unit['MainPID']))}/cgroup")
+        f"/proc/{node.node_pid(200, int(unit['MainPID']))}/cgroup"
+    )
     assert "system.slice" not in node.read(f"/proc/{hand_node}/cgroup")
 
     # verify.py names it (the unit's own process is fine) and changes nothing
     before = node.tree_digest()
     check = site.pyinfra("verify.py")
     assert check.rc != 0
-    assert (f"leftover training process {hand_node} in CT 200 (outside {UNIT}) "
-            "(/root/venv/bin/python /data/dflash/train.py") in check.output, check.output[-4000:]
+    assert (
+        f"leftover training process {hand_node} in CT 200 (outside {UNIT}) "
+        "(/root/venv/bin/python /data/dflash/train.py"
+    ) in check.output, check.output[-4000:]
     assert f"kill {hand_node}" in check.output
     assert f"pid {node.node_pid(200, int(unit['MainPID']))}" not in check.output
     assert node.tree_digest() == before
@@ -408,9 +461,12 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     # the copy pvegpu did not start is taken over first (issue 20): SIGTERM to its group
     assert f"stopping the training started by hand (pid {hand_node}" in restart.output
     assert sorted(ckpt_files(site, "checkpoint")) == sorted(
-        [f"checkpoint-{unit['MainPID']}", f"checkpoint-{hand}"])
-    killed = [json.loads(line) for line in
-              node.read("/var/log/pvegpu/training-leftovers.log").splitlines()]
+        [f"checkpoint-{unit['MainPID']}", f"checkpoint-{hand}"]
+    )
+    killed = [
+        json.loads(line)
+        for line in node.read("/var/log/pvegpu/training-leftovers.log").splitlines()
+    ]
     assert [(k["pid"], k["signal"], k["gpus"]) for k in killed] == [(hand_node, "SIGTERM", [1])]
     new = show(site, "ActiveState", "InvocationID")
     assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"], new
@@ -429,8 +485,9 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     node.register_gpu_process(hand_node, 2, used_mib=30000)
     waits = site.deploy("training_stop_timeout_s=600")
     assert waits.rc == 0, waits.output[-4000:]
-    assert (f"the start of {UNIT} waits for the running training (pid {hand_node}, started by "
-            "hand)") in waits.output, waits.output[-4000:]
+    assert (
+        f"the start of {UNIT} waits for the running training (pid {hand_node}, started by hand)"
+    ) in waits.output, waits.output[-4000:]
     assert site.ct("test", "-d", f"/proc/{hand}").returncode == 0
     assert show(site, "ActiveState")["ActiveState"] != "active"
     again = site.deploy("training_stop_timeout_s=600", "restart_training=true")

@@ -24,9 +24,23 @@ UNIT_FILE = f"/etc/systemd/system/{UNIT}"
 RECORD = "/run/pvegpu-dflash-train/started"
 UNIT_CGROUP = f"0::/lxc/200/ns/system.slice/{UNIT}"
 # argv of the training process, as ExecStart runs it (tests/unit/golden)
-TRAINING = ["/root/venv/bin/python", "/data/dflash/train.py", "--target-gpus", "0,1,2,3,4",
-            "--drafter-gpus", "5,6,7", "--token-budget", "49152", "--max-batch-size", "48",
-            "--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"]
+TRAINING = [
+    "/root/venv/bin/python",
+    "/data/dflash/train.py",
+    "--target-gpus",
+    "0,1,2,3,4",
+    "--drafter-gpus",
+    "5,6,7",
+    "--token-budget",
+    "49152",
+    "--max-batch-size",
+    "48",
+    "--dataset-dir",
+    "/data/datasets",
+    "--checkpoint-dir",
+    "/data/checkpoints",
+    "--resume",
+]
 
 
 CU130, CU128 = "torch-2.11.0-cu130", "torch-2.11.0-cu128"
@@ -46,8 +60,13 @@ VERB = re.compile(r"systemctl (start|stop|restart|try-restart|reload-or-restart)
 
 def verbs(calls):
     """start/stop/restart commands of the training unit in the `pct exec` calls, in order."""
-    return [verb for c in calls if c["argv"][:1] == ["exec"]
-            for verb, unit in VERB.findall(" ".join(c["argv"])) if unit.strip("'\"") == UNIT]
+    return [
+        verb
+        for c in calls
+        if c["argv"][:1] == ["exec"]
+        for verb, unit in VERB.findall(" ".join(c["argv"]))
+        if unit.strip("'\"") == UNIT
+    ]
 
 
 def invocation(site):
@@ -59,8 +78,12 @@ def main_pid(site):
 
 
 def alive(site, pid):
-    return site.node.run(["sh", "-c", f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"]
-                         ).returncode == 0
+    return (
+        site.node.run(
+            ["sh", "-c", f"test -d /proc/{pid} && ! grep -q '^[^)]*) Z' /proc/{pid}/stat"]
+        ).returncode
+        == 0
+    )
 
 
 def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanly_when_asked(site):
@@ -70,8 +93,10 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     before = node.tree_digest()
     bad = site.deploy("training_script=/data/dflash/missing.py")
     assert bad.rc != 0
-    assert ("training_script=/data/dflash/missing.py is missing (node path "
-            "/tank/dflash/dflash/missing.py)") in bad.output
+    assert (
+        "training_script=/data/dflash/missing.py is missing (node path "
+        "/tank/dflash/dflash/missing.py)"
+    ) in bad.output
     assert node.tree_digest() == before
 
     # First deploy: the unit, as golden-checked, is enabled and started once.
@@ -95,13 +120,15 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert "TOKEN_BUDGET" not in env
 
     # The training now runs: its processes hold GPUs 0 and 5.
-    training = [node.spawn_gpu_process(g, TRAINING, used_mib=40000, cgroup=UNIT_CGROUP) for g in (0, 5)]
+    training = [
+        node.spawn_gpu_process(g, TRAINING, used_mib=40000, cgroup=UNIT_CGROUP) for g in (0, 5)
+    ]
 
     # A converged re-run: zero changes, no restart, no notice.
     second = site.deploy()
     assert second.rc == 0, second.output[-4000:]
     assert second.changed == 0, second.json
-    assert verbs(node.pct_calls()[len(calls):]) == []
+    assert verbs(node.pct_calls()[len(calls) :]) == []
     assert (main_pid(site), invocation(site)) == (pid_before, run_before)
     assert "restart pending" not in second.output
 
@@ -112,10 +139,12 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert swap.rc == 0, swap.output[-4000:]
     assert site.ct("cat", UNIT_FILE).stdout == (GOLDEN / "dflash-train.service").read_text()
     assert site.ct("cat", ENV.format(CU128)).stdout == (GOLDEN / "train.cu128.env").read_text()
-    assert verbs(node.pct_calls()[len(calls):]) == []
+    assert verbs(node.pct_calls()[len(calls) :]) == []
     assert (main_pid(site), invocation(site)) == (pid_before, run_before)
-    assert "dflash-train.service keeps running; restart pending (venv build " \
-           "/root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128)" in swap.output
+    assert (
+        "dflash-train.service keeps running; restart pending (venv build "
+        "/root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128)" in swap.output
+    )
     assert "restart_training=true" in swap.output
     assert all(alive(site, pid) for pid in training)
 
@@ -129,8 +158,10 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     restart = site.deploy("torch_variant=cu128", "restart_training=true")
     assert restart.rc == 0, restart.output[-4000:]
     assert verbs(node.pct_calls()) == ["stop", "start"]
-    killed = [json.loads(line) for line in
-              node.read("/var/log/pvegpu/training-leftovers.log").splitlines()]
+    killed = [
+        json.loads(line)
+        for line in node.read("/var/log/pvegpu/training-leftovers.log").splitlines()
+    ]
     assert sorted(k["pid"] for k in killed) == sorted(training)
     assert all(k["argv"] == TRAINING for k in killed)
     assert not any(alive(site, pid) for pid in training)
@@ -159,17 +190,36 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     site.ct("systemctl", "stop", UNIT)
     by_hand = node.spawn_gpu_process(1, TRAINING, used_mib=1000)
     # ExecStart runs the script with the python of the build /root/venv pointed at when it started.
-    resolved = node.spawn_gpu_process(0, ["/root/venvs/torch-2.11.0-cu130.b1/bin/python",
-                                          *TRAINING[1:]], used_mib=1000)
-    worker = node.spawn_gpu_process(4, ["/root/venv/bin/python", "-c", "from multiprocessing.spawn "
-                                        "import spawn_main; spawn_main()"], used_mib=1000, cgroup=UNIT_CGROUP)
+    resolved = node.spawn_gpu_process(
+        0, ["/root/venvs/torch-2.11.0-cu130.b1/bin/python", *TRAINING[1:]], used_mib=1000
+    )
+    worker = node.spawn_gpu_process(
+        4,
+        [
+            "/root/venv/bin/python",
+            "-c",
+            "from multiprocessing.spawn import spawn_main; spawn_main()",
+        ],
+        used_mib=1000,
+        cgroup=UNIT_CGROUP,
+    )
     notebook = node.spawn_gpu_process(3, ["/usr/bin/python3", "/root/notebook.py"], used_mib=1000)
-    other_ct = node.spawn_gpu_process(2, TRAINING, used_mib=1000,
-                                      cgroup=f"0::/lxc/201/ns/system.slice/{UNIT}")
+    other_ct = node.spawn_gpu_process(
+        2, TRAINING, used_mib=1000, cgroup=f"0::/lxc/201/ns/system.slice/{UNIT}"
+    )
     not_ours = node.spawn_gpu_process(7, TRAINING, used_mib=1000)
-    args = {"vmid": 200, "unit": UNIT, "gpus": [0, 1, 2, 3, 4, 5, 6],
-            "match": {"script": TRAINING[1], "pythons": [TRAINING[0]], "python_under": ["/root/venvs/"]},
-            "term_wait_s": 30, "log": "/var/log/pvegpu/training-leftovers.log"}
+    args = {
+        "vmid": 200,
+        "unit": UNIT,
+        "gpus": [0, 1, 2, 3, 4, 5, 6],
+        "match": {
+            "script": TRAINING[1],
+            "pythons": [TRAINING[0]],
+            "python_under": ["/root/venvs/"],
+        },
+        "term_wait_s": 30,
+        "log": "/var/log/pvegpu/training-leftovers.log",
+    }
     run = node.run(["sh", "-c", probe_command("training_leftovers", args)])
     doc = json.loads(run.stdout.strip().splitlines()[-1])
     assert sorted(p["pid"] for p in doc["killed"]) == sorted([by_hand, resolved, worker]), doc
@@ -192,9 +242,13 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert check.rc != 0 and node.tree_digest() == before
     clears = "fix: run deploy.py: it clears leftover training processes before it starts the unit"
     for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert any(f"GPU {gpu} (drafter) free: expected no compute process but the training unit's; "
-                   f"found leftover training process {pid} " in line and line.endswith(clears)
-                   for line in check.output.splitlines()), check.output[-4000:]
+        assert any(
+            f"GPU {gpu} (drafter) free: expected no compute process but the training unit's; "
+            f"found leftover training process {pid} "
+            in line
+            and line.endswith(clears)
+            for line in check.output.splitlines()
+        ), check.output[-4000:]
     assert f"pid {notebook} (/usr/bin/python3 /root/notebook.py)" in check.output
     assert f"pid {other_ct} in CT 201" in check.output
     assert all(alive(site, pid) for pid in everyone)
@@ -202,13 +256,17 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     blocked = site.deploy("torch_variant=cu128")
     assert blocked.rc != 0
     for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts" \
+        assert (
+            f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts"
             in blocked.output
-    assert f"GPU 3 (target) free: expected no compute process but the training unit's; found pid " \
-           f"{notebook} " in blocked.output
+        )
+    assert (
+        f"GPU 3 (target) free: expected no compute process but the training unit's; found pid "
+        f"{notebook} " in blocked.output
+    )
     assert "node GPU 2 is also in use by CT 201" in blocked.output
     assert "GPU 7 (drafter) free" not in blocked.output and "GPU 6 (drafter)" not in blocked.output
-    assert verbs(node.pct_calls()[len(calls):]) == []  # stage 5 never ran
+    assert verbs(node.pct_calls()[len(calls) :]) == []  # stage 5 never ran
     assert all(alive(site, pid) for pid in everyone)
 
     node.kill_gpu_process(notebook)
@@ -216,9 +274,11 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     cleared = site.deploy("torch_variant=cu128")
     assert cleared.rc == 0, cleared.output[-4000:]
     for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts" \
+        assert (
+            f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts"
             in cleared.output
+        )
         assert f"ended leftover training process {pid} on GPU {gpu}" in cleared.output
     assert not any(alive(site, pid) for pid in leftovers)
-    assert verbs(node.pct_calls()[len(calls):]) == ["start"]
+    assert verbs(node.pct_calls()[len(calls) :]) == ["start"]
     assert site.ct("systemctl", "is-active", UNIT).stdout == "active\n"

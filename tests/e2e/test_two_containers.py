@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from sim.__main__ import seed_training_code, site_data
 from sim.node import SimNode
 from tests.e2e import test_speed as speed  # a module: its tests are not collected
@@ -29,19 +30,49 @@ class FleetSite:
         self.node, self.data, self.fleet = node, data, fleet
 
     def write(self, gpus) -> None:
-        containers = [{"vmid": v, "target_gpus": t, "drafter_gpus": d}
-                      for v, (t, d) in gpus.items()]
-        self.fleet.write_text(yaml.safe_dump({"nodes": [{
-            "address": self.node.host, "ssh_port": self.node.port, "ssh_key": self.node.key_path,
-            "ssh_known_hosts_file": self.node.known_hosts_path, "containers": containers}]}))
+        containers = [
+            {"vmid": v, "target_gpus": t, "drafter_gpus": d} for v, (t, d) in gpus.items()
+        ]
+        self.fleet.write_text(
+            yaml.safe_dump(
+                {
+                    "nodes": [
+                        {
+                            "address": self.node.host,
+                            "ssh_port": self.node.port,
+                            "ssh_key": self.node.key_path,
+                            "ssh_known_hosts_file": self.node.known_hosts_path,
+                            "containers": containers,
+                        }
+                    ]
+                }
+            )
+        )
 
     def pyinfra(self, script="deploy.py", *data, extra=()):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
         env["PVE_FLEET"] = str(self.fleet)
-        argv = [sys.executable, "-m", "pyinfra", *extra, "inventory.py", script, "-y", "--json",
-                *self.data, *(a for kv in data for a in ("--data", kv))]
-        p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
-                           stdin=subprocess.DEVNULL)
+        argv = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            *extra,
+            "inventory.py",
+            script,
+            "-y",
+            "--json",
+            *self.data,
+            *(a for kv in data for a in ("--data", kv)),
+        ]
+        p = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            stdin=subprocess.DEVNULL,
+        )
         return Result(p.returncode, p.stdout, p.stderr)
 
 
@@ -60,16 +91,21 @@ class Result:
 def test_two_containers_on_one_node_deploy_no_op_and_verify(tmp_path, package_index):
     with SimNode(tmp_path / "node") as node:
         seed_training_code(node)
-        site = FleetSite(node, [*site_data(package_index, tmp_path / "locks"),
-                                "--data", "training_requirements=[]"], tmp_path / "fleet.yaml")
+        site = FleetSite(
+            node,
+            [*site_data(package_index, tmp_path / "locks"), "--data", "training_requirements=[]"],
+            tmp_path / "fleet.yaml",
+        )
 
         # GPU 3 in both containers' training sets: one line naming both, before any change
         site.write({200: GPUS[200], 201: ([4, 5, 6], [3])})
         before = node.tree_digest()
         refused = site.pyinfra()
         assert refused.rc != 0
-        assert ("127.0.0.1: GPU 3 is a training GPU of both CT 200 (drafter_gpus) and CT 201 "
-                "(drafter_gpus): give each container of a node its own GPUs") in refused.output
+        assert (
+            "127.0.0.1: GPU 3 is a training GPU of both CT 200 (drafter_gpus) and CT 201 "
+            "(drafter_gpus): give each container of a node its own GPUs"
+        ) in refused.output
         assert node.tree_digest() == before
 
         site.write(GPUS)

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import yaml
-
-from sim.__main__ import site_data
 from test_fleet_run import ROOT, fleet_file
 from test_speed import counted
+
+from sim.__main__ import site_data
 
 TYPO = "torch_varient (--data): not a setting; did you mean torch_variant?"
 
@@ -30,7 +30,9 @@ def assert_refused_before_any_command(site, run, container, execs, other, node, 
     assert site.node.tree_digest() == before
 
 
-def test_a_typo_on_a_converged_node_fails_with_the_suggestion_and_changes_nothing(deployed, tmp_path):
+def test_a_typo_on_a_converged_node_fails_with_the_suggestion_and_changes_nothing(
+    deployed, tmp_path
+):
     site = deployed
     build, before = live_build(site), site.node.tree_digest()
     assert build.endswith("cu130"), build
@@ -48,15 +50,18 @@ def test_a_typo_on_a_converged_node_fails_with_the_suggestion_and_changes_nothin
     (extra / "training_cts.py").write_text("restart_trainig = True\n")
     site.node.clear_pct_log()
     run = site.pyinfra("deploy.py", extra=("--debug", "--group-data", str(extra)))
-    line = ("restart_trainig (group_data/training_cts.py): not a setting; did you mean "
-            "restart_training?")
+    line = (
+        "restart_trainig (group_data/training_cts.py): not a setting; did you mean "
+        "restart_training?"
+    )
     assert run.rc != 0 and line in run.output, run.output[-3000:]
     assert "Running command on" not in run.stderr, run.stderr[-3000:]
     assert site.node.pct_calls() == [] and site.node.tree_digest() == before
 
     # pyinfra's own keys and the user's own keys pass: a converged no-op
-    run = site.deploy("ssh_connect_retries=1", "x_team=vision", "my_note=hi",
-                      "extra_data_keys=my_note")
+    run = site.deploy(
+        "ssh_connect_retries=1", "x_team=vision", "my_note=hi", "extra_data_keys=my_note"
+    )
     assert run.rc == 0, run.output[-3000:]
     assert run.changed == 0, run.output[-3000:]
 
@@ -71,12 +76,30 @@ def test_a_typo_in_the_fleet_file_is_refused_before_any_command(site, tmp_path):
     before = site.node.tree_digest()
     site.node.clear_pct_log()
     p = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "--debug", "-y", "inventory.py", "deploy.py",
-         *site_data(site.index, tmp_path / "locks"), "--data", "training_requirements=[]"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "--debug",
+            "-y",
+            "inventory.py",
+            "deploy.py",
+            *site_data(site.index, tmp_path / "locks"),
+            "--data",
+            "training_requirements=[]",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     out = p.stdout + p.stderr
-    line = (f"{site.node.host}, @pct/{site.node.host}/200: torch_varient (the fleet file or "
-            "inventory): not a setting; did you mean torch_variant?")
+    line = (
+        f"{site.node.host}, @pct/{site.node.host}/200: torch_varient (the fleet file or "
+        "inventory): not a setting; did you mean torch_variant?"
+    )
     assert p.returncode != 0 and line in out, out[-3000:]
     assert "Running command on" not in p.stderr, p.stderr[-3000:]
     assert site.node.pct_calls() == [] and site.node.tree_digest() == before

@@ -61,7 +61,9 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     pid = site.node.spawn_gpu_process(6, ["python3", "train_old.py", "--run", "36"], 20000)
     # ... while the training unit's own process on GPU 0 is neither stale nor short of memory
     own = site.node.spawn_gpu_process(
-        0, ["/root/venv/bin/python", "/data/dflash/train.py"], 143000,
+        0,
+        ["/root/venv/bin/python", "/data/dflash/train.py"],
+        143000,
         cgroup="0::/lxc/200/ns/system.slice/dflash-train.service",
     )
     site.node.run(["sed", "-i", "/^dev3:/d", "/etc/pve/lxc/200.conf"], check=True)
@@ -94,10 +96,18 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     site.node.kill_gpu_process(own)
     site.node.ct_run(200, ["rm", "-f", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"], check=True)
     # ... and a side install polluted the venv (a distribution no pin asks for)
-    site.node.ct_run(200, ["sh", "-c", "d=$(echo /root/venv/lib/python3*/site-packages)/"
-                           "sglang_junk-0.1.dist-info && mkdir -p $d && "
-                           "printf 'Metadata-Version: 2.1\\nName: sglang-junk\\nVersion: 0.1\\n' "
-                           "> $d/METADATA"], check=True)
+    site.node.ct_run(
+        200,
+        [
+            "sh",
+            "-c",
+            "d=$(echo /root/venv/lib/python3*/site-packages)/"
+            "sglang_junk-0.1.dist-info && mkdir -p $d && "
+            "printf 'Metadata-Version: 2.1\\nName: sglang-junk\\nVersion: 0.1\\n' "
+            "> $d/METADATA",
+        ],
+        check=True,
+    )
     broken = verify_unchanged(site)
     assert broken.rc != 0
     lines = problem_lines(broken)

@@ -30,13 +30,21 @@ def contexts(node) -> list[dict]:
 
 def memory(node) -> str:
     """The node's nvidia-smi view of every GPU's memory and compute mode."""
-    return node.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.free,compute_mode",
-                     "--format=csv,noheader"], check=True).stdout
+    return node.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,memory.used,memory.free,compute_mode",
+            "--format=csv,noheader",
+        ],
+        check=True,
+    ).stdout
 
 
 def apps(node) -> list[str]:
-    out = node.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory",
-                    "--format=csv,noheader"], check=True).stdout
+    out = node.run(
+        ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader"],
+        check=True,
+    ).stdout
     return sorted(out.splitlines())
 
 
@@ -62,8 +70,10 @@ def test_verify_and_a_swap_make_no_context_beside_the_training(deployed):
     run = verify_unchanged(site)
     assert run.rc == 0, "\n".join(problem_lines(run)) or run.stderr[-4000:]
     assert "VERIFIED CT 200 on 127.0.0.1" in run.stderr
-    assert ("GPU 0, 1, 2, 3, 4, 5, 6, 7: free MiB from nvidia-smi, name/total/capability from "
-            "cudaGetDeviceProperties; no CUDA context made") in run.stderr
+    assert (
+        "GPU 0, 1, 2, 3, 4, 5, 6, 7: free MiB from nvidia-smi, name/total/capability from "
+        "cudaGetDeviceProperties; no CUDA context made"
+    ) in run.stderr
     unchanged(node, before)
 
     # verify_level=compile is a check for a stopped stack: refused, in one line
@@ -82,7 +92,6 @@ def test_verify_and_a_swap_make_no_context_beside_the_training(deployed):
     assert swap.rc == 0, swap.output[-4000:]
     assert f"{UNIT} keeps running; restart pending" in swap.output
     unchanged(node, before)
-
 
 
 def test_a_gpu_in_exclusive_process_mode_beside_the_training(deployed):

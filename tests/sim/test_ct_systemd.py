@@ -3,19 +3,21 @@ beyond pct's semantics (tests/sim/test_node.py runs those against the default, a
 the opt-in exec model): hot-plug into a running container, a failed boot, nothing left after
 stops, a node that mounts the unified cgroup hierarchy alone."""
 
-
 import time
 
 import pytest
 import test_node
+
 from sim.fixtures import skip_without_real_systemd
 from sim.node import SimNode
 
 pct, make_ct = test_node.pct, test_node.make_ct
 
-LEFTOVERS = ("ls -d /sys/fs/cgroup/*/lxc/{vmid} /sys/fs/cgroup/lxc/{vmid} /run/pve-sim/ct/{vmid} "
-             "2>/dev/null; grep ' /var/lib/pve-sim/ct/{vmid}/' /proc/self/mountinfo; "
-             "pgrep -f -- '--machine=[c]t{vmid} '; true")
+LEFTOVERS = (
+    "ls -d /sys/fs/cgroup/*/lxc/{vmid} /sys/fs/cgroup/lxc/{vmid} /run/pve-sim/ct/{vmid} "
+    "2>/dev/null; grep ' /var/lib/pve-sim/ct/{vmid}/' /proc/self/mountinfo; "
+    "pgrep -f -- '--machine=[c]t{vmid} '; true"
+)
 
 
 def leftovers(node, vmid):
@@ -52,15 +54,30 @@ def test_pid1_is_systemd_and_mounts_devices_cwd_are_there(ct200):
     assert node.run(["sh", "-c", "cd /etc && pct exec 200 -- pwd"]).stdout == "/etc\n"
     assert node.run(["sh", "-c", "cd /tank && pct exec 200 -- pwd"]).stdout == "/\n"
     # an absolute symlink resolves inside the container (a venv's bin/python -> its base python)
-    pct(node, "exec", "200", "--", "sh", "-c", "mkdir -p /opt/inside && printf '#!/bin/sh\\necho "
+    pct(
+        node,
+        "exec",
+        "200",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /opt/inside && printf '#!/bin/sh\\necho "
         "inside\\n' > /opt/inside/tool && chmod +x /opt/inside/tool && "
-        "ln -sf /opt/inside/tool /root/tool")
+        "ln -sf /opt/inside/tool /root/tool",
+    )
     assert node.run(["test", "-e", "/opt/inside"]).returncode == 1
     assert pct(node, "exec", "200", "--", "/root/tool").stdout == "inside\n"
     assert node.ct_run(200, ["/root/tool"]).stdout == "inside\n"
     # the node's /proc/devices view and /proc/driver are there (the torch double reads them)
-    r = pct(node, "exec", "200", "--", "sh", "-c", "grep -c nvidia /proc/devices; "
-                                                  "cat /proc/driver/nvidia/version")
+    r = pct(
+        node,
+        "exec",
+        "200",
+        "--",
+        "sh",
+        "-c",
+        "grep -c nvidia /proc/devices; cat /proc/driver/nvidia/version",
+    )
     assert r.stdout.startswith("3\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05"), r
 
 
@@ -80,9 +97,16 @@ def test_failed_boot_reports_and_leaves_nothing(systemd_node):
     make_ct(node, 210, start=False)
     # a tree without an init: nspawn -b finds nothing to boot
     upper = "/var/lib/pve-sim/ct/210/upper"
-    node.run(["sh", "-c", f"mkdir -p {upper}/usr/sbin {upper}/usr/lib/systemd && "
-                          f"mknod {upper}/usr/sbin/init c 0 0 && "
-                          f"mknod {upper}/usr/lib/systemd/systemd c 0 0"], check=True)
+    node.run(
+        [
+            "sh",
+            "-c",
+            f"mkdir -p {upper}/usr/sbin {upper}/usr/lib/systemd && "
+            f"mknod {upper}/usr/sbin/init c 0 0 && "
+            f"mknod {upper}/usr/lib/systemd/systemd c 0 0",
+        ],
+        check=True,
+    )
     r = pct(node, "start", "210")
     assert r.returncode == 255
     assert "systemd-nspawn exited with 1" in r.stderr
@@ -143,8 +167,9 @@ def test_a_node_with_the_unified_hierarchy_alone_boots_and_cleans_up(tmp_path):
     to v1, so none is delegated): sim/README.md, "cgroup v2"."""
     skip_without_real_systemd()
     with SimNode(tmp_path / "node", cgroup_layout="v2") as node:
-        mounts = node.run(["awk", "$5 ~ /^\\/sys\\/fs\\/cgroup/ {print $5, $9}",
-                           "/proc/self/mountinfo"]).stdout
+        mounts = node.run(
+            ["awk", "$5 ~ /^\\/sys\\/fs\\/cgroup/ {print $5, $9}", "/proc/self/mountinfo"]
+        ).stdout
         assert mounts == "/sys/fs/cgroup cgroup2\n", mounts
         make_ct(node, 200)
         assert pct(node, "exec", "200", "--", "cat", "/proc/1/comm").stdout == "systemd\n"

@@ -1,10 +1,12 @@
 """The simulated Proxmox node: lifecycle, ssh, pct grammar and exit codes, passthrough, NVIDIA
 doubles."""
+
 import os
 import subprocess
 import time
 
 import pytest
+
 from sim.node import SimNode, _mntns_holders
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -15,8 +17,19 @@ def pct(node, *args, input=None):
 
 
 def make_ct(node, vmid, *extra, start=True):
-    r = pct(node, "create", str(vmid), TEMPLATE, "--hostname", f"ct{vmid}", "--unprivileged", "0",
-            "--rootfs", "local-lvm:8", *extra)
+    r = pct(
+        node,
+        "create",
+        str(vmid),
+        TEMPLATE,
+        "--hostname",
+        f"ct{vmid}",
+        "--unprivileged",
+        "0",
+        "--rootfs",
+        "local-lvm:8",
+        *extra,
+    )
     assert r.returncode == 0, r.stderr
     if start:
         r = pct(node, "start", str(vmid))
@@ -56,6 +69,7 @@ def _gone(node_pid, mntns, state):
 
 # ----------------------------------------------------------------------------- lifecycle
 
+
 def test_start_stop_leaves_nothing_behind(tmp_path):
     node = SimNode(tmp_path / "n")
     node.start()
@@ -69,26 +83,37 @@ def test_start_stop_leaves_nothing_behind(tmp_path):
         assert _exited(p)
     with pytest.raises(OSError):
         import socket
+
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
 def test_body_raising_still_cleans_up(tmp_path):
     with pytest.raises(RuntimeError, match="boom"), SimNode(tmp_path / "n") as node:
         pid, mntns = node.pid, node._mntns
-        node.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])  # a stray process inside the node dies with it
+        node.run(
+            ["sh", "-c", "sleep 300 >/dev/null 2>&1 &"]
+        )  # a stray process inside the node dies with it
         raise RuntimeError("boom")
     _gone(pid, mntns, tmp_path / "n")
 
 
 def test_ssh_login_with_the_throwaway_key_only(shared_sim_node, tmp_path):
     node = shared_sim_node
-    r = subprocess.run(node.ssh_argv("hostname; id -u; pveversion"), capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        node.ssh_argv("hostname; id -u; pveversion"), capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == ["pve1", "0"]
     assert r.stdout.splitlines()[2].startswith("pve-manager/8.4.1/")
     env = node.inventory_env()
-    assert env["PVE_HOST"] == "127.0.0.1" and env["PVE_SSH_PORT"] == str(node.port) and env["CT_ID"] == "200"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    assert (
+        env["PVE_HOST"] == "127.0.0.1"
+        and env["PVE_SSH_PORT"] == str(node.port)
+        and env["CT_ID"] == "200"
+    )
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
+    )
     argv = node.ssh_argv("true")
     argv[argv.index("-i") + 1] = str(tmp_path / "other")
     assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 255
@@ -96,13 +121,18 @@ def test_ssh_login_with_the_throwaway_key_only(shared_sim_node, tmp_path):
 
 def test_writes_stay_in_the_overlay(shared_sim_node):
     node = shared_sim_node
-    node.run(["sh", "-c", "echo x > /etc/pve-sim-canary && echo y > /usr/bin/pve-sim-canary"], check=True)
-    assert not os.path.exists("/etc/pve-sim-canary") and not os.path.exists("/usr/bin/pve-sim-canary")
+    node.run(
+        ["sh", "-c", "echo x > /etc/pve-sim-canary && echo y > /usr/bin/pve-sim-canary"], check=True
+    )
+    assert not os.path.exists("/etc/pve-sim-canary") and not os.path.exists(
+        "/usr/bin/pve-sim-canary"
+    )
     assert (node.upper / "etc/pve-sim-canary").read_text() == "x\n"
     node.run(["rm", "/etc/pve-sim-canary", "/usr/bin/pve-sim-canary"], check=True)
 
 
 # ----------------------------------------------------------------------------- pct grammar
+
 
 @pytest.fixture(scope="module")
 def ct200(shared_sim_node):
@@ -128,7 +158,10 @@ def test_exec_grammar_and_exit_codes(ct200):
     r = pct(node, "exec", "200")
     assert r.returncode == 255 and r.stderr.startswith("missing command")
     r = pct(node, "exec", "999", "--", "true")
-    assert (r.returncode, r.stderr) == (255, "Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n")
+    assert (r.returncode, r.stderr) == (
+        255,
+        "Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n",
+    )
     r = pct(node, "exec", "200", "--", "cat", input="via stdin\n")
     assert r.stdout == "via stdin\n"
     # no shell: metacharacters reach the command verbatim
@@ -138,11 +171,24 @@ def test_exec_grammar_and_exit_codes(ct200):
 def test_exec_environment(ct200):
     node = ct200
     env = {"PVE_SIM_PROBE": "leaks"}
-    r = node.run(["pct", "exec", "200", "--", "sh", "-c", "echo $PATH $PVE_SIM_PROBE $container"], env=env)
+    r = node.run(
+        ["pct", "exec", "200", "--", "sh", "-c", "echo $PATH $PVE_SIM_PROBE $container"], env=env
+    )
     assert r.stdout == "/sbin:/bin:/usr/sbin:/usr/bin leaks lxc\n"
-    r = node.run(["pct", "exec", "200", "--keep-env", "0", "--", "sh", "-c", "echo $PATH $PVE_SIM_PROBE."], env=env)
+    r = node.run(
+        ["pct", "exec", "200", "--keep-env", "0", "--", "sh", "-c", "echo $PATH $PVE_SIM_PROBE."],
+        env=env,
+    )
     assert r.stdout == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin .\n"
-    r = pct(node, "exec", "200", "--", "sh", "-c", "hostname; command -v uv nvidia-smi; test -e /root/.pyenv; echo $?")
+    r = pct(
+        node,
+        "exec",
+        "200",
+        "--",
+        "sh",
+        "-c",
+        "hostname; command -v uv nvidia-smi; test -e /root/.pyenv; echo $?",
+    )
     assert r.stdout == "ct200\n1\n"
 
 
@@ -167,7 +213,10 @@ def test_push_pull_byte_for_byte(ct200):
     assert node.run(["cmp", "/tmp/blob", "/tmp/blob2"]).returncode == 0
     # failures inside the container are reported but pct exits 0, like the real one
     r = pct(node, "push", "200", "/tmp/blob", "/no/such/dir/blob")
-    assert r.returncode == 0 and "failed to create file: /no/such/dir/blob: No such file or directory" in r.stderr
+    assert (
+        r.returncode == 0
+        and "failed to create file: /no/such/dir/blob: No such file or directory" in r.stderr
+    )
     r = pct(node, "pull", "200", "/no/such/file", "/tmp/x")
     assert r.returncode == 0 and "failed to open /no/such/file" in r.stderr
 
@@ -185,8 +234,11 @@ def exec_ct200(tmp_path_factory):
 @pytest.mark.parametrize("semantics", ["grammar", "environment", "push_pull"])
 def test_exec_model_keeps_pct_semantics(exec_ct200, semantics):
     """The exec model keeps pct's semantics too (the tests above, against the default)."""
-    {"grammar": test_exec_grammar_and_exit_codes, "environment": test_exec_environment,
-     "push_pull": test_push_pull_byte_for_byte}[semantics](exec_ct200)
+    {
+        "grammar": test_exec_grammar_and_exit_codes,
+        "environment": test_exec_environment,
+        "push_pull": test_push_pull_byte_for_byte,
+    }[semantics](exec_ct200)
 
 
 def test_exec_model_has_no_init_so_no_systemctl_works(exec_ct200):
@@ -270,8 +322,13 @@ def test_pct_log(ct200):
 def test_read_only_commands_change_nothing(ct200):
     node = ct200
     before = node.tree_digest()
-    for args in (["config", "200"], ["status", "200"], ["list"], ["exec", "200", "--", "cat", "/etc/hostname"],
-                 ["pull", "200", "/etc/hostname", "/tmp/h"]):
+    for args in (
+        ["config", "200"],
+        ["status", "200"],
+        ["list"],
+        ["exec", "200", "--", "cat", "/etc/hostname"],
+        ["pull", "200", "/etc/hostname", "/tmp/h"],
+    ):
         assert pct(node, *args).returncode == 0
     node.run(["nvidia-smi"], check=True)
     node.ct_run(200, ["ls", "/data"], check=True)
@@ -283,6 +340,7 @@ def test_read_only_commands_change_nothing(ct200):
 
 # ----------------------------------------------------------------------------- devices
 
+
 def test_container_sees_only_passed_devices(sim_node):
     node = sim_node(gpus=4)
     make_ct(node, 200, start=False)
@@ -292,12 +350,19 @@ def test_container_sees_only_passed_devices(sim_node):
     ls = node.ct_run(200, ["sh", "-c", "ls /dev | grep nvidia"]).stdout.split()
     assert ls == ["nvidia-uvm", "nvidia1", "nvidiactl"]
     # raw lxc mode: a bind entry whose major the cgroup rules do not allow stays hidden
-    node.run(["sh", "-c", "cat >> /etc/pve/lxc/200.conf <<'EOF'\n"
-                          "lxc.cgroup2.devices.allow: c 195:* rwm\n"
-                          "lxc.cgroup2.devices.allow: c 507:* rwm\n"
-                          "lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file\n"
-                          "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none "
-                          "bind,optional,create=file\nEOF"], check=True)
+    node.run(
+        [
+            "sh",
+            "-c",
+            "cat >> /etc/pve/lxc/200.conf <<'EOF'\n"
+            "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+            "lxc.cgroup2.devices.allow: c 507:* rwm\n"
+            "lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none "
+            "bind,optional,create=file\nEOF",
+        ],
+        check=True,
+    )
     assert pct(node, "stop", "200").returncode == 0 and pct(node, "start", "200").returncode == 0
     ls = node.ct_run(200, ["sh", "-c", "ls /dev | grep nvidia"]).stdout.split()
     assert ls == ["nvidia-uvm", "nvidia1", "nvidia2", "nvidiactl"]
@@ -323,14 +388,19 @@ def test_missing_uvm_node_blocks_start_until_modprobe(sim_node):
 
 def test_configure_updates_live_views(sim_node):
     node = sim_node(gpus=2)
-    make_ct(node, 200, "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidiactl", "--dev2", "/dev/nvidia-uvm")
+    make_ct(
+        node, 200, "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidiactl", "--dev2", "/dev/nvidia-uvm"
+    )
     node.configure(uvm_major=509, gpus=3)
     assert "509 nvidia-uvm\n" in node.read("/proc/devices")
     assert "509 nvidia-uvm\n" in node.ct_run(200, ["cat", "/proc/devices"]).stdout
     assert node.run(["stat", "-c", "%t", "/dev/nvidia-uvm"]).stdout == "1fd\n"
     assert node.run(["test", "-e", "/dev/nvidia2"]).returncode == 0
     node.configure(driver_version="580.105.08")
-    assert "Kernel Module  580.105.08 " in node.ct_run(200, ["cat", "/proc/driver/nvidia/version"]).stdout
+    assert (
+        "Kernel Module  580.105.08 "
+        in node.ct_run(200, ["cat", "/proc/driver/nvidia/version"]).stdout
+    )
     assert node.run(["ls", "/root"]).stdout == "NVIDIA-Linux-x86_64-580.105.08.run\n"
     node.configure(driver_loaded=False)
     r = node.run(["nvidia-smi"])
@@ -340,27 +410,47 @@ def test_configure_updates_live_views(sim_node):
 
 # ----------------------------------------------------------------------------- NVIDIA doubles
 
+
 def test_nvidia_smi_formats_and_processes(shared_sim_node):
     node = shared_sim_node
-    r = node.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version,compute_cap,count",
-                  "--format=csv"])
+    r = node.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,memory.total,driver_version,compute_cap,count",
+            "--format=csv",
+        ]
+    )
     lines = r.stdout.splitlines()
     assert lines[0] == "index, name, memory.total [MiB], driver_version, compute_cap, count"
     assert lines[1] == "0, NVIDIA H200, 143771 MiB, 580.95.05, 9.0, 8" and len(lines) == 9
-    r = node.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-i", "3"])
+    r = node.run(
+        ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-i", "3"]
+    )
     assert r.stdout == "3, 0\n"
     r = node.run(["nvidia-smi", "--query-gpu=bogus", "--format=csv"])
     assert r.returncode == 2 and 'Field "bogus" is not a valid field to query.' in r.stdout
     assert node.run(["nvidia-smi", "-L"]).stdout.startswith("GPU 0: NVIDIA H200 (UUID: GPU-")
     pid = node.spawn_gpu_process(3, ["/root/venv/bin/python", "-m", "train", "--gpus", "3"], 1234)
-    assert node.read(f"/proc/{pid}/cmdline") == "\0".join(["/root/venv/bin/python", "-m", "train", "--gpus", "3"]) + "\0"
-    r = node.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory,gpu_bus_id",
-                  "--format=csv,noheader"])
+    assert (
+        node.read(f"/proc/{pid}/cmdline")
+        == "\0".join(["/root/venv/bin/python", "-m", "train", "--gpus", "3"]) + "\0"
+    )
+    r = node.run(
+        [
+            "nvidia-smi",
+            "--query-compute-apps=pid,process_name,used_memory,gpu_bus_id",
+            "--format=csv,noheader",
+        ]
+    )
     assert r.stdout == f"{pid}, /root/venv/bin/python, 1234 MiB, 00000000:5D:00.0\n"
-    r = node.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "3"])
+    r = node.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "3"]
+    )
     assert r.stdout == "1234\n"
     node.kill_gpu_process(pid)
-    assert node.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]).stdout == ""
+    assert (
+        node.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]).stdout == ""
+    )
 
 
 def test_driver_userspace_in_container(sim_node):
@@ -371,9 +461,14 @@ def test_driver_userspace_in_container(sim_node):
     r = node.ct_run(200, ["sh", run, "--silent"])
     assert r.returncode == 1 and "kernel module" in r.stderr
     assert node.ct_run(200, ["sh", run, "--silent", "--no-kernel-modules"]).returncode == 0
-    r = node.ct_run(200, ["nvidia-smi", "--query-gpu=index,pci.bus_id,driver_version", "--format=csv,noheader"])
+    r = node.ct_run(
+        200, ["nvidia-smi", "--query-gpu=index,pci.bus_id,driver_version", "--format=csv,noheader"]
+    )
     assert r.stdout == "1, 00000000:2A:00.0, 580.95.05\n"  # only the passed GPU
-    assert node.ct_run(200, ["readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]).stdout == "libcuda.so.580.95.05\n"
+    assert (
+        node.ct_run(200, ["readlink", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]).stdout
+        == "libcuda.so.580.95.05\n"
+    )
     node.configure(driver_version="580.105.08")
     r = node.ct_run(200, ["nvidia-smi"])
     assert r.returncode == 18 and "Driver/library version mismatch" in r.stdout
@@ -402,8 +497,10 @@ def test_devn_follows_the_nodes_pve_container(sim_node):
 def test_systemctl_double_on_the_node_records_calls(shared_sim_node):
     """The node (no systemd as its PID 1 here) has the systemctl double; containers have none."""
     node = shared_sim_node
-    unit = ("[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n[Install]\n"
-            "WantedBy=multi-user.target\n")
+    unit = (
+        "[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
     node.run(["sh", "-c", "cat > /etc/systemd/system/train.service"], input=unit, check=True)
     r = node.run(["systemctl", "is-active", "train"])
     assert (r.returncode, r.stdout) == (3, "inactive\n")
@@ -411,7 +508,13 @@ def test_systemctl_double_on_the_node_records_calls(shared_sim_node):
     r = node.run(["systemctl", "show", "-p", "ActiveState,UnitFileState", "train"])
     assert r.stdout == "ActiveState=active\nUnitFileState=enabled\n"
     r = node.run(["systemctl", "start", "nope"])
-    assert (r.returncode, r.stderr) == (5, "Failed to start nope.service: Unit nope.service not found.\n")
+    assert (r.returncode, r.stderr) == (
+        5,
+        "Failed to start nope.service: Unit nope.service not found.\n",
+    )
     calls = [c["argv"] for c in node.systemctl_calls()]
-    assert calls[-3:] == [["enable", "--now", "train.service"], ["show", "-p", "ActiveState,UnitFileState", "train"],
-                          ["start", "nope"]]
+    assert calls[-3:] == [
+        ["enable", "--now", "train.service"],
+        ["show", "-p", "ActiveState,UnitFileState", "train"],
+        ["start", "nope"],
+    ]

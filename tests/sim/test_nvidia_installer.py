@@ -2,6 +2,7 @@
 
 What the real installer does is in docs/real-tools.md, "nvidia-installer" (NVIDIA/nvidia-installer
 590.48.01: nvidia-installer.c main(), misc.c find_system_utils/find_module_utils)."""
+
 import pytest
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -17,8 +18,11 @@ MODPROBE_MISSING = (
 
 def ct(node, vmid=200):
     """A started container with the node's installer pushed to /root/x.run."""
-    for args in (["create", str(vmid), TEMPLATE, "--unprivileged", "0", "--rootfs", "local-lvm:4"], ["start", str(vmid)],
-                 ["push", str(vmid), RUN, "/root/x.run"]):
+    for args in (
+        ["create", str(vmid), TEMPLATE, "--unprivileged", "0", "--rootfs", "local-lvm:4"],
+        ["start", str(vmid)],
+        ["push", str(vmid), RUN, "/root/x.run"],
+    ):
         r = node.run(["pct", *args])
         assert r.returncode == 0, r.stderr
     return node
@@ -52,12 +56,15 @@ def test_aborts_without_kmod_even_with_no_kernel_modules(sim_node):
     assert "ERROR: Unable to find the module utility `modprobe`" in log
 
 
-@pytest.mark.parametrize("tool, package, remove", [
-    # a file without an execute bit does not count (find_system_util: S_IXUSR|S_IXGRP|S_IXOTH)
-    ("ldconfig", "glibc", "chmod a-x /sbin/ldconfig"),
-    ("dmesg", "util-linux", "rm /usr/bin/dmesg"),
-    ("rmmod", "module-init-tools' or 'kmod", "rm /sbin/rmmod"),
-])
+@pytest.mark.parametrize(
+    "tool, package, remove",
+    [
+        # a file without an execute bit does not count (find_system_util: S_IXUSR|S_IXGRP|S_IXOTH)
+        ("ldconfig", "glibc", "chmod a-x /sbin/ldconfig"),
+        ("dmesg", "util-linux", "rm /usr/bin/dmesg"),
+        ("rmmod", "module-init-tools' or 'kmod", "rm /sbin/rmmod"),
+    ],
+)
 def test_aborts_on_the_first_missing_utility_in_its_order(sim_node, tool, package, remove):
     node = ct(sim_node())
     node.ct_run(200, ["sh", "-c", remove], check=True)
@@ -96,11 +103,18 @@ def test_template_without_kmod_gets_it_from_the_loopback_mirror(sim_node, kmod_m
     assert run("for t in grep tail dmesg ldconfig; do command -v $t; done").stdout.count("\n") == 4
     # a cleaned template: no lists, no cached .debs; apt names only the site's mirror
     assert run("ls /var/lib/apt/lists /var/cache/apt/archives").stdout.split() == [
-        "/var/cache/apt/archives:", "partial", "/var/lib/apt/lists:", "partial"]
+        "/var/cache/apt/archives:",
+        "partial",
+        "/var/lib/apt/lists:",
+        "partial",
+    ]
     assert run("cat /etc/apt/sources.list; ls /etc/apt/sources.list.d").stdout == (
-        kmod_mirror.source_line + "\n")
-    r = run("DEBIAN_FRONTEND=noninteractive apt-get -q update && "
-            "DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends kmod")
+        kmod_mirror.source_line + "\n"
+    )
+    r = run(
+        "DEBIAN_FRONTEND=noninteractive apt-get -q update && "
+        "DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends kmod"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert kmod_mirror.downloads() == [kmod_mirror.debs[0].name]
     assert run("dpkg -s kmod | grep -x 'Status: install ok installed'").returncode == 0
@@ -117,10 +131,18 @@ def test_template_without_an_apt_source_cannot_install_anything(sim_node):
 
 def test_refuses_unless_root(sim_node):
     node = ct(sim_node())
-    r = node.ct_run(200, ["sh", "-c", "cp /root/x.run /tmp/x.run && setpriv --reuid 65534 --regid "
-                          "65534 --clear-groups sh /tmp/x.run --silent --no-kernel-modules"])
+    r = node.ct_run(
+        200,
+        [
+            "sh",
+            "-c",
+            "cp /root/x.run /tmp/x.run && setpriv --reuid 65534 --regid "
+            "65534 --clear-groups sh /tmp/x.run --silent --no-kernel-modules",
+        ],
+    )
     assert r.returncode == 1
     assert r.stderr == (
         "nvidia-installer: Error opening log file '/var/log/nvidia-installer.log' for writing "
         "(Permission denied); disabling logging.\n"
-        "\nERROR: nvidia-installer must be run as root\n\n")
+        "\nERROR: nvidia-installer must be run as root\n\n"
+    )

@@ -11,6 +11,7 @@ kernel-open/nvidia/nv-procfs.c).
 from pathlib import Path
 
 import pytest
+
 from sim.fixtures import sim_node  # noqa: F401
 from sim.simctl import gpu_information
 from tests.sim.test_node import make_ct, pct
@@ -18,8 +19,19 @@ from tests.sim.test_node import make_ct, pct
 FIELDS = Path(__file__).resolve().parents[2] / "sim" / "nvidia-smi-fields"
 REAL_GPU = [f for f in (FIELDS / "query-gpu-fields.txt").read_text().split() if f]
 REAL_APPS = [f for f in (FIELDS / "query-compute-apps-fields.txt").read_text().split() if f]
-INFO_KEYS = ["Model", "IRQ", "GPU UUID", "Video BIOS", "Bus Type", "DMA Size", "DMA Mask",
-             "Bus Location", "Device Minor", "GPU Firmware", "GPU Excluded"]
+INFO_KEYS = [
+    "Model",
+    "IRQ",
+    "GPU UUID",
+    "Video BIOS",
+    "Bus Type",
+    "DMA Size",
+    "DMA Mask",
+    "Bus Location",
+    "Device Minor",
+    "GPU Firmware",
+    "GPU Excluded",
+]
 
 
 @pytest.fixture
@@ -43,11 +55,29 @@ def test_an_unknown_field_is_rejected_like_the_real_tool(reverse, bad):
 
 # `--help-query-compute-apps` of driver 590.48.01 (the capture; the same in 595 and 610): 8 names
 # and the aliases `name` (process_name) and `used_memory` (used_gpu_memory).
-COMPUTE_APPS = ["timestamp", "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid", "pid",
-                "process_name", "name", "used_gpu_memory", "used_memory"]
+COMPUTE_APPS = [
+    "timestamp",
+    "gpu_name",
+    "gpu_bus_id",
+    "gpu_serial",
+    "gpu_uuid",
+    "pid",
+    "process_name",
+    "name",
+    "used_gpu_memory",
+    "used_memory",
+]
 # `--help-query-accounted-apps`'s own fields (and aliases): not valid for --query-compute-apps.
-ACCOUNTED_ONLY = ["gpu_utilization", "gpu_util", "mem_utilization", "mem_util",
-                  "max_memory_usage", "vgpu_instance", "time", "is_running"]
+ACCOUNTED_ONLY = [
+    "gpu_utilization",
+    "gpu_util",
+    "mem_utilization",
+    "mem_util",
+    "max_memory_usage",
+    "vgpu_instance",
+    "time",
+    "is_running",
+]
 
 
 def test_compute_apps_accepts_its_own_fields_and_rejects_accounted_apps_ones(reverse):
@@ -71,22 +101,35 @@ def test_every_real_field_is_accepted_and_unmodelled_ones_are_na(reverse):
 
 
 def test_aliases_print_the_canonical_header_with_units(reverse):
-    r = smi(reverse, "--query-gpu=gpu_name,gpu_bus_id,clocks.gr,memory.used,temperature.gpu",
-            "--format=csv", "-i", "0")
-    assert r.stdout == ("name, pci.bus_id, clocks.current.graphics [MHz], memory.used [MiB], "
-                        "temperature.gpu\nNVIDIA H200, 00000000:18:00.0, [N/A], 0 MiB, 32\n")
+    r = smi(
+        reverse,
+        "--query-gpu=gpu_name,gpu_bus_id,clocks.gr,memory.used,temperature.gpu",
+        "--format=csv",
+        "-i",
+        "0",
+    )
+    assert r.stdout == (
+        "name, pci.bus_id, clocks.current.graphics [MHz], memory.used [MiB], "
+        "temperature.gpu\nNVIDIA H200, 00000000:18:00.0, [N/A], 0 MiB, 32\n"
+    )
     pid = reverse.spawn_gpu_process(2, ["/usr/bin/python3", "x.py"], used_mib=2566)
     r = smi(reverse, "--query-compute-apps=pid,name,used_memory,gpu_bus_id", "--format=csv")
-    assert r.stdout == ("pid, process_name, used_gpu_memory [MiB], gpu_bus_id\n"
-                        f"{pid}, /usr/bin/python3, 2566 MiB, 00000000:3A:00.0\n")
+    assert r.stdout == (
+        "pid, process_name, used_gpu_memory [MiB], gpu_bus_id\n"
+        f"{pid}, /usr/bin/python3, 2566 MiB, 00000000:3A:00.0\n"
+    )
     reverse.kill_gpu_process(pid)
 
 
 def test_minors_in_reverse_pci_order_everywhere(reverse):
     node = reverse
     rows = smi(node, "--query-gpu=index,pci.bus_id", "--format=csv,noheader").stdout.splitlines()
-    assert rows == ["0, 00000000:18:00.0", "1, 00000000:2A:00.0", "2, 00000000:3A:00.0",
-                    "3, 00000000:5D:00.0"]  # nvidia-smi numbers in PCI order
+    assert rows == [
+        "0, 00000000:18:00.0",
+        "1, 00000000:2A:00.0",
+        "2, 00000000:3A:00.0",
+        "3, 00000000:5D:00.0",
+    ]  # nvidia-smi numbers in PCI order
     for index, bus in enumerate(["18", "2a", "3a", "5d"]):
         text = node.read(f"/proc/driver/nvidia/gpus/0000:{bus}:00.0/information")
         lines = text.splitlines()
@@ -103,9 +146,15 @@ def test_minors_in_reverse_pci_order_everywhere(reverse):
     assert first.startswith("GPU 0: NVIDIA H200 (UUID: GPU-5a1e0000")
 
 
-@pytest.mark.parametrize("driver, gsp, line", [
-    ("590.48.01", True, "GPU Firmware: \t 590.48.01"), ("590.44.01", False, "GPU Firmware: \t N/A"),
-    ("580.142", False, None), ("580.95.05", True, "GPU Firmware: \t 580.95.05")])
+@pytest.mark.parametrize(
+    "driver, gsp, line",
+    [
+        ("590.48.01", True, "GPU Firmware: \t 590.48.01"),
+        ("590.44.01", False, "GPU Firmware: \t N/A"),
+        ("580.142", False, None),
+        ("580.95.05", True, "GPU Firmware: \t 580.95.05"),
+    ],
+)
 def test_the_firmware_line_follows_the_driver_release(driver, gsp, line):
     """nv-procfs.c: 590.44.01 on prints `GPU Firmware:` always (`N/A` without GSP firmware);
     before (and the whole 580 branch) only with firmware."""
@@ -131,4 +180,7 @@ def test_a_container_sees_the_gpu_behind_the_minor_it_was_given(reverse):
     r = node.ct_run(200, ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader"])
     assert r.stdout == "00000000:5D:00.0\n"  # /dev/nvidia0 is the last GPU in PCI order
     r = node.ct_run(200, ["nvidia-smi", "--query-gpu=minor_number", "--format=csv"])
-    assert (r.returncode, r.stdout) == (2, 'Field "minor_number" is not a valid field to query.\n\n')
+    assert (r.returncode, r.stdout) == (
+        2,
+        'Field "minor_number" is not a valid field to query.\n\n',
+    )

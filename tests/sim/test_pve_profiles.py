@@ -4,6 +4,7 @@ create, src/PVE/LXC/Config.pm update_pct_config + vmconfig_hotplug_pending, 5.2.
 proxmox/dab-pve-appliances dab.conf for template names)."""
 
 import pytest
+
 from sim.fixtures import _factory
 
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -37,13 +38,17 @@ def fresh_ct(node, vmid, template, *extra, start=True):
 
 def test_pveversion_prints_what_pve_manager_prints(nodes):
     n9 = nodes["pve9"]
-    assert n9.run(["pveversion"]).stdout == \
-        "pve-manager/9.1.1/f4d3f125ffae50e9 (running kernel: 6.17.2-1-pve)\n"
+    assert (
+        n9.run(["pveversion"]).stdout
+        == "pve-manager/9.1.1/f4d3f125ffae50e9 (running kernel: 6.17.2-1-pve)\n"
+    )
     lines = n9.run(["pveversion", "--verbose"]).stdout.splitlines()
-    assert lines[:4] == ["proxmox-ve: 9.1.0 (running kernel: 6.17.2-1-pve)",
-                         "pve-manager: 9.1.1 (running version: 9.1.1/f4d3f125ffae50e9)",
-                         "proxmox-kernel-6.17.2-1-pve-signed: 6.17.2-1",
-                         "proxmox-kernel-6.17: 6.17.2-1"]
+    assert lines[:4] == [
+        "proxmox-ve: 9.1.0 (running kernel: 6.17.2-1-pve)",
+        "pve-manager: 9.1.1 (running version: 9.1.1/f4d3f125ffae50e9)",
+        "proxmox-kernel-6.17.2-1-pve-signed: 6.17.2-1",
+        "proxmox-kernel-6.17: 6.17.2-1",
+    ]
     rest = [line.split(":")[0] for line in lines[4:]]
     assert rest == sorted(rest) and "pve-container: 6.0.18" in lines
     assert "pve-container: 5.2.6" in nodes["pve8"].run(["pveversion", "-v"]).stdout
@@ -53,13 +58,19 @@ def test_pveversion_prints_what_pve_manager_prints(nodes):
 
 
 def test_each_profile_has_its_debian_template_and_python(nodes):
-    for name, template, debian, python in (("pve8", T8, "12.", "3.11"), ("pve9", T9, "13.", "3.13")):
+    for name, template, debian, python in (
+        ("pve8", T8, "12.", "3.11"),
+        ("pve9", T9, "13.", "3.13"),
+    ):
         node = nodes[name]
-        assert node.run(["ls", "/var/lib/vz/template/cache"]).stdout.split() == \
-            [template.split("/")[-1]]
+        assert node.run(["ls", "/var/lib/vz/template/cache"]).stdout.split() == [
+            template.split("/")[-1]
+        ]
         fresh_ct(node, 300, template)
         assert node.ct_run(300, ["cat", "/etc/debian_version"]).stdout.startswith(debian)
-        got = node.ct_run(300, ["python3", "-c", "import sys; print(*sys.version_info[:2], sep='.')"])
+        got = node.ct_run(
+            300, ["python3", "-c", "import sys; print(*sys.version_info[:2], sep='.')"]
+        )
         assert got.stdout.strip() == python, name
 
 
@@ -68,8 +79,9 @@ def test_create_writes_unprivileged_only_when_true_and_defaults_it_on_9(nodes):
         node = nodes[name]
         fresh_ct(node, 301, template, start=False)
         lines = conf(node, 301).splitlines()
-        assert [x for x in lines if x.startswith("unprivileged")] == \
-            ([f"unprivileged: {default}"] if default else []), name
+        assert [x for x in lines if x.startswith("unprivileged")] == (
+            [f"unprivileged: {default}"] if default else []
+        ), name
         fresh_ct(node, 301, template, "--unprivileged", "0", start=False)
         assert "unprivileged" not in conf(node, 301), name
         fresh_ct(node, 301, template, "--unprivileged", "1", start=False)
@@ -107,8 +119,20 @@ def test_running_ct_hotplug_rules_of_update_pct_config(nodes):
     node = nodes["pve9"]
     fresh_ct(node, 304, T9, "--unprivileged", "0")
     node.run(["mkdir", "-p", "/srv/a", "/srv/b"], check=True)
-    assert pct(node, "set", "304", "--mp0", "/srv/a,mp=/a", "--memory", "1024",
-               "--nameserver", "127.0.0.1").returncode == 0
+    assert (
+        pct(
+            node,
+            "set",
+            "304",
+            "--mp0",
+            "/srv/a,mp=/a",
+            "--memory",
+            "1024",
+            "--nameserver",
+            "127.0.0.1",
+        ).returncode
+        == 0
+    )
     main, _, pending = conf(node, 304).partition("[pve:pending]")
     assert "mp0: /srv/a,mp=/a" in main and "memory: 1024" in main  # new mp, memory: at once
     assert "nameserver: 127.0.0.1" in pending  # not hot-pluggable
@@ -127,9 +151,14 @@ def test_pve_guests_unit_is_pve_managers(nodes):
     # proxmox/pve-manager services/pve-guests.service (unchanged from 8.4.1 to 9.x)
     for node in nodes.values():
         lines = node.read("/lib/systemd/system/pve-guests.service").splitlines()
-        for line in ("Type=oneshot", "RemainAfterExit=yes", "WantedBy=multi-user.target",
-                     "ExecStart=/usr/bin/pvesh --nooutput create /nodes/localhost/startall",
-                     "After=lxc.service", "TimeoutSec=infinity"):
+        for line in (
+            "Type=oneshot",
+            "RemainAfterExit=yes",
+            "WantedBy=multi-user.target",
+            "ExecStart=/usr/bin/pvesh --nooutput create /nodes/localhost/startall",
+            "After=lxc.service",
+            "TimeoutSec=infinity",
+        ):
             assert line in lines
 
 
@@ -145,8 +174,9 @@ def test_a_failed_hotplug_writes_no_config_but_keeps_the_earlier_devices(nodes):
         before = conf(node, 306)
         r = pct(node, "set", "306", "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidia1")
         assert r.returncode == 255
-        assert r.stderr.startswith("400 Parameter verification failed.\n"
-                                   "dev1: unable to hotplug dev1: move_mount failed: ")
+        assert r.stderr.startswith(
+            "400 Parameter verification failed.\ndev1: unable to hotplug dev1: move_mount failed: "
+        )
         assert conf(node, 306) == before
         assert node.ct_run(306, ["test", "-c", "/dev/nvidia0"]).returncode == 0
         assert node.ct_run(306, ["test", "-e", "/dev/nvidia1"]).returncode == 1

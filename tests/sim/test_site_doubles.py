@@ -6,16 +6,41 @@ API2/LXC/Config.pm update_vm, API2/LXC/Status.pm vm_start/vm_stop) and nvidia-sm
 fields (NVML nvmlGpuFabricState_t)."""
 
 import pytest
+
 from sim.fixtures import _factory
 
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 ZFS = [
-    {"name": "local", "type": "dir", "content": ["iso", "vztmpl", "backup"], "total_kib": 1000,
-     "used_kib": 250, "avail_kib": 750, "enabled": True, "active": True},
-    {"name": "local-zfs", "type": "zfspool", "content": ["rootdir", "images"],
-     "total_kib": 4000, "used_kib": 1000, "avail_kib": 3000, "enabled": True, "active": True},
-    {"name": "nfs-iso", "type": "nfs", "content": ["iso"], "total_kib": 0, "used_kib": 0,
-     "avail_kib": 0, "enabled": False, "active": False},
+    {
+        "name": "local",
+        "type": "dir",
+        "content": ["iso", "vztmpl", "backup"],
+        "total_kib": 1000,
+        "used_kib": 250,
+        "avail_kib": 750,
+        "enabled": True,
+        "active": True,
+    },
+    {
+        "name": "local-zfs",
+        "type": "zfspool",
+        "content": ["rootdir", "images"],
+        "total_kib": 4000,
+        "used_kib": 1000,
+        "avail_kib": 3000,
+        "enabled": True,
+        "active": True,
+    },
+    {
+        "name": "nfs-iso",
+        "type": "nfs",
+        "content": ["iso"],
+        "total_kib": 0,
+        "used_kib": 0,
+        "avail_kib": 0,
+        "enabled": False,
+        "active": False,
+    },
 ]
 
 
@@ -35,8 +60,15 @@ def test_pvesm_status_prints_print_status_s_table(node):
         # print_status: "%-${maxlen}s %10s %10s %15s %15s %15s %8s", maxlen = longest ID + 1
         head = "%-10s %10s %10s %15s %15s %15s %8s"
         row = "%-10s %10s %10s %15d %15d %15d % 7.2f%%"
-        assert out[0] == head % ("Name", "Type", "Status", "Total (KiB)", "Used (KiB)",
-                                 "Available (KiB)", "%")
+        assert out[0] == head % (
+            "Name",
+            "Type",
+            "Status",
+            "Total (KiB)",
+            "Used (KiB)",
+            "Available (KiB)",
+            "%",
+        )
         assert out[0].startswith("Name" + " " * 13 + "Type")
         assert out[1] == row % ("local", "dir", "active", 1000, 250, 750, 25.0)
         assert out[2] == row % ("local-zfs", "zfspool", "active", 4000, 1000, 3000, 25.0)

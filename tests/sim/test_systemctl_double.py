@@ -2,6 +2,7 @@
 real systemd and use their own systemctl) does what systemd does synchronously at a start:
 RuntimeDirectory=, then ExecStartPre= commands with the unit's environment, specifiers and
 $-expansion; a failing one fails the start like systemd."""
+
 import pytest
 
 UNIT = r"""[Unit]
@@ -53,8 +54,14 @@ def test_a_failing_exec_start_pre_fails_the_start_like_systemd(ct):
         "Job for f.service failed because the control process exited with error code.\n"
         'See "systemctl status f.service" and "journalctl -xeu f.service" for details.\n'
     )
-    assert (systemctl(ct, "is-active", "f").stdout, systemctl(ct, "is-failed", "f").returncode) == ("failed\n", 0)
-    assert systemctl(ct, "show", "-p", "ActiveState,Result", "f").stdout == "ActiveState=failed\nResult=exit-code\n"
+    assert (systemctl(ct, "is-active", "f").stdout, systemctl(ct, "is-failed", "f").returncode) == (
+        "failed\n",
+        0,
+    )
+    assert (
+        systemctl(ct, "show", "-p", "ActiveState,Result", "f").stdout
+        == "ActiveState=failed\nResult=exit-code\n"
+    )
     assert ct.run(["test", "-e", "/run/t-f"]).returncode == 1  # removed with the failed start
     assert systemctl(ct, "reset-failed", "f").returncode == 0
     assert systemctl(ct, "is-active", "f").stdout == "inactive\n"

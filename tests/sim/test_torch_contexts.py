@@ -80,8 +80,14 @@ PROBE = (
 def probe(wheel, root, code=PROBE) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PVE_SIM")}
     env.update(PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), PYTHONDONTWRITEBYTECODE="1")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=60, check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     return json.loads(p.stdout)
 
 
@@ -109,8 +115,7 @@ def test_a_full_device_refuses_the_context(wheelhouse, tmp_path):
 
 def test_exclusive_process_mode_refuses_a_second_process(wheelhouse, tmp_path):
     other = [{"pid": 1, "gpu_index": 1, "used_mib": 1000, "name": "python"}]
-    make_fake_nvidia_root(tmp_path, gpus=2, processes=other,
-                          compute_modes={1: "Exclusive_Process"})
+    make_fake_nvidia_root(tmp_path, gpus=2, processes=other, compute_modes={1: "Exclusive_Process"})
     out = probe(wheelhouse.torch["cu130"], tmp_path)
     assert out["error"] == "CUDA error: CUDA-capable device(s) is/are busy or unavailable"
     assert contexts(tmp_path) == []
@@ -121,15 +126,26 @@ def test_exclusive_process_mode_refuses_a_second_process(wheelhouse, tmp_path):
 
 def test_allocations_and_set_device_make_a_context(wheelhouse, tmp_path):
     make_fake_nvidia_root(tmp_path, gpus=2)
-    code = ("import torch\ntorch.cuda.set_device(1)\n"
-            "torch.randn(2, 2, device=torch.device('cuda', 0))\nprint('{}')\n")
+    code = (
+        "import torch\ntorch.cuda.set_device(1)\n"
+        "torch.randn(2, 2, device=torch.device('cuda', 0))\nprint('{}')\n"
+    )
     probe(wheelhouse.torch["cu130"], tmp_path, code)
     assert sorted(c["gpu_index"] for c in contexts(tmp_path)) == [0, 1]
 
 
 def test_a_registered_context_counts_in_the_next_process_free_memory(wheelhouse, tmp_path):
-    held = [{"pid": None, "pidns": 1, "ns_pid": 1, "gpu_index": 1, "used_mib": 1000,
-             "name": "python", "lock": "gone.lock"}]
+    held = [
+        {
+            "pid": None,
+            "pidns": 1,
+            "ns_pid": 1,
+            "gpu_index": 1,
+            "used_mib": 1000,
+            "name": "python",
+            "lock": "gone.lock",
+        }
+    ]
     make_fake_nvidia_root(tmp_path, gpus=2, processes=held)
     # its lock is not held: the process is gone, its memory free again
     assert probe(wheelhouse.torch["cu130"], tmp_path)["free"] == 143771

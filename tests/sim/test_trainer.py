@@ -1,4 +1,5 @@
-"""The stand-in trainer (sim/trainer.py): SIGTERM -> a checkpoint that takes checkpoint_s, exit 0."""
+"""The stand-in trainer (sim/trainer.py): SIGTERM -> a checkpoint that takes checkpoint_s,
+exit 0."""
 
 from __future__ import annotations
 

@@ -18,10 +18,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from uv import find_uv_bin
+
 from sim.index import PackageIndex
 from sim.torch_double.fake_tree import gpu_uuid, make_fake_nvidia_root
 from sim.wheels import build_torch_wheels, build_wheel
-from uv import find_uv_bin
 
 UV = find_uv_bin()
 FX_RACE = "Detected that you are using FX to symbolically trace a dynamo-optimized function"

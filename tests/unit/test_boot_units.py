@@ -54,14 +54,22 @@ def test_rendered_node_units_pass_systemd_analyze_verify(tmp_path):
     }
     for name, text in units.items():
         (tmp_path / name).write_text(text)
-    p = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
+        capture_output=True,
+        text=True,
+    )
     problems = [ln for ln in p.stderr.splitlines() if "nvidia" in ln]
     assert p.returncode == 0 and not problems, p.stderr
     # and the check can fail: a broken unit is reported
-    (tmp_path / "broken.service").write_text(units["nvidia-uvm-init.service"].replace("Type=oneshot", "Type=oneshoot"))
-    p = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "broken.service")],
-                       capture_output=True, text=True)
+    (tmp_path / "broken.service").write_text(
+        units["nvidia-uvm-init.service"].replace("Type=oneshot", "Type=oneshoot")
+    )
+    p = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / "broken.service")],
+        capture_output=True,
+        text=True,
+    )
     assert "broken.service" in p.stderr
 
 

@@ -8,7 +8,6 @@ import subprocess
 import pytest
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import InventoryError
-from tests.tricky_strings import TRICKY
 
 from pvegpu.connectors.pct import (
     explain_pct_error,
@@ -17,13 +16,16 @@ from pvegpu.connectors.pct import (
     pct_exec_argv,
     put_command,
 )
+from tests.tricky_strings import TRICKY
 
 
 @pytest.fixture
 def fake_pct(tmp_path):
     script = tmp_path / "pct"
-    script.write_text('#!/bin/sh\n[ "$1" = exec ] || exit 99\nshift 2\n'
-                      '[ "$1" = -- ] || exit 98\nshift\nexec "$@"\n')
+    script.write_text(
+        '#!/bin/sh\n[ "$1" = exec ] || exit 99\nshift 2\n'
+        '[ "$1" = -- ] || exit 98\nshift\nexec "$@"\n'
+    )
     script.chmod(0o755)
     return tmp_path
 
@@ -43,8 +45,12 @@ def test_tricky_strings_survive_node_shell_and_container_shell(fake_pct, text):
 
 def test_clean_environment_and_exit_code_pass_through(fake_pct):
     env = {"PATH": f"{fake_pct}:/usr/bin:/bin", "LEAK": "1"}
-    out = subprocess.run(["sh", "-c", node_command('echo "${LEAK:-clean} $PATH"; exit 42')],
-                         env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        ["sh", "-c", node_command('echo "${LEAK:-clean} $PATH"; exit 42')],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 42
     assert out.stdout.startswith("clean /usr/local/sbin:/usr/local/bin:")
 
@@ -55,7 +61,8 @@ def test_names_and_errors():
         with pytest.raises(InventoryError, match="use @pct/<node address>/<vmid>"):
             parse_pct_name(bad)
     assert "does not exist on node n1" in explain_pct_error(
-        "n1", 200, "Configuration file 'nodes/pve1/lxc/200.conf' does not exist")
+        "n1", 200, "Configuration file 'nodes/pve1/lxc/200.conf' does not exist"
+    )
     assert explain_pct_error("n1", 200, "sh: 1: foo: not found") is None
 
 

@@ -20,10 +20,15 @@ from pvegpu.run.run_context import Entry, run_context
 def probe_functions():
     """The node probe's functions and constants, without running the probe."""
     tree = ast.parse(probe_source("node_state"))
-    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
-            or isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
-                                                   and t.id != "A" for t in n.targets)
-            or isinstance(n, ast.AnnAssign) and n.target.id.isupper()]
+    keep = [
+        n
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+        or isinstance(n, ast.Assign)
+        and all(isinstance(t, ast.Name) and t.id.isupper() and t.id != "A" for t in n.targets)
+        or isinstance(n, ast.AnnAssign)
+        and n.target.id.isupper()
+    ]
     ns = {"A": {"installer_tools": ["ldconfig"]}}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "node_state", "exec"), ns)
     return ns
@@ -66,8 +71,11 @@ def test_the_folded_reads_run_side_by_side_and_leave_nothing_behind(fake_pct, tm
     flag = tmp_path / "flag"
     # the first read sees the second one's file only when they run side by side (one after the
     # other, it gives up after 10 s and prints "alone")
-    reads = [f"i=0; while [ ! -e {flag} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-             f"[ -e {flag} ] && echo seen || echo alone", f"touch {flag}; echo done"]
+    reads = [
+        f"i=0; while [ ! -e {flag} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+        f"[ -e {flag} ] && echo seen || echo alone",
+        f"touch {flag}; echo done",
+    ]
     before = reads_dirs()
     status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
     assert status == "running" and view is not None
@@ -83,13 +91,16 @@ def test_without_a_scratch_directory_the_reads_run_one_after_the_other(fake_pct,
     reads = ["printf 'a\\nb\\n'", "echo out; exit 3", "true"]
     status, view, done = p["container_view"](p["start_view"](200, "u.service", reads))
     assert status == "running" and view is not None
-    assert done == [{"rc": 0, "stdout": ["a", "b"]}, {"rc": 3, "stdout": ["out"]},
-                    {"rc": 0, "stdout": []}]
+    assert done == [
+        {"rc": 0, "stdout": ["a", "b"]},
+        {"rc": 3, "stdout": ["out"]},
+        {"rc": 0, "stdout": []},
+    ]
 
 
 def test_a_read_cut_short_is_left_out():
     p = probe_functions()
-    out = "module x\nend\npvegpu-read 0\n{}\npvegpu-read-end 0 0\npvegpu-read 1\n{\"a\""
+    out = 'module x\nend\npvegpu-read 0\n{}\npvegpu-read-end 0 0\npvegpu-read 1\n{"a"'
     view, done = p["split_reads"](out)
     assert view == ["module x"] and done == [{"rc": 0, "stdout": ["{}"]}]
 
@@ -107,8 +118,10 @@ def read_entry(doc, reads=None):
 
 
 def state_with(read, executed=0):
-    ops = {f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
-           for i in range(executed)}
+    ops = {
+        f"op{i}": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))
+        for i in range(executed)
+    }
     state = FakeState(ops={"127.0.0.1": ops})  # an operation of the node
     run_context(state).facts.entries[("node", "127.0.0.1")] = read
     return state
@@ -118,10 +131,19 @@ def ct_host(state):
     return SimpleNamespace(data={"pct_node": "127.0.0.1", "pct_vmid": 200}, state=state)
 
 
-READ = read_entry({"containers": {"200": {"reads": [
-    {"rc": 0, "stdout": ['{"venv_link": null}']},
-    {"rc": 1, "stdout": ["{}"]},
-]}}}, {"200": ["read-state", "read-verification", "never-ran"]})
+READ = read_entry(
+    {
+        "containers": {
+            "200": {
+                "reads": [
+                    {"rc": 0, "stdout": ['{"venv_link": null}']},
+                    {"rc": 1, "stdout": ["{}"]},
+                ]
+            }
+        }
+    },
+    {"200": ["read-state", "read-verification", "never-ran"]},
+)
 
 
 def test_a_folded_read_serves_exactly_its_command_while_current():
@@ -167,9 +189,13 @@ def folded_lines(s):
     from pvegpu.operations.checks import verification_args
     from pvegpu.operations.container_fact import container_state_args
 
-    return [ct_reads.shell_command(200, "sh -c " + shlex.quote(cls().command(**kw)))
-            for cls, kw in ((ContainerState, container_state_args(s)),
-                            (ContainerVerification, verification_args(s)))]
+    return [
+        ct_reads.shell_command(200, "sh -c " + shlex.quote(cls().command(**kw)))
+        for cls, kw in (
+            (ContainerState, container_state_args(s)),
+            (ContainerVerification, verification_args(s)),
+        )
+    ]
 
 
 def _instrumented_by_mutmut() -> bool:
@@ -194,7 +220,9 @@ def test_every_containers_reads_fold_and_every_argument_stays_one_argument_long(
     assert len(command) < 128 * 1024 - 4096  # MAX_ARG_STRLEN, with room for pyinfra's quoting
     assert json.loads(reads_stdin(six)) == six
     p = probe_functions()
-    script = p["with_reads"](p["CT_SCRIPT"] % {"lib": "/l", "unit": "u.service", "tools": "",
-                                                "marker": "#",
-                                                "build": "/root/venvs/b"}, lines)
+    script = p["with_reads"](
+        p["CT_SCRIPT"]
+        % {"lib": "/l", "unit": "u.service", "tools": "", "marker": "#", "build": "/root/venvs/b"},
+        lines,
+    )
     assert len(script) < ct_reads.MAX_ARG_STRLEN - 1024

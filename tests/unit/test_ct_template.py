@@ -9,13 +9,19 @@ D13 = ["debian-13-standard_13.1-2_amd64.tar.zst"]
 
 
 def test_unset_template_follows_the_major_and_takes_the_newest_present():
-    assert default_template(None, "8.4.1", D12 + D13) == \
-        "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"
-    assert default_template(None, "9.0.3", D12 + D13) == \
-        "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst"
+    assert (
+        default_template(None, "8.4.1", D12 + D13)
+        == "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"
+    )
+    assert (
+        default_template(None, "9.0.3", D12 + D13)
+        == "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst"
+    )
     # none present: the known name, which the caller reports with its `pveam download` line
-    assert default_template(None, "9.1.1", D12) == \
-        "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst"
+    assert (
+        default_template(None, "9.1.1", D12)
+        == "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst"
+    )
 
 
 def test_a_set_template_wins_and_create_passes_it_with_unprivileged_explicit():

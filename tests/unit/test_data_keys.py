@@ -49,7 +49,10 @@ def test_a_typo_in_group_data_all_names_it():
 
 def test_a_typo_in_host_data_names_the_host_and_the_fleet():
     lines = lines_of(inventory(node_data={"ssh_prot": 2222}))
-    assert lines[0] == "n1: ssh_prot (the fleet file or inventory): not a setting; did you mean ssh_port?"
+    assert (
+        lines[0]
+        == "n1: ssh_prot (the fleet file or inventory): not a setting; did you mean ssh_port?"
+    )
 
 
 def test_a_key_like_nothing_known_says_so():
@@ -59,18 +62,32 @@ def test_a_key_like_nothing_known_says_so():
 
 
 def test_pyinfra_own_keys_the_fleets_and_the_settings_pass():
-    own = {"_sudo": True, "_sudo_user": "root", "_env": {}, "ssh_port": 22, "ssh_user": "root",
-           "ssh_known_hosts_file": "/k", "ssh_strict_host_key_checking": "yes",
-           "ssh_connect_retries": 2, "ssh_paramiko_connect_kwargs": {}, "ssh_hostname": "h",
-           "pct_node": "n1", "pct_vmid": 200, "pve_ct_ids": [200]}
+    own = {
+        "_sudo": True,
+        "_sudo_user": "root",
+        "_env": {},
+        "ssh_port": 22,
+        "ssh_user": "root",
+        "ssh_known_hosts_file": "/k",
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_connect_retries": 2,
+        "ssh_paramiko_connect_kwargs": {},
+        "ssh_hostname": "h",
+        "pct_node": "n1",
+        "pct_vmid": 200,
+        "pve_ct_ids": [200],
+    }
     assert lines_of(inventory(override={"torch_variant": "cu128"}, node_data=own)) == []
 
 
 def test_the_escape_hatch_prefix_and_the_allow_list_pass():
-    inv = inventory(override={"x_owner": "team-a", "my_key": 1},
-                    all_data={"extra_data_keys": ["my_key"]})
+    inv = inventory(
+        override={"x_owner": "team-a", "my_key": 1}, all_data={"extra_data_keys": ["my_key"]}
+    )
     assert lines_of(inv) == []
-    inv = inventory(override={"my_key": 1, "extra_data_keys": "my_key"})  # --data extra_data_keys=my_key
+    inv = inventory(
+        override={"my_key": 1, "extra_data_keys": "my_key"}
+    )  # --data extra_data_keys=my_key
     assert lines_of(inv) == []
 
 
@@ -82,7 +99,10 @@ def test_only_a_leading_x_marks_a_key_as_the_users_own():
 
 def test_a_key_shared_by_every_host_is_one_line():
     inv = Inventory((["n1", "n2"], defaults()), override_data={"torch_varient": "cu128"})
-    assert lines_of(inv).count("torch_varient (--data): not a setting; did you mean torch_variant?") == 1
+    assert (
+        lines_of(inv).count("torch_varient (--data): not a setting; did you mean torch_variant?")
+        == 1
+    )
 
 
 def test_load_all_refuses_an_unknown_key_before_anything_else(monkeypatch):
@@ -90,8 +110,10 @@ def test_load_all_refuses_an_unknown_key_before_anything_else(monkeypatch):
     with pytest.raises(SettingsError) as e:
         load_all(list(inventory(override={"torch_varient": "cu128"})))
     lines = str(e.value).splitlines()
-    assert lines[:2] == ["bad settings, nothing was changed:",
-                         "torch_varient (--data): not a setting; did you mean torch_variant?"]
+    assert lines[:2] == [
+        "bad settings, nothing was changed:",
+        "torch_varient (--data): not a setting; did you mean torch_variant?",
+    ]
 
 
 def test_a_bad_allow_list_is_refused_by_the_settings(monkeypatch):
@@ -102,8 +124,10 @@ def test_a_bad_allow_list_is_refused_by_the_settings(monkeypatch):
 
 def test_the_fleet_file_gives_per_node_settings_to_the_node_and_its_containers(tmp_path):
     f = tmp_path / "fleet.yaml"
-    f.write_text("nodes:\n  - address: 127.0.0.2\n    containers: [200]\n"
-                 "    torch_variant: cu128\n    torch_varient: cu128\n")
+    f.write_text(
+        "nodes:\n  - address: 127.0.0.2\n    containers: [200]\n"
+        "    torch_variant: cu128\n    torch_varient: cu128\n"
+    )
     pve, cts = inventory_groups(load_fleet({"PVE_FLEET": str(f)}, tmp_path))
     assert pve[0][1]["torch_variant"] == cts[0][1]["torch_variant"] == "cu128"
     inv = Inventory((["127.0.0.2", cts[0]], defaults()), pve_hosts=([pve[0]], {}))
@@ -116,4 +140,5 @@ def test_the_fleet_file_gives_per_node_settings_to_the_node_and_its_containers(t
 
 def test_key_line_without_a_source():
     assert key_line("keep_venv", None, ["keep_venvs"]) == (
-        "keep_venv: not a setting; did you mean keep_venvs?")
+        "keep_venv: not a setting; did you mean keep_venvs?"
+    )

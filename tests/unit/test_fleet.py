@@ -12,11 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_env_configures_one_node_and_container(key):
-    nodes = load_fleet({"PVE_HOST": "127.0.0.1", "PVE_SSH_PORT": "2222", "CT_ID": "201",
-                        "PVE_SSH_KEY": key}, ROOT)
+    nodes = load_fleet(
+        {"PVE_HOST": "127.0.0.1", "PVE_SSH_PORT": "2222", "CT_ID": "201", "PVE_SSH_KEY": key}, ROOT
+    )
     pve, cts = inventory_groups(nodes)
-    assert pve == [("127.0.0.1", {"ssh_port": 2222, "ssh_user": "root", "ssh_key": key,
-                                  "pve_ct_ids": [201]})]
+    assert pve == [
+        ("127.0.0.1", {"ssh_port": 2222, "ssh_user": "root", "ssh_key": key, "pve_ct_ids": [201]})
+    ]
     assert cts[0][0] == "@pct/127.0.0.1/201"
     assert cts[0][1]["ssh_port"] == 2222
 
@@ -35,12 +37,15 @@ def test_example_fleet_file_parses_but_is_never_a_default(tmp_path, key):
         load_fleet({}, tmp_path)
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("nodes: []\n", "has no `nodes:` list"),
-    ("nodes:\n  - ssh_port: 22\n", "has no address"),
-    ("nodes:\n  - address: 127.0.0.1\n    ssh_port: abc\n", "ssh_port='abc'"),
-    ("nodes: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("nodes: []\n", "has no `nodes:` list"),
+        ("nodes:\n  - ssh_port: 22\n", "has no address"),
+        ("nodes:\n  - address: 127.0.0.1\n    ssh_port: abc\n", "ssh_port='abc'"),
+        ("nodes: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_fleet_files(tmp_path, text, fragment):
     f = tmp_path / "fleet.yaml"
     f.write_text(text)
@@ -53,7 +58,11 @@ def test_inventory_without_configuration_errors_and_connects_nowhere(tmp_path, k
     # debug-inventory loads the inventory only; a connection attempt would show as "Connecting".
     p = subprocess.run(
         [sys.executable, "-m", "pyinfra", "inventory.py", "debug-inventory"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = p.stdout + p.stderr
     assert p.returncode != 0
@@ -73,13 +82,19 @@ def key(tmp_path, monkeypatch):
     return str(tmp_path / ".ssh" / "id_ed25519")
 
 
-@pytest.mark.parametrize("env, fragment", [
-    ({"PVE_SSH_PORT": "99999"}, "PVE_SSH_PORT=99999 in the environment is outside 1..65535"),
-    ({"PVE_SSH_PORT": "0"}, "PVE_SSH_PORT=0 in the environment is outside 1..65535"),
-    ({"PVE_SSH_PORT": "22x"}, "PVE_SSH_PORT='22x' in the environment is not a number"),
-    ({"CT_ID": "99"}, "CT_ID=99 in the environment is outside 100..999999999"),
-    ({"PVE_SSH_KEY": "/no/such/key"}, "PVE_SSH_KEY=/no/such/key in the environment does not exist"),
-])
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ({"PVE_SSH_PORT": "99999"}, "PVE_SSH_PORT=99999 in the environment is outside 1..65535"),
+        ({"PVE_SSH_PORT": "0"}, "PVE_SSH_PORT=0 in the environment is outside 1..65535"),
+        ({"PVE_SSH_PORT": "22x"}, "PVE_SSH_PORT='22x' in the environment is not a number"),
+        ({"CT_ID": "99"}, "CT_ID=99 in the environment is outside 100..999999999"),
+        (
+            {"PVE_SSH_KEY": "/no/such/key"},
+            "PVE_SSH_KEY=/no/such/key in the environment does not exist",
+        ),
+    ],
+)
 def test_bad_environment_is_one_line(env, fragment):
     with pytest.raises(FleetError) as e:
         load_fleet({"PVE_HOST": "127.0.0.1", **env}, ROOT)
@@ -87,18 +102,27 @@ def test_bad_environment_is_one_line(env, fragment):
 
 
 def test_an_existing_key_file_is_accepted(key):
-    assert load_fleet({"PVE_HOST": "127.0.0.1", "PVE_SSH_KEY": "~/.ssh/id_ed25519"}, ROOT)[0].ssh_key
+    assert load_fleet({"PVE_HOST": "127.0.0.1", "PVE_SSH_KEY": "~/.ssh/id_ed25519"}, ROOT)[
+        0
+    ].ssh_key
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("nodes:\n  - address: 127.0.0.1\n    containers: [200, 201, 200]\n",
-     "CT 200 of node 127.0.0.1 is listed twice"),
-    ("nodes:\n  - address: 127.0.0.1\n  - address: 127.0.0.1\n    containers: [201]\n",
-     "node 127.0.0.1 is listed twice"),
-    ("nodes:\n  - address: 127.0.0.1\n    ssh_port: 70000\n", "ssh_port=70000 in"),
-    ("nodes:\n  - address: 127.0.0.1\n    ssh_key: /no/such/key\n", "ssh_key=/no/such/key in"),
-    ("nodes:\n  - address: 127.0.0.1\n    containers: [2.5]\n", "containers=2.5 in"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (
+            "nodes:\n  - address: 127.0.0.1\n    containers: [200, 201, 200]\n",
+            "CT 200 of node 127.0.0.1 is listed twice",
+        ),
+        (
+            "nodes:\n  - address: 127.0.0.1\n  - address: 127.0.0.1\n    containers: [201]\n",
+            "node 127.0.0.1 is listed twice",
+        ),
+        ("nodes:\n  - address: 127.0.0.1\n    ssh_port: 70000\n", "ssh_port=70000 in"),
+        ("nodes:\n  - address: 127.0.0.1\n    ssh_key: /no/such/key\n", "ssh_key=/no/such/key in"),
+        ("nodes:\n  - address: 127.0.0.1\n    containers: [2.5]\n", "containers=2.5 in"),
+    ],
+)
 def test_duplicates_and_bad_values_in_the_fleet_file(tmp_path, text, fragment):
     f = tmp_path / "fleet.yaml"
     f.write_text(text)
@@ -109,8 +133,14 @@ def test_duplicates_and_bad_values_in_the_fleet_file(tmp_path, text, fragment):
 def test_a_bad_port_stops_pyinfra_with_one_line_and_no_traceback(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_", "CT_ID"))}
     env.update(PVE_HOST="127.0.0.1", PVE_SSH_PORT="99999")
-    p = subprocess.run([sys.executable, "-m", "pyinfra", "inventory.py", "debug-inventory"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "inventory.py", "debug-inventory"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "PVE_SSH_PORT=99999 in the environment is outside 1..65535" in out
     assert "Traceback" not in out and "Connecting" not in out
@@ -120,9 +150,14 @@ def test_a_known_hosts_file_from_the_env_or_the_fleet_file_makes_checking_strict
     pinned = tmp_path / "known_hosts"
     pinned.write_text("[127.0.0.1]:2222 ssh-ed25519 AAAA\n")
     f = tmp_path / "fleet.yaml"
-    f.write_text(f"nodes:\n  - address: 127.0.0.2\n    ssh_known_hosts_file: {pinned}\n"
-                 "  - address: 127.0.0.3\n")
-    for env in ({"PVE_HOST": "127.0.0.1", "PVE_SSH_KNOWN_HOSTS": str(pinned)}, {"PVE_FLEET": str(f)}):
+    f.write_text(
+        f"nodes:\n  - address: 127.0.0.2\n    ssh_known_hosts_file: {pinned}\n"
+        "  - address: 127.0.0.3\n"
+    )
+    for env in (
+        {"PVE_HOST": "127.0.0.1", "PVE_SSH_KNOWN_HOSTS": str(pinned)},
+        {"PVE_FLEET": str(f)},
+    ):
         pve, cts = inventory_groups(load_fleet(env, tmp_path))
         for data in (pve[0][1], cts[0][1]):  # the node and its container host alike
             assert data["ssh_known_hosts_file"] == str(pinned), data
@@ -140,12 +175,14 @@ def test_ungrouped_hosts_are_named_and_grouped_ones_pass():
     from pvegpu.startup.fleet import ungrouped_host_problems
 
     node = H(name="127.0.0.1", groups=["pve_hosts"], data={})
-    ct = H(name="@pct/127.0.0.1/200", groups=["@pct", "training_cts"],
-           data={"pct_node": "127.0.0.1"})
+    ct = H(
+        name="@pct/127.0.0.1/200", groups=["@pct", "training_cts"], data={"pct_node": "127.0.0.1"}
+    )
     assert ungrouped_host_problems([node, ct]) == []
     # a training container whose node host is not in the run: no lock, no preflight for it
-    orphan = H(name="@pct/127.0.0.2/201", groups=["@pct", "training_cts"],
-               data={"pct_node": "127.0.0.2"})
+    orphan = H(
+        name="@pct/127.0.0.2/201", groups=["@pct", "training_cts"], data={"pct_node": "127.0.0.2"}
+    )
     adhoc = H(name="@pct/127.0.0.1/202", groups=["@pct"], data={"pct_node": "127.0.0.1"})
     lines = ungrouped_host_problems([node, ct, orphan, adhoc])
     assert lines == [

@@ -33,9 +33,15 @@ def test_a_containers_entry_gives_that_container_its_own_settings(tmp_path):
     assert "target_gpus" not in pve[0][1]  # the node's data is the node entry's
     (n200, d200), (n201, d201) = cts
     assert (n200, d200["target_gpus"], d200["drafter_gpus"]) == (
-        "@pct/127.0.0.2/200", [0, 1, 2], [3])
+        "@pct/127.0.0.2/200",
+        [0, 1, 2],
+        [3],
+    )
     assert (n201, d201["target_gpus"], d201["drafter_gpus"]) == (
-        "@pct/127.0.0.2/201", [4, 5, 6], [7])
+        "@pct/127.0.0.2/201",
+        [4, 5, 6],
+        [7],
+    )
     assert d200["torch_variant"] == d201["torch_variant"] == "cu128"  # the node entry's, inherited
 
 
@@ -69,8 +75,10 @@ def test_a_gpu_in_two_containers_training_sets_is_one_line_naming_both(tmp_path,
 
 
 def test_two_containers_on_two_nodes_may_use_the_same_gpu_numbers(tmp_path, monkeypatch):
-    text = ("nodes:\n  - address: 127.0.0.2\n    containers: [200]\n"
-            "  - address: 127.0.0.3\n    containers: [200]\n")
+    text = (
+        "nodes:\n  - address: 127.0.0.2\n    containers: [200]\n"
+        "  - address: 127.0.0.3\n    containers: [200]\n"
+    )
     assert len(settings_of(tmp_path, text, monkeypatch)) == 4
 
 
@@ -106,10 +114,14 @@ def test_a_fleets_nodes_are_locked_and_read_side_by_side(monkeypatch):
     monkeypatch.setattr(preflight, "load_all", lambda hosts: {"a": s, "b": s})
     monkeypatch.setattr(preflight, "ungrouped_host_problems", lambda hosts: [])
     monkeypatch.setattr(preflight.summary, "register", lambda state: None)
-    monkeypatch.setattr(preflight.node_lock, "acquire",
-                        lambda node, wait: step("lock", node.name, (object(), None)))
-    monkeypatch.setattr(preflight, "preflight_read",
-                        lambda st, inv, settings, node: step("read", node.name, {"gpus": []}))
+    monkeypatch.setattr(
+        preflight.node_lock, "acquire", lambda node, wait: step("lock", node.name, (object(), None))
+    )
+    monkeypatch.setattr(
+        preflight,
+        "preflight_read",
+        lambda st, inv, settings, node: step("read", node.name, {"gpus": []}),
+    )
     monkeypatch.setattr(preflight, "node_problems", lambda *a: ([], []))
     monkeypatch.setattr(preflight, "training_path_problems", lambda *a: [])
 
@@ -129,9 +141,11 @@ def test_the_node_side_container_stage_uses_each_containers_own_settings(tmp_pat
     from pvegpu.run.run_context import run_context
     from pvegpu.startup.deploy_context import container_settings
 
-    text = ("nodes:\n  - address: 127.0.0.2\n    containers:\n"
-            "      - {vmid: 200, ct_memory_mib: 4096, target_gpus: [0, 1, 2], drafter_gpus: [3]}\n"
-            "      - {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]}\n")
+    text = (
+        "nodes:\n  - address: 127.0.0.2\n    containers:\n"
+        "      - {vmid: 200, ct_memory_mib: 4096, target_gpus: [0, 1, 2], drafter_gpus: [3]}\n"
+        "      - {vmid: 201, target_gpus: [4, 5, 6], drafter_gpus: [7]}\n"
+    )
     settings = settings_of(tmp_path, text, monkeypatch)
 
     class FakeState: ...

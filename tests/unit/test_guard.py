@@ -16,29 +16,48 @@ ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = resources.files("pvegpu.probes").joinpath("prelude.py").read_text()
 
 
-@pytest.mark.parametrize("path, venvs_dir", [
-    ("/data", "/data"), ("/", None), ("/root", "/root"), ("/root/venvs", "/root/venvs"),
-    ("/data/checkpoints", "/data"), ("/tank/dflash", None), ("/opt/pvegpu", None),
-    ("/var/lib/pvegpu", None), ("/var/lib", None), ("/tmp", None), ("/tmp/other", None),
-    ("/etc/pve/torch-2.11.0-cu130", "/etc/pve"), ("/root/venvs/../torch-2.11.0-cu130", "/root/venvs"),
-    ("/root/venvs/torch-2.11.0-cu130/..", "/root/venvs"), ("/opt/pvegpu/../..", None),
-    ("/root/venvs/torch-2.11.0-cu130 /data", "/root/venvs"), ("/root/venvs/torch-x", "/root/venvs"),
-    ("relative/torch-2.11.0-cu130", "relative"), ("/opt/pvegpu/a\n/data", None),
-])
+@pytest.mark.parametrize(
+    "path, venvs_dir",
+    [
+        ("/data", "/data"),
+        ("/", None),
+        ("/root", "/root"),
+        ("/root/venvs", "/root/venvs"),
+        ("/data/checkpoints", "/data"),
+        ("/tank/dflash", None),
+        ("/opt/pvegpu", None),
+        ("/var/lib/pvegpu", None),
+        ("/var/lib", None),
+        ("/tmp", None),
+        ("/tmp/other", None),
+        ("/etc/pve/torch-2.11.0-cu130", "/etc/pve"),
+        ("/root/venvs/../torch-2.11.0-cu130", "/root/venvs"),
+        ("/root/venvs/torch-2.11.0-cu130/..", "/root/venvs"),
+        ("/opt/pvegpu/../..", None),
+        ("/root/venvs/torch-2.11.0-cu130 /data", "/root/venvs"),
+        ("/root/venvs/torch-x", "/root/venvs"),
+        ("relative/torch-2.11.0-cu130", "relative"),
+        ("/opt/pvegpu/a\n/data", None),
+    ],
+)
 def test_paths_outside_pvegpus_build_dirs_are_refused(path, venvs_dir):
     assert delete_refusal(path, venvs_dir)
     with pytest.raises(UnsafeDelete, match="refusing to delete"):
         delete_command([path], venvs_dir=venvs_dir)
 
 
-@pytest.mark.parametrize("path, venvs_dir", [
-    ("/root/venvs/torch-2.11.0-cu130", "/root/venvs"),
-    ("/root/venvs/torch-2.11.0-cu130.b12", "/root/venvs"),
-    ("/root/venvs/torch-2.11.0-cu128.building", "/root/venvs"),
-    ("/root/venvs/torch-2.11.0-cu128.next", "/root/venvs"),
-    ("/opt/pvegpu/uv-0.9.5", None), ("/opt/pvegpu/.uv-install-abc", None),
-    ("/tmp/pvegpu-compile-check-x1", None),
-])
+@pytest.mark.parametrize(
+    "path, venvs_dir",
+    [
+        ("/root/venvs/torch-2.11.0-cu130", "/root/venvs"),
+        ("/root/venvs/torch-2.11.0-cu130.b12", "/root/venvs"),
+        ("/root/venvs/torch-2.11.0-cu128.building", "/root/venvs"),
+        ("/root/venvs/torch-2.11.0-cu128.next", "/root/venvs"),
+        ("/opt/pvegpu/uv-0.9.5", None),
+        ("/opt/pvegpu/.uv-install-abc", None),
+        ("/tmp/pvegpu-compile-check-x1", None),
+    ],
+)
 def test_pvegpus_own_build_dirs_may_be_deleted(path, venvs_dir):
     assert delete_command([path], venvs_dir=venvs_dir) == f"rm -rf -- {path}"
 
@@ -79,21 +98,32 @@ def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
 
 
 # Every way to delete a tree, as it would be written in the product's code or templates.
-DELETES = re.compile(r"\brm\s+(-[A-Za-z]*[rR]|--recursive)|rmtree|(?<!-)-delete\b|removedirs|"
-                     r"\bfind\b.*-exec\s+rm")
+DELETES = re.compile(
+    r"\brm\s+(-[A-Za-z]*[rR]|--recursive)|rmtree|(?<!-)-delete\b|removedirs|"
+    r"\bfind\b.*-exec\s+rm"
+)
 # The only places allowed to hold one: the guard itself, and NVIDIA's own runtime directory in
 # the node's nvidia-persistenced unit (a fixed path no setting reaches; NVIDIA's sample unit does
 # the same).
 ALLOWED = {
     ("src/pvegpu/guard.py", "shutil.rmtree(path, ignore_errors=ignore_errors)"),
-    ("templates/nvidia-persistenced.service.j2", "ExecStopPost=/bin/rm -rf /run/nvidia-persistenced"),
+    (
+        "templates/nvidia-persistenced.service.j2",
+        "ExecStopPost=/bin/rm -rf /run/nvidia-persistenced",
+    ),
 }
 
 
 def test_every_recursive_delete_of_the_product_goes_through_the_guard():
     found = set()
-    files = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tasks/*.py"), *ROOT.glob("templates/*"),
-             ROOT / "deploy.py", ROOT / "verify.py", ROOT / "inventory.py"]
+    files = [
+        *ROOT.glob("src/**/*.py"),
+        *ROOT.glob("tasks/*.py"),
+        *ROOT.glob("templates/*"),
+        ROOT / "deploy.py",
+        ROOT / "verify.py",
+        ROOT / "inventory.py",
+    ]
     for path in files:
         for line in path.read_text().splitlines():
             code = line.split("#", 1)[0] if path.suffix == ".py" else line
@@ -101,5 +131,7 @@ def test_every_recursive_delete_of_the_product_goes_through_the_guard():
                 found.add((str(path.relative_to(ROOT)), line.strip()))
     guard_lines = {f for f in found if f[0] == "src/pvegpu/guard.py"}
     assert found - guard_lines - ALLOWED == set()
-    assert ("src/pvegpu/guard.py", 'return "rm -rf -- " + " ".join(shlex.quote(p) for p in checked)') \
-        in guard_lines
+    assert (
+        "src/pvegpu/guard.py",
+        'return "rm -rf -- " + " ".join(shlex.quote(p) for p in checked)',
+    ) in guard_lines

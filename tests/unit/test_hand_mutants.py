@@ -28,8 +28,11 @@ def test_each_hand_mutant_applies_once_and_names_tests_that_exist(m):
         path, _, name = test.partition("::")
         assert (ROOT / path).is_file(), test
         if name:
-            defined = {n.name for n in ast.walk(ast.parse((ROOT / path).read_text()))
-                       if isinstance(n, ast.FunctionDef)}
+            defined = {
+                n.name
+                for n in ast.walk(ast.parse((ROOT / path).read_text()))
+                if isinstance(n, ast.FunctionDef)
+            }
             assert name in defined, test
 
 

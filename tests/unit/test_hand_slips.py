@@ -32,8 +32,14 @@ UNIT = "dflash-train.service"
 
 # ---- 1. the delete guard: a build's name, the whole name and nothing after it ------------------
 
-LOOK_ALIKES = ["torch-2.11.0-cu130-mydata", "torch-2.11.0-cu130.bak", "torch-2.11.0-cu130.b2.old",
-               "torch-2.11.0-cu130_ckpt", "torch-2.11.0-cu130.next.keep", "torch-2.11.0-cu130.b2x"]
+LOOK_ALIKES = [
+    "torch-2.11.0-cu130-mydata",
+    "torch-2.11.0-cu130.bak",
+    "torch-2.11.0-cu130.b2.old",
+    "torch-2.11.0-cu130_ckpt",
+    "torch-2.11.0-cu130.next.keep",
+    "torch-2.11.0-cu130.b2x",
+]
 
 
 @pytest.mark.parametrize("name", LOOK_ALIKES)
@@ -70,6 +76,7 @@ def test_a_build_name_below_another_directory_of_venvs_dir_is_refused(tmp_path):
 
 # ---- 2. the restart gate: every running state blocks, only a stopped unit lets it pass -----------
 
+
 @pytest.mark.parametrize("active", ["active", "activating", "reloading", "deactivating"])
 def test_the_restart_gate_refuses_while_the_unit_runs_in_any_state(active):
     line = restart_blocker(200, UNIT, {"unit_active": active}, ["dev0 changed"])
@@ -87,13 +94,18 @@ def test_the_restart_gate_refuses_when_the_unit_could_not_be_read():
 
 # ---- 3. clearing leftovers: any doubt fails it, and then the unit is not started ---------------
 
+
 class Node:
     """The node host the clearing runs on: answers with ``status`` and ``stdout``/``stderr``."""
 
     def __init__(self, status, stdout=(), stderr=()):
-        self.answer = status, CommandOutput(
-            [OutputLine("stdout", line) for line in stdout]
-            + [OutputLine("stderr", line) for line in stderr])
+        self.answer = (
+            status,
+            CommandOutput(
+                [OutputLine("stdout", line) for line in stdout]
+                + [OutputLine("stderr", line) for line in stderr]
+            ),
+        )
         self.commands = []
 
     def run_shell_command(self, command):
@@ -114,20 +126,36 @@ class CtHost:
 
 
 def leftovers(killed=(), foreign=(), remaining=(), **extra):
-    return [json.dumps({"killed": list(killed), "foreign": list(foreign),
-                        "remaining": list(remaining), **extra})]
+    return [
+        json.dumps(
+            {
+                "killed": list(killed),
+                "foreign": list(foreign),
+                "remaining": list(remaining),
+                **extra,
+            }
+        )
+    ]
 
 
 STUCK = {"pid": 4242, "gpus": [0], "argv": ["python", "/data/dflash/train.py"]}
 FAILING = {
-    "a process survived SIGKILL": (Node(True, leftovers(killed=[STUCK], remaining=[STUCK])),
-                                   "survived SIGKILL"),
-    "the probe reports an error": (Node(True, leftovers(error="nvidia-smi failed")),
-                                   "nvidia-smi failed"),
-    "the probe's command failed": (Node(False, stderr=["pct: container 200 not running"]),
-                                   "container 200 not running"),
-    "the probe printed no document": (Node(True, ["Traceback (most recent call last):"]),
-                                      "no JSON document"),
+    "a process survived SIGKILL": (
+        Node(True, leftovers(killed=[STUCK], remaining=[STUCK])),
+        "survived SIGKILL",
+    ),
+    "the probe reports an error": (
+        Node(True, leftovers(error="nvidia-smi failed")),
+        "nvidia-smi failed",
+    ),
+    "the probe's command failed": (
+        Node(False, stderr=["pct: container 200 not running"]),
+        "container 200 not running",
+    ),
+    "the probe printed no document": (
+        Node(True, ["Traceback (most recent call last):"]),
+        "no JSON document",
+    ),
 }
 
 
@@ -150,8 +178,9 @@ def run_like_pyinfra(commands, ct_host) -> list[str]:
 def started(monkeypatch, node) -> tuple[list[str], CtHost]:
     """What a deploy runs for a stopped unit when the clearing meets ``node``."""
     ct = CtHost(node)
-    monkeypatch.setattr(training, "container_state",
-                        lambda: {"unit_active": "inactive", "unit_enabled": "enabled"})
+    monkeypatch.setattr(
+        training, "container_state", lambda: {"unit_active": "inactive", "unit_enabled": "enabled"}
+    )
     monkeypatch.setattr(training, "host", ct)
     return run_like_pyinfra(list(training.unit_running._inner(settings=S)), ct), ct
 
@@ -185,6 +214,7 @@ def test_clearing_fails_when_the_node_is_not_in_the_inventory():
 
 # ---- 4. the node lock: held until the holder's stdin closes -----------------------------------
 
+
 @pytest.mark.skipif(not shutil.which("flock"), reason="needs flock (util-linux)")
 def test_the_lock_holder_keeps_the_flock_until_its_channel_closes(tmp_path, monkeypatch):
     lock, holder = tmp_path / "deploy.lock", tmp_path / "deploy.holder"
@@ -194,8 +224,9 @@ def test_the_lock_holder_keeps_the_flock_until_its_channel_closes(tmp_path, monk
     script = script.replace("mkdir -p /run/lock", f"mkdir -p {tmp_path}")
     assert "/run/lock" not in script
     taken = ["flock", "-n", str(lock), "true"]
-    proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "LOCKED"
         # the channel is open: the lock is held, whatever happens on the holder's side meanwhile
@@ -212,8 +243,13 @@ def test_the_lock_holder_keeps_the_flock_until_its_channel_closes(tmp_path, monk
 # ---- 5. the runtime check: on the new build, not the old one beside it ------------------------
 
 B = S.build_venv  # /root/venvs/torch-2.11.0-cu130
-GOOD = {"present": True, "version": f"{S.torch.version}+{S.torch.variant}", "cuda": S.torch.spec.cuda,
-        "available": True, "device_count": S.gpus.expected_count}
+GOOD = {
+    "present": True,
+    "version": f"{S.torch.version}+{S.torch.variant}",
+    "cuda": S.torch.spec.cuda,
+    "available": True,
+    "device_count": S.gpus.expected_count,
+}
 
 
 def runtime_check(monkeypatch, broken: str, venvs: dict) -> tuple[list, list[str]]:
@@ -229,13 +265,17 @@ def runtime_check(monkeypatch, broken: str, venvs: dict) -> tuple[list, list[str
 
     monkeypatch.setattr(python_env, "container_state", lambda: {"venvs": venvs})
     monkeypatch.setattr(checks, "host", SimpleNamespace(get_fact=get_fact))
-    commands = list(python_env.venv_checked._inner(torch=S.torch, python_env=S.python_env,
-                                                   gpus=S.gpus))
+    commands = list(
+        python_env.venv_checked._inner(torch=S.torch, python_env=S.python_env, gpus=S.gpus)
+    )
     return commands, asked
 
 
-OLD_AND_NEXT = {S.torch.build_name: {"link": f"{S.torch.build_name}.b1"},
-                f"{S.torch.build_name}.b1": {}, f"{S.torch.build_name}.next": {}}
+OLD_AND_NEXT = {
+    S.torch.build_name: {"link": f"{S.torch.build_name}.b1"},
+    f"{S.torch.build_name}.b1": {},
+    f"{S.torch.build_name}.next": {},
+}
 
 
 def test_the_runtime_check_fails_a_broken_next_build_beside_a_good_old_one(monkeypatch):

@@ -2,10 +2,10 @@
 it refuses with one line (the rest), and the preflight's line before anything changes."""
 
 import pytest
-from tests.unit.test_preflight import node, running_ct, settings
 
 from pvegpu.plan.installer_tools import INSTALLER_TOOLS, missing_tools_line, plan_tools
 from pvegpu.startup.preflight import node_problems
+from tests.unit.test_preflight import node, running_ct, settings
 
 KMOD = ["modprobe", "rmmod", "lsmod", "depmod"]
 
@@ -17,12 +17,15 @@ def test_the_list_is_the_real_installers():
     assert list(INSTALLER_TOOLS) == ["ldconfig", "grep", "dmesg", "tail", *KMOD]
 
 
-@pytest.mark.parametrize("missing, plan", [
-    ([], ("ok", [])),
-    (["depmod", "modprobe"], ("install_kmod", ["modprobe", "depmod"])),
-    (KMOD + ["tail"], ("fail", ["tail", *KMOD])),
-    (["ldconfig"], ("fail", ["ldconfig"])),
-])
+@pytest.mark.parametrize(
+    "missing, plan",
+    [
+        ([], ("ok", [])),
+        (["depmod", "modprobe"], ("install_kmod", ["modprobe", "depmod"])),
+        (KMOD + ["tail"], ("fail", ["tail", *KMOD])),
+        (["ldconfig"], ("fail", ["ldconfig"])),
+    ],
+)
 def test_only_kmod_is_installed_by_the_deploy(missing, plan):
     assert plan_tools(missing) == plan
 
@@ -31,7 +34,8 @@ def test_the_refusal_names_tools_packages_and_fix():
     assert missing_tools_line(200, ["dmesg", "modprobe"]) == (
         "CT 200 lacks dmesg, modprobe, which the NVIDIA installer needs even with "
         "--no-kernel-modules: install util-linux kmod in it "
-        "(pct exec 200 -- apt-get install -y util-linux kmod), then deploy again")
+        "(pct exec 200 -- apt-get install -y util-linux kmod), then deploy again"
+    )
 
 
 def ct_missing(tools, libcuda=None):
@@ -41,8 +45,9 @@ def ct_missing(tools, libcuda=None):
 
 
 def test_preflight_refuses_a_container_the_installer_would_abort_in():
-    problems, _ = node_problems(settings(), node(containers={"200": ct_missing(["dmesg"])}), "n1",
-                                [200])
+    problems, _ = node_problems(
+        settings(), node(containers={"200": ct_missing(["dmesg"])}), "n1", [200]
+    )
     assert problems == [f"n1: {missing_tools_line(200, ['dmesg'])}"]
 
 

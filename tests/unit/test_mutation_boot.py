@@ -20,7 +20,8 @@ def test_modules_file_is_exactly_the_header_and_one_module_per_line():
 
 def test_uvm_unit_names_the_gpu_nodes_it_creates():
     assert description(render_uvm_unit([2, 0, 1, 1])) == (
-        "Description=NVIDIA device nodes for GPU containers (nvidia0-2, nvidiactl, nvidia-uvm)")
+        "Description=NVIDIA device nodes for GPU containers (nvidia0-2, nvidiactl, nvidia-uvm)"
+    )
     assert "(nvidia0-1, nvidiactl" in description(render_uvm_unit([1, 0]))
     assert "(nvidia5, nvidiactl" in description(render_uvm_unit([5]))
     # no GPU known yet (driver not loaded on the first run): still a valid unit
@@ -29,8 +30,11 @@ def test_uvm_unit_names_the_gpu_nodes_it_creates():
 
 
 def test_uvm_unit_creates_the_modeset_node_when_asked():
-    execs = [ln for ln in render_uvm_unit([0], extras=("nvidia-modeset",)).splitlines()
-             if ln.startswith("ExecStart=")]
+    execs = [
+        ln
+        for ln in render_uvm_unit([0], extras=("nvidia-modeset",)).splitlines()
+        if ln.startswith("ExecStart=")
+    ]
     assert execs[0] == "ExecStart=/usr/bin/nvidia-modprobe -c 0 -c 255 -m"
 
 

@@ -91,7 +91,8 @@ WHL = "http://127.0.0.1:3142/whl"
 
 def test_a_user_without_a_token_is_a_credential():
     assert split_credentials("http://tok@127.0.0.1:3141/simple") == (
-        "http://127.0.0.1:3141/simple", ("tok", "")
+        "http://127.0.0.1:3141/simple",
+        ("tok", ""),
     )
 
 
@@ -112,22 +113,28 @@ def test_redact_ignores_the_schemes_case():
 
 
 def test_a_netrc_has_one_line_per_host():
-    s = settings(package_index_url="http://me:a@127.0.0.1:3141/simple",
-                 torch_index_base="http://you:b@127.0.0.2:3142/whl")
+    s = settings(
+        package_index_url="http://me:a@127.0.0.1:3141/simple",
+        torch_index_base="http://you:b@127.0.0.2:3142/whl",
+    )
     assert netrc_text(s.torch) == (
         "machine 127.0.0.1 login me password a\nmachine 127.0.0.2 login you password b\n"
     )
 
 
 def test_credentials_on_one_of_two_urls_of_a_host_are_no_conflict():
-    s = settings(package_index_url="http://127.0.0.1:3141/simple",
-                 torch_index_base="http://me:b@127.0.0.1:3142/whl")
+    s = settings(
+        package_index_url="http://127.0.0.1:3141/simple",
+        torch_index_base="http://me:b@127.0.0.1:3142/whl",
+    )
     assert credential_conflict(s) is None
 
 
 def test_a_credential_conflict_is_one_line_with_the_fix():
-    s = settings(package_index_url="http://me:a@127.0.0.1:3141/simple",
-                 torch_index_base="http://me:b@127.0.0.1:3142/whl")
+    s = settings(
+        package_index_url="http://me:a@127.0.0.1:3141/simple",
+        torch_index_base="http://me:b@127.0.0.1:3142/whl",
+    )
     assert credential_conflict(s) == (
         "package_index_url and torch_index_base carry different credentials for 127.0.0.1: uv "
         "reads one login per host (netrc): give both the same user:token"
@@ -141,8 +148,9 @@ class FakeUrlopen:
         self.fail, self.calls = fail, []
 
     def __call__(self, req, timeout):
-        self.calls.append((req.get_method(), req.full_url, req.get_header("Authorization"),
-                           timeout))
+        self.calls.append(
+            (req.get_method(), req.full_url, req.get_header("Authorization"), timeout)
+        )
         for url, error in self.fail.items():
             if req.full_url.startswith(url):
                 raise error
@@ -153,8 +161,7 @@ class FakeUrlopen:
 
 
 def test_reachability_sends_one_head_per_index_with_basic_auth_and_a_timeout():
-    s = settings(package_index_url="http://me:s%40c@127.0.0.1:3141/mirrorX/",
-                 torch_index_base=WHL)
+    s = settings(package_index_url="http://me:s%40c@127.0.0.1:3141/mirrorX/", torch_index_base=WHL)
     urlopen = FakeUrlopen()
     assert index_problem(s, urlopen) is None
     assert urlopen.calls == [
@@ -189,8 +196,10 @@ def test_an_index_that_answers_404_at_its_root_is_reachable():
     [
         (urllib.error.URLError("Connection refused"), "Connection refused"),
         (TimeoutError("timed out"), "timed out"),
-        (urllib.error.URLError("no route to http://me:tok@127.0.0.1:9/"),
-         "no route to http://me:***@127.0.0.1:9/"),
+        (
+            urllib.error.URLError("no route to http://me:tok@127.0.0.1:9/"),
+            "no route to http://me:***@127.0.0.1:9/",
+        ),
     ],
 )
 def test_an_unreachable_index_is_one_redacted_line_with_the_reason(error, why):
@@ -264,11 +273,15 @@ def test_a_valid_lock_for_the_set_python_version_is_no_early_refusal(tmp_path):
     "lock, reason",
     [
         (None, "locks/cu130-py3.11.lock is missing"),
-        ("torch==2.11.0+cu128 \\\n    --hash=sha256:00\n",
-         "locks/cu130-py3.11.lock is out of date (it does not pin torch==2.11.0+cu130, "
-         "transformers==5.6.0)"),
-        ("torch==2.11.0+cu130\ntransformers==5.6.0\n",
-         "locks/cu130-py3.11.lock has entries without hashes (torch, transformers)"),
+        (
+            "torch==2.11.0+cu128 \\\n    --hash=sha256:00\n",
+            "locks/cu130-py3.11.lock is out of date (it does not pin torch==2.11.0+cu130, "
+            "transformers==5.6.0)",
+        ),
+        (
+            "torch==2.11.0+cu130\ntransformers==5.6.0\n",
+            "locks/cu130-py3.11.lock has entries without hashes (torch, transformers)",
+        ),
     ],
 )
 def test_why_a_lock_is_made_again_names_it_from_the_project(tmp_path, lock, reason):
@@ -280,10 +293,17 @@ def test_why_a_lock_is_made_again_names_it_from_the_project(tmp_path, lock, reas
         "make", "", "", "locks/cu130-py3.11.lock", reason=reason
     )
     refused = lock_plan(s.changed(require_lock=True), "3.11", project)
-    assert refused == LockPlan("make", "", "", "locks/cu130-py3.11.lock", reason=reason, error=(
-        f"require_lock=true and {reason}: run deploy.py once without require_lock (it makes "
-        f"locks/cu130-py3.11.lock on this machine from the configured indexes), {REVIEW}"
-    ))
+    assert refused == LockPlan(
+        "make",
+        "",
+        "",
+        "locks/cu130-py3.11.lock",
+        reason=reason,
+        error=(
+            f"require_lock=true and {reason}: run deploy.py once without require_lock (it makes "
+            f"locks/cu130-py3.11.lock on this machine from the configured indexes), {REVIEW}"
+        ),
+    )
 
 
 def test_an_in_file_with_other_pins_is_made_again_or_refused_naming_each_difference(tmp_path):
@@ -296,11 +316,16 @@ def test_an_in_file_with_other_pins_is_made_again_or_refused_naming_each_differe
     source = "locks/cu130-py3.11.lock"
     assert lock_plan(s, "3.11", project) == LockPlan("make", "", "", source, reason=problem)
     assert lock_plan(s.changed(require_lock=True), "3.11", project) == LockPlan(
-        "make", "", "", source, reason=problem, error=(
+        "make",
+        "",
+        "",
+        source,
+        reason=problem,
+        error=(
             f"require_lock=true and {problem}: write the settings' pins (torch==2.11.0+cu130, "
             "transformers==5.6.0) to locks/cu130.in and delete its cu130-py*.lock files, or run "
             "deploy.py once without require_lock (it makes them), review and commit them"
-        )
+        ),
     )
 
 
@@ -313,8 +338,10 @@ def test_a_pin_missing_from_the_in_file_is_named_absent(tmp_path):
 
 
 # --- what uv gets and what it says -------------------------------------------------------------
-CRED = settings(package_index_url="http://me:t@127.0.0.1:3141/simple",
-                torch_index_base="http://me:t@127.0.0.1:3142/whl")
+CRED = settings(
+    package_index_url="http://me:t@127.0.0.1:3141/simple",
+    torch_index_base="http://me:t@127.0.0.1:3142/whl",
+)
 
 
 def test_the_training_pyproject_word_for_word():
@@ -341,16 +368,39 @@ def test_the_training_pyproject_word_for_word():
 
 def test_the_compile_argv_in_full():
     assert compile_argv(CRED, "uv", "p.toml", "out.txt", "3.11") == [
-        "uv", "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--no-header",
-        "--index-url", "http://127.0.0.1:3141/simple", "--index-strategy", "first-index",
-        "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-        "p.toml", "-o", "out.txt",
+        "uv",
+        "pip",
+        "compile",
+        "--no-config",
+        "--quiet",
+        "--generate-hashes",
+        "--no-header",
+        "--index-url",
+        "http://127.0.0.1:3141/simple",
+        "--index-strategy",
+        "first-index",
+        "--python-version",
+        "3.11",
+        "--python-platform",
+        "x86_64-manylinux_2_28",
+        "p.toml",
+        "-o",
+        "out.txt",
     ]
 
 
 def test_uv_error_keeps_only_uvs_marked_lines():
-    lines = ["  × Failed to build `x`", "  ├─▶ step one", "  │", "  │ more", "cause: two",
-             "Caused by: three", "error: four", "plain detail", "  ╰─▶ last"]
+    lines = [
+        "  × Failed to build `x`",
+        "  ├─▶ step one",
+        "  │",
+        "  │ more",
+        "cause: two",
+        "Caused by: three",
+        "error: four",
+        "plain detail",
+        "  ╰─▶ last",
+    ]
     assert uv_error(lines) == "Failed to build `x` step one more two three four last"
 
 
@@ -394,7 +444,8 @@ wheels = [
 def test_uv_wheel_hashes_of_one_version_with_sha256_only(tmp_path):
     (tmp_path / "uv.lock").write_text(UV_LOCK)
     assert uv_wheel_hashes("0.9.5", tmp_path) == {
-        "uv-0.9.5-manylinux.whl": "33", "uv-0.9.5-musl.whl": "66",
+        "uv-0.9.5-manylinux.whl": "33",
+        "uv-0.9.5-musl.whl": "66",
     }
     assert uv_wheel_hashes("0.9.6", tmp_path) == {}
     (tmp_path / "uv.lock").write_text('[[package]]\nname = "uv"\nversion = "0.9.5"\n')

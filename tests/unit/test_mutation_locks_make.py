@@ -58,8 +58,10 @@ def test_make_lock_gives_uv_a_clean_env_a_0600_netrc_and_a_temp_dir(tmp_path, mo
     monkeypatch.setenv("VIRTUAL_ENV", "/nowhere")
     monkeypatch.setenv("NETRC", "/nowhere/netrc")
     monkeypatch.setenv("PVEGPU_KEPT", "1")
-    s = settings(package_index_url="http://me:t@127.0.0.1:3141/simple",
-                 torch_index_base="http://me:t@127.0.0.1:3142/whl")
+    s = settings(
+        package_index_url="http://me:t@127.0.0.1:3141/simple",
+        torch_index_base="http://me:t@127.0.0.1:3142/whl",
+    )
     fake = FakeUv()
     plan = make_lock(s, "3.11", tmp_path, uv="uv", run=fake, check=no_check)
     [call] = fake.calls
@@ -69,22 +71,25 @@ def test_make_lock_gives_uv_a_clean_env_a_0600_netrc_and_a_temp_dir(tmp_path, mo
     assert call["argv"][-3:] == [str(cwd / "pyproject.toml"), "-o", str(cwd / "lock.txt")]
     assert call["capture_output"] is True and call["text"] is True
     env = call["env"]
-    assert not any(k.startswith("UV_") for k in env if k not in ("UV_NO_PROGRESS",
-                                                                   "UV_PYTHON_DOWNLOADS"))
+    assert not any(
+        k.startswith("UV_") for k in env if k not in ("UV_NO_PROGRESS", "UV_PYTHON_DOWNLOADS")
+    )
     assert env["UV_NO_PROGRESS"] == "1" and env["UV_PYTHON_DOWNLOADS"] == "never"
     assert "VIRTUAL_ENV" not in env and env["PVEGPU_KEPT"] == "1"
     assert env["NETRC"] == str(cwd / "netrc")
     assert call["netrc"] == ("machine 127.0.0.1 login me password t\n", 0o600)
     assert 'torch = { index = "pytorch" }' in call["pyproject"]
     text = header(s) + BODY
-    assert plan == LockPlan("lock", text, text_digest(text), LOCK,
-                            reason=f"{LOCK} is missing", made=True)
+    assert plan == LockPlan(
+        "lock", text, text_digest(text), LOCK, reason=f"{LOCK} is missing", made=True
+    )
     assert (tmp_path / LOCK).read_text() == text
     assert (tmp_path / "locks" / "cu130.in").read_text() == (
         IN_HEADER.format(variant="cu130") + requirements_in(s)
     )
     assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == [
-        "cu130-py3.11.lock", "cu130.in",
+        "cu130-py3.11.lock",
+        "cu130.in",
     ]
 
 
@@ -112,8 +117,9 @@ def test_an_in_file_that_pins_the_settings_is_kept_as_written(tmp_path):
 def test_an_unreachable_index_fails_before_uv_runs(tmp_path):
     fake = FakeUv()
     plan = make_lock(settings(), "3.11", tmp_path, uv="uv", run=fake, check=lambda s: "down")
-    assert plan == LockPlan("make", "", "", LOCK, reason=f"{LOCK} is missing",
-                            error=f"making {LOCK} failed: down")
+    assert plan == LockPlan(
+        "make", "", "", LOCK, reason=f"{LOCK} is missing", error=f"making {LOCK} failed: down"
+    )
     assert fake.calls == [] and not (tmp_path / "locks").exists()
 
 
@@ -132,26 +138,45 @@ def test_a_usable_or_refused_plan_is_returned_without_running_anything(tmp_path)
 @pytest.mark.parametrize(
     "fake, why",
     [
-        (FakeUv(rc=1, stdout="resolving\n", stderr="error: no route to http://me:t@127.0.0.1:9/\n"),
-         "no route to http://me:***@127.0.0.1:9/"),
+        (
+            FakeUv(
+                rc=1, stdout="resolving\n", stderr="error: no route to http://me:t@127.0.0.1:9/\n"
+            ),
+            "no route to http://me:***@127.0.0.1:9/",
+        ),
         (FakeUv(body=None, stdout="said on stdout\n"), "said on stdout"),
     ],
 )
 def test_a_failed_compile_is_one_line_with_uvs_reason(tmp_path, fake, why):
     plan = make_lock(settings(), "3.11", tmp_path, uv="uv", run=fake, check=no_check)
-    assert plan == LockPlan("make", "", "", LOCK, reason=f"{LOCK} is missing", error=(
-        f"making {LOCK} failed: {why}: fix the pins or the indexes (package_index_url, "
-        "torch_index_base) and run deploy.py again"
-    ))
+    assert plan == LockPlan(
+        "make",
+        "",
+        "",
+        LOCK,
+        reason=f"{LOCK} is missing",
+        error=(
+            f"making {LOCK} failed: {why}: fix the pins or the indexes (package_index_url, "
+            "torch_index_base) and run deploy.py again"
+        ),
+    )
     assert not (tmp_path / "locks").exists()
 
 
 def test_a_compiled_lock_that_misses_a_pin_is_refused(tmp_path):
-    plan = make_lock(settings(), "3.11", tmp_path, uv="uv", run=FakeUv(body="a==1\n"),
-                     check=no_check)
-    assert plan == LockPlan("make", "", "", LOCK, reason=f"{LOCK} is missing", error=(
-        f"making {LOCK} failed: {LOCK} is out of date (it does not pin torch==2.11.0+cu130)"
-    ))
+    plan = make_lock(
+        settings(), "3.11", tmp_path, uv="uv", run=FakeUv(body="a==1\n"), check=no_check
+    )
+    assert plan == LockPlan(
+        "make",
+        "",
+        "",
+        LOCK,
+        reason=f"{LOCK} is missing",
+        error=(
+            f"making {LOCK} failed: {LOCK} is out of date (it does not pin torch==2.11.0+cu130)"
+        ),
+    )
     assert not (tmp_path / "locks").exists()
 
 

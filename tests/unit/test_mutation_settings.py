@@ -9,10 +9,19 @@ from pvegpu.settings.placement import in_tree as _in_tree
 from pvegpu.startup.all_settings import load_all
 
 
-@pytest.mark.parametrize("path, inside", [
-    ("/lib64/x", True), ("/lib/modules", True), ("/libx32", True), ("/usr/share", True),
-    ("/lin", False), ("/li", False), ("/data/lib", False), ("/data", False),
-])
+@pytest.mark.parametrize(
+    "path, inside",
+    [
+        ("/lib64/x", True),
+        ("/lib/modules", True),
+        ("/libx32", True),
+        ("/usr/share", True),
+        ("/lin", False),
+        ("/li", False),
+        ("/data/lib", False),
+        ("/data", False),
+    ],
+)
 def test_a_star_tree_covers_every_sibling_and_what_lies_below(path, inside):
     assert _in_tree(path, ("/usr", "/lib*")) is inside
 
@@ -25,8 +34,11 @@ def test_load_all_lists_every_problem_of_every_host_in_one_error(monkeypatch):
         name, data = "@pct/127.0.0.1/201", defaults()
 
     seen = []
-    monkeypatch.setattr(pvegpu.plan.unit, "unit_problems",
-                        lambda s: seen.append(s.torch.variant) or ["bad unit: fix it"])
+    monkeypatch.setattr(
+        pvegpu.plan.unit,
+        "unit_problems",
+        lambda s: seen.append(s.torch.variant) or ["bad unit: fix it"],
+    )
     with pytest.raises(SettingsError) as e:
         load_all([Bad(), Good()])
     lines = str(e.value).splitlines()

@@ -28,9 +28,12 @@ def test_any_one_kind_of_drift_is_drift(field):
 
 
 def test_drift_has_one_line_per_difference_in_a_fixed_order():
-    d = Drift(extra={"junk": "0.1"}, missing={"numpy": "2.3.0"},
-              wrong_version={"filelock": ("3.0", "3.1")},
-              wrong_variant={"torch": ("2.11.0+cu128", "2.11.0+cu130")})
+    d = Drift(
+        extra={"junk": "0.1"},
+        missing={"numpy": "2.3.0"},
+        wrong_version={"filelock": ("3.0", "3.1")},
+        wrong_variant={"torch": ("2.11.0+cu128", "2.11.0+cu130")},
+    )
     assert d.lines() == [
         "torch is 2.11.0+cu128, the lock says 2.11.0+cu130 (wrong variant: the cu128 build, "
         "not cu130)",
@@ -57,9 +60,15 @@ def test_the_marker_records_what_the_build_was_made_from():
 # --- build reasons -------------------------------------------------------------------------------
 def state(s: Settings, **entry_over) -> dict:
     """The selected build, built from ``plan()`` on Python 3.11.2, overridden by ``entry_over``."""
-    entry = {"path": f"/root/venvs/{BUILD}.b1", "build": marker(s, plan(), "3.11.2"),
-             "python_ok": True, "installed": {"torch": "2.11.0+cu130"},
-             "locked": {"torch": "2.11.0+cu130"}, "link": f"{BUILD}.b1", "real": f"{BUILD}.b1"}
+    entry = {
+        "path": f"/root/venvs/{BUILD}.b1",
+        "build": marker(s, plan(), "3.11.2"),
+        "python_ok": True,
+        "installed": {"torch": "2.11.0+cu130"},
+        "locked": {"torch": "2.11.0+cu130"},
+        "link": f"{BUILD}.b1",
+        "real": f"{BUILD}.b1",
+    }
     entry.update(entry_over)
     return {"python": {"version": "3.11.2"}, "venvs": {BUILD: entry}}
 
@@ -75,8 +84,11 @@ def test_a_build_whose_python_does_not_run_is_incomplete():
 def test_every_changed_input_is_named_digests_shortened_to_12():
     s = settings()
     old = marker(s, plan(), "3.10.4")
-    old.update(torch="2.10.0+cu128", python="/opt/python3.10/bin/python3",
-               compile_cache_dir="/var/cache/old")
+    old.update(
+        torch="2.10.0+cu128",
+        python="/opt/python3.10/bin/python3",
+        compile_cache_dir="/var/cache/old",
+    )
     assert build_reasons(state(s, build=old), s, plan("cd" * 32)) == [
         f"{BUILD}: its torch build changed (2.10.0+cu128 -> 2.11.0+cu130)",
         f"{BUILD}: its lock input changed (abababababab -> cdcdcdcdcdcd)",
@@ -116,8 +128,13 @@ def test_only_a_link_to_a_real_dir_is_a_finished_build(entry):
 
 # --- pruning -------------------------------------------------------------------------------------
 def real(build: str, n: int, t: float | None = None, built: float | None = None, in_use=()):
-    return {"path": f"/root/venvs/{build}.b{n}", "build": {"build": build},
-            "selected_at": t, "built": built, "in_use": list(in_use)}
+    return {
+        "path": f"/root/venvs/{build}.b{n}",
+        "build": {"build": build},
+        "selected_at": t,
+        "built": built,
+        "in_use": list(in_use),
+    }
 
 
 def venvs_of(*reals, links: dict[str, str]) -> dict:
@@ -203,9 +220,11 @@ def test_prune_skips_a_dir_pvegpu_did_not_make_and_goes_on():
 def test_prune_keeps_only_the_selected_builds_next_dir():
     s = settings(keep_venvs=1)
     venvs = venvs_of((f"{BUILD}.b1", real(BUILD, 1, 50)), links={BUILD: f"{BUILD}.b1"})
-    leftovers = [f"{BUILD}.next", "torch-2.11.0-cu128.next", "torch-2.11.0-cu128.building",
-                 "zz.b1"]
+    leftovers = [f"{BUILD}.next", "torch-2.11.0-cu128.next", "torch-2.11.0-cu128.building", "zz.b1"]
     for name in leftovers:
         venvs[name] = {"path": f"/root/venvs/{name}", "build": {"build": "zz"}, "in_use": []}
     st = {"venvs": venvs, "venv_real": f"/root/venvs/{BUILD}.b1"}
-    assert prune_plan(st, s.torch.build_name, s.python_env.keep_venvs) == (sorted(leftovers[1:]), [])
+    assert prune_plan(st, s.torch.build_name, s.python_env.keep_venvs) == (
+        sorted(leftovers[1:]),
+        [],
+    )

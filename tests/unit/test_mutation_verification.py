@@ -3,11 +3,11 @@ found unpinned. The summary, the table rows and the problem lines are asserted w
 report and the table print them, and each line is what a person acts on."""
 
 import pytest
-from tests.unit.test_verify_checks import run
-from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 from pvegpu.plan.unit import training_matcher
 from pvegpu.verification import FX_RACE, cleared_at_start, verify
+from tests.unit.test_verify_checks import run
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 UNIT = "dflash-train.service"
 H200 = "NVIDIA H200"
@@ -29,8 +29,12 @@ def test_summary_of_a_healthy_container_whole():
         "target_gpus": [0, 1, 2, 3, 4],
         "drafter_gpus": [5, 6, 7],
         "driver_node": "580.95.05",
-        "driver_container": {"libcuda": "580.95.05", "libnvidia_ml": "580.95.05",
-                             "module": "580.95.05", "smi": None},
+        "driver_container": {
+            "libcuda": "580.95.05",
+            "libnvidia_ml": "580.95.05",
+            "module": "580.95.05",
+            "smi": None,
+        },
         "node_gpu_count": 8,
         "container_gpus": None,
         "container_gpu_error": None,
@@ -39,11 +43,19 @@ def test_summary_of_a_healthy_container_whole():
         "restart_pending": [],
         "venv": "/root/venv",
         "venv_real": "/root/venvs/torch-2.11.0-cu130",
-        "packages": {"missing": [], "extra": [], "wrong": [],
-                     "basis": "its pins and their dependencies (no lock)"},
+        "packages": {
+            "missing": [],
+            "extra": [],
+            "wrong": [],
+            "basis": "its pins and their dependencies (no lock)",
+        },
         "compile": None,
-        "toolchain": {"cc": "/usr/bin/gcc", "cc_version": "12.2.0",
-                      "python_include": "/usr/include/python3.11", "python_h": True},
+        "toolchain": {
+            "cc": "/usr/bin/gcc",
+            "cc_version": "12.2.0",
+            "python_include": "/usr/include/python3.11",
+            "python_h": True,
+        },
         "verify_level": "basic",
     }
 
@@ -51,13 +63,31 @@ def test_summary_of_a_healthy_container_whole():
 def test_summary_without_any_facts_whole():
     v = verify(settings(), {}, {}, where="CT 200 on n1", vmid=200)
     assert v.summary == {
-        "torch": None, "torch_expected": "2.11.0+cu130", "cuda": None, "cudnn": None,
-        "nccl": None, "arch_list": [], "available": False, "init_error": None,
-        "device_count": None, "expected_gpu_count": 8, "target_gpus": [0, 1, 2, 3, 4],
-        "drafter_gpus": [5, 6, 7], "driver_node": None, "driver_container": {},
-        "node_gpu_count": None, "container_gpus": None, "container_gpu_error": None,
-        "compute_apps": [], "unit_active": None, "restart_pending": [], "venv": None,
-        "venv_real": None, "packages": None, "compile": None, "toolchain": None,
+        "torch": None,
+        "torch_expected": "2.11.0+cu130",
+        "cuda": None,
+        "cudnn": None,
+        "nccl": None,
+        "arch_list": [],
+        "available": False,
+        "init_error": None,
+        "device_count": None,
+        "expected_gpu_count": 8,
+        "target_gpus": [0, 1, 2, 3, 4],
+        "drafter_gpus": [5, 6, 7],
+        "driver_node": None,
+        "driver_container": {},
+        "node_gpu_count": None,
+        "container_gpus": None,
+        "container_gpu_error": None,
+        "compute_apps": [],
+        "unit_active": None,
+        "restart_pending": [],
+        "venv": None,
+        "venv_real": None,
+        "packages": None,
+        "compile": None,
+        "toolchain": None,
         "verify_level": "basic",
     }
     assert v.rows == []
@@ -74,31 +104,66 @@ def test_summary_carries_the_facts_it_was_given():
     ct.update(gpus=[{"index": 0}], gpu_error="boom", compile={"threads": []})
     ct["torch"]["init_error"] = "none really"
     apps = [{"pid": 7, "gpu_uuid": "GPU-" + UUID.format(9), "used_mib": 5}]
-    v = run(s=settings(verify_level="compile"), node=node_facts(apps=apps), ct=ct,
-            lock={"torch": "2.11.0+cu130"}, lock_source="locks/a.txt")
+    v = run(
+        s=settings(verify_level="compile"),
+        node=node_facts(apps=apps),
+        ct=ct,
+        lock={"torch": "2.11.0+cu130"},
+        lock_source="locks/a.txt",
+    )
     s = v.summary
     assert (s["container_gpus"], s["container_gpu_error"], s["compile"]) == (
-        [{"index": 0}], "boom", {"threads": []})
+        [{"index": 0}],
+        "boom",
+        {"threads": []},
+    )
     assert (s["init_error"], s["compute_apps"], s["verify_level"]) == (
-        "none really", apps, "compile")
+        "none really",
+        apps,
+        "compile",
+    )
     assert s["packages"] == {"missing": [], "extra": [], "wrong": [], "basis": "locks/a.txt"}
 
 
 def test_a_device_row_whole():
     assert run().rows[0] == {
-        "gpu": 0, "node_gpu": 0, "name": H200, "uuid": UUID.format(0), "total_mib": 143771,
-        "free_mib": 143771, "capability": "9.0", "role": "target", "status": "ok",
+        "gpu": 0,
+        "node_gpu": 0,
+        "name": H200,
+        "uuid": UUID.format(0),
+        "total_mib": 143771,
+        "free_mib": 143771,
+        "capability": "9.0",
+        "role": "target",
+        "status": "ok",
     }
 
 
 def test_rows_of_a_missing_training_gpu_and_an_unpassed_node_gpu_whole():
     v = run(ct=ct_facts(gpus=range(7)))
     assert v.rows[-2:] == [
-        {"gpu": 7, "node_gpu": None, "name": None, "uuid": None, "total_mib": None,
-         "free_mib": None, "capability": None, "role": "drafter", "status": "missing"},
-        {"gpu": None, "node_gpu": 7, "name": H200, "uuid": "GPU-" + UUID.format(7),
-         "total_mib": 143771, "free_mib": None, "capability": None, "role": "-",
-         "status": "not passed through"},
+        {
+            "gpu": 7,
+            "node_gpu": None,
+            "name": None,
+            "uuid": None,
+            "total_mib": None,
+            "free_mib": None,
+            "capability": None,
+            "role": "drafter",
+            "status": "missing",
+        },
+        {
+            "gpu": None,
+            "node_gpu": 7,
+            "name": H200,
+            "uuid": "GPU-" + UUID.format(7),
+            "total_mib": 143771,
+            "free_mib": None,
+            "capability": None,
+            "role": "-",
+            "status": "not passed through",
+        },
     ]
 
 
@@ -108,13 +173,20 @@ def test_node_rows_when_cuda_is_unavailable_whole():
     v = run(ct=ct)
     assert len(v.rows) == 8
     assert v.rows[3] == {
-        "gpu": None, "node_gpu": 3, "name": H200, "uuid": "GPU-" + UUID.format(3),
-        "total_mib": 143771, "free_mib": None, "capability": None, "role": "-",
+        "gpu": None,
+        "node_gpu": 3,
+        "name": H200,
+        "uuid": "GPU-" + UUID.format(3),
+        "total_mib": 143771,
+        "free_mib": None,
+        "capability": None,
+        "role": "-",
         "status": "not visible (CUDA unavailable)",
     }
 
 
 # --- one scenario per problem and warning: every line asserted whole ------------------------------
+
 
 def ct_with(**torch):
     ct = ct_facts()
@@ -166,10 +238,16 @@ def running_unit_with_pending_restart():
 
 
 def odd_packages():
-    ct = ct_facts(packages={"torch": {"version": "2.11.0+cu128", "requires": []},
-                            "junk": {"version": "1", "requires": []}})
-    ct["pip_check"] = {"rc": 1, "output": "Checked 3 packages in 1ms\na 1 has requirement b>2\n"
-                                          "\nc\nd\ne"}
+    ct = ct_facts(
+        packages={
+            "torch": {"version": "2.11.0+cu128", "requires": []},
+            "junk": {"version": "1", "requires": []},
+        }
+    )
+    ct["pip_check"] = {
+        "rc": 1,
+        "output": "Checked 3 packages in 1ms\na 1 has requirement b>2\n\nc\nd\ne",
+    }
     return ct
 
 
@@ -181,8 +259,13 @@ def pip_check_of(result):
 
 def compile_race_without_version():
     ct = ct_with(version=None)
-    ct["compile"] = {"race": True, "threads": [
-        {"gpu": 0, "ok": True}, {"gpu": 1, "ok": False, "error": "RuntimeError: " + FX_RACE}]}
+    ct["compile"] = {
+        "race": True,
+        "threads": [
+            {"gpu": 0, "ok": True},
+            {"gpu": 1, "ok": False, "error": "RuntimeError: " + FX_RACE},
+        ],
+    }
     return ct
 
 
@@ -215,95 +298,137 @@ SCENARIOS = {
     "device count from the device list": lambda: dict(ct=uncounted_devices()),
     "torch reports more devices than it lists": lambda: dict(ct=ct_with(device_count=9)),
     "memory 2% off is tolerated": lambda: dict(
-        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=98000)),
+        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=98000)
+    ),
     "memory over 2% off": lambda: dict(
-        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=97999)),
+        node=node_with_gpu2_memory(100000), ct=device(ct_facts(), 2, total_mib=97999)
+    ),
     "another model; a newer minor runs on its major's cubin": lambda: dict(
-        ct=device(device(ct_facts(), 1, name="NVIDIA H100"), 4, capability="12.1")),
+        ct=device(device(ct_facts(), 1, name="NVIDIA H100"), 4, capability="12.1")
+    ),
     "arch of a newer GPU": lambda: dict(
-        ct=device(ct_with(arch_list=["sm_80", "sm_90"]), 3, capability="10.0")),
+        ct=device(ct_with(arch_list=["sm_80", "sm_90"]), 3, capability="10.0")
+    ),
     "unreadable device and unknown UUID": lambda: dict(
-        ct=device(device(ct_facts(), 0, error="cudaErrorUnknown"), 6, uuid=None)),
+        ct=device(device(ct_facts(), 0, error="cudaErrorUnknown"), 6, uuid=None)
+    ),
     "processes of others, unit stopped": lambda: dict(
-        node=node_facts(apps=OTHERS), ct=stopped_unit(ct_facts())),
+        node=node_facts(apps=OTHERS), ct=stopped_unit(ct_facts())
+    ),
     "leftover, unit stopped, verify.py": lambda: dict(
-        node=node_facts(apps=LEFTOVER), ct=stopped_unit(device(ct_facts(), 1, free_mib=1000))),
+        node=node_facts(apps=LEFTOVER), ct=stopped_unit(device(ct_facts(), 1, free_mib=1000))
+    ),
     "leftover, unit stopped, deploying": lambda: dict(
-        node=node_facts(apps=LEFTOVER), ct=stopped_unit(device(ct_facts(), 1, free_mib=1000)),
-        deploying=True),
+        node=node_facts(apps=LEFTOVER),
+        ct=stopped_unit(device(ct_facts(), 1, free_mib=1000)),
+        deploying=True,
+    ),
     "leftover beside a running unit with a pending restart": lambda: dict(
-        node=node_facts(apps=LEFTOVER), ct=running_unit_with_pending_restart()),
+        node=node_facts(apps=LEFTOVER), ct=running_unit_with_pending_restart()
+    ),
     "a stray process beside a running unit with a pending restart": lambda: dict(
         node=node_facts(apps=[app(31, 2, used_mib=5, cmdline="python x.py")]),
-        ct=running_unit_with_pending_restart()),
+        ct=running_unit_with_pending_restart(),
+    ),
     "a process on a node GPU the container does not have": lambda: dict(
         node=node_facts(apps=[app(41, 7, used_mib=3, cmdline="python y.py")]),
-        ct=ct_facts(gpus=range(7))),
+        ct=ct_facts(gpus=range(7)),
+    ),
     "a cleared leftover, then another process": lambda: dict(
         node=node_facts(apps=[*LEFTOVER, app(42, 3, used_mib=1, cmdline="python z.py")]),
-        ct=stopped_unit(ct_facts()), deploying=True),
+        ct=stopped_unit(ct_facts()),
+        deploying=True,
+    ),
     "the unit's own memory counts as free": lambda: dict(
-        node=node_facts(apps=[
-            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
-            app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
-            app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
-        ct=device(device(ct_facts(), 5, free_mib=1000), 6, free_mib=999)),
+        node=node_facts(
+            apps=[
+                app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+                app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+                app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            ]
+        ),
+        ct=device(device(ct_facts(), 5, free_mib=1000), 6, free_mib=999),
+    ),
     "one short with the unit's own memory": lambda: dict(
-        node=node_facts(apps=[
-            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
-            app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
-        ct=device(ct_facts(), 5, free_mib=999)),
+        node=node_facts(
+            apps=[
+                app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+                app(52, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            ]
+        ),
+        ct=device(ct_facts(), 5, free_mib=999),
+    ),
     "free memory unknown on one GPU, low on a later one": lambda: dict(
-        ct=device(device(ct_facts(), 0, free_mib=None), 5, free_mib=1000)),
+        ct=device(device(ct_facts(), 0, free_mib=None), 5, free_mib=1000)
+    ),
     "pip check failed without output": lambda: dict(ct=pip_check_of({"rc": 2, "output": None})),
     "torch build differs": lambda: dict(ct=ct_with(version="2.11.0+cu128", cuda="12.8")),
     "two node GPUs not passed through": lambda: dict(ct=ct_facts(gpus=range(6))),
     "a device with a UUID the node does not list": lambda: dict(
-        ct=device(ct_facts(), 6, uuid="5a1e9999-0000")),
+        ct=device(ct_facts(), 6, uuid="5a1e9999-0000")
+    ),
     "torch counts fewer devices than it lists": lambda: dict(ct=ct_with(device_count=7)),
     "unknown memory of an own process counts as nothing": lambda: dict(
-        node=node_facts(apps=[
-            app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
-            app(52, 5, used_mib=11, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
-            app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}")]),
-        ct=device(ct_facts(), 5, free_mib=1000)),
+        node=node_facts(
+            apps=[
+                app(51, 5, used_mib=12, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+                app(52, 5, used_mib=11, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+                app(53, 5, used_mib=None, cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}"),
+            ]
+        ),
+        ct=device(ct_facts(), 5, free_mib=1000),
+    ),
     "packages missing, wrong and extra against a lock": lambda: dict(
-        ct=ct_facts(packages={
-            "torch": {"version": "2.11.0+cu130", "requires": []},
-            **{n: {"version": v, "requires": []} for n, v in
-               (("c", "2"), ("d", "2"), ("e", "1"), ("f", "1"))}}),
+        ct=ct_facts(
+            packages={
+                "torch": {"version": "2.11.0+cu130", "requires": []},
+                **{
+                    n: {"version": v, "requires": []}
+                    for n, v in (("c", "2"), ("d", "2"), ("e", "1"), ("f", "1"))
+                },
+            }
+        ),
         lock={"torch": "2.11.0+cu130", "a": "1", "b": "1", "c": "1", "d": "1"},
-        lock_source="locks/x.txt"),
+        lock_source="locks/x.txt",
+    ),
     "compile check not run": lambda: dict(s=settings(verify_level="compile")),
     "compile race with an unreadable torch version": lambda: dict(
-        s=settings(verify_level="compile"), ct=compile_race_without_version()),
+        s=settings(verify_level="compile"), ct=compile_race_without_version()
+    ),
     "free memory low": lambda: dict(ct=device(ct_facts(), 5, free_mib=1023)),
     "free memory just enough": lambda: dict(ct=device(ct_facts(), 5, free_mib=1024)),
     "packages and pip check": lambda: dict(ct=odd_packages()),
     "no uv pip check, nvidia-smi mismatch in the container": lambda: dict(
-        ct=container_without_pip_check()),
+        ct=container_without_pip_check()
+    ),
     "no libcuda": lambda: dict(ct=ct_facts(libcuda=None)),
     "userspace differs": lambda: dict(ct=userspace_of("580.82.07")),
     "no venv": lambda: dict(ct=venv_missing()),
     "torch import error": lambda: dict(ct=ct_with(import_error="ImportError: libx")),
     "torch CUDA differs": lambda: dict(ct=ct_with(cuda="12.8")),
     "CUDA init without reason": lambda: dict(
-        ct=ct_with(available=False, devices=[], device_count=0)),
+        ct=ct_with(available=False, devices=[], device_count=0)
+    ),
     "node nvidia-smi failed without output": lambda: dict(node=node_smi_failed()),
     "no node driver": lambda: dict(node=node_facts(driver=None)),
     "node GPU count": lambda: dict(node=node_facts(gpus=9)),
     "driver too old": lambda: dict(node=node_facts(driver="570.86.10", gpus=8)),
     "reduced driver": lambda: dict(
-        s=settings(torch_variant="cu128"), node=node_facts(driver="560.35.03"),
-        ct=ct_facts(version="2.11.0+cu128", cuda="12.8")),
+        s=settings(torch_variant="cu128"),
+        node=node_facts(driver="560.35.03"),
+        ct=ct_facts(version="2.11.0+cu128", cuda="12.8"),
+    ),
 }
 
 
 def outcome(name):
     v = run(**SCENARIOS[name]())
-    return {"lines": v.lines(), "gpu of each": [p.gpu for p in v.problems],
-            "warnings": v.warnings,
-            "status": {i: r["status"] for i, r in enumerate(v.rows) if r["status"] != "ok"}}
+    return {
+        "lines": v.lines(),
+        "gpu of each": [p.gpu for p in v.problems],
+        "warnings": v.warnings,
+        "status": {i: r["status"] for i, r in enumerate(v.rows) if r["status"] != "ok"},
+    }
 
 
 EXPECTED = {
@@ -395,8 +520,12 @@ EXPECTED = {
             "it over",
             "pid 14 (x) holding 7 MiB on node GPU None, not a training GPU of CT 200",
         ],
-        "status": {1: "held by pid 11", 2: "training pid 12 (waiting)", 3: "held by pid 13",
-                   4: "held by pid 15"},
+        "status": {
+            1: "held by pid 11",
+            2: "training pid 12 (waiting)",
+            3: "held by pid 13",
+            4: "held by pid 15",
+        },
     },
     "leftover, unit stopped, verify.py": {
         "lines": [
@@ -747,20 +876,25 @@ def test_each_problem_and_warning_whole(name):
 
 def test_without_a_unit_name_only_the_training_command_is_cleared():
     m = training_matcher(settings())
-    in_ct = {"argv": ["/usr/bin/python3", "x.py"],
-             "cgroup": "0::/lxc/200/ns/system.slice/x.service"}
+    in_ct = {
+        "argv": ["/usr/bin/python3", "x.py"],
+        "cgroup": "0::/lxc/200/ns/system.slice/x.service",
+    }
     assert not cleared_at_start(in_ct, 200, None, m)
     assert not cleared_at_start(in_ct, 200, "", m)
     assert cleared_at_start(in_ct, 200, "x.service", m)
 
 
-@pytest.mark.parametrize("error, gpus, warned", [
-    ("Failed to initialize NVML: Driver/library version mismatch", None, True),
-    ("Failed to initialize NVML: Driver/library version mismatch", [{"index": 0}], True),
-    ("NVIDIA-SMI has failed", None, True),
-    ("NVIDIA-SMI has failed", [{"index": 0}], False),  # it listed GPUs: nothing to add
-    ("nvidia-smi not installed", None, False),  # the driver parity line says more
-])
+@pytest.mark.parametrize(
+    "error, gpus, warned",
+    [
+        ("Failed to initialize NVML: Driver/library version mismatch", None, True),
+        ("Failed to initialize NVML: Driver/library version mismatch", [{"index": 0}], True),
+        ("NVIDIA-SMI has failed", None, True),
+        ("NVIDIA-SMI has failed", [{"index": 0}], False),  # it listed GPUs: nothing to add
+        ("nvidia-smi not installed", None, False),  # the driver parity line says more
+    ],
+)
 def test_container_nvidia_smi_failure_is_a_warning_only_when_it_says_more(error, gpus, warned):
     ct = ct_facts()
     ct.update(gpu_error=error, gpus=gpus)

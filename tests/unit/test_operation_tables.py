@@ -37,8 +37,10 @@ def shown(command) -> str:
     return str(command)
 
 
-WRITE = re.compile(r"printf %s \S+ \| base64 -d > (?P<path>\S+)\.pvegpu-tmp"
-                   r"(?: && chmod (?P<mode>\d+) \S+)? && mv -f \S+ \S+")
+WRITE = re.compile(
+    r"printf %s \S+ \| base64 -d > (?P<path>\S+)\.pvegpu-tmp"
+    r"(?: && chmod (?P<mode>\d+) \S+)? && mv -f \S+ \S+"
+)
 
 
 def settings(**overrides) -> Settings:
@@ -57,28 +59,43 @@ VENV_SELECTED = {
     ),
     "first build: promote .next to .b1, link it, switch the live link": (
         {"venvs": {f"{N}.next": {}}, "venv_link": None},
-        [f"mv -T {B}.next /root/venvs/{N}.b1 && ln -sfn {N}.b1 {B}.pvegpu-tmp && "
-         f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected && "
-         f"ln -sfn {B} /root/venv.pvegpu-tmp && mv -T /root/venv.pvegpu-tmp /root/venv"],
+        [
+            f"mv -T {B}.next /root/venvs/{N}.b1 && ln -sfn {N}.b1 {B}.pvegpu-tmp && "
+            f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected && "
+            f"ln -sfn {B} /root/venv.pvegpu-tmp && mv -T /root/venv.pvegpu-tmp /root/venv"
+        ],
     ),
     "a repaired live build: promote .next to .b2, the live link stays": (
-        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}, f"{N}.b1": {}, f"{N}.next": {}},
-         "venv_link": B},
-        [f"mv -T {B}.next /root/venvs/{N}.b2 && ln -sfn {N}.b2 {B}.pvegpu-tmp && "
-         f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected"],
+        {
+            "venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}, f"{N}.b1": {}, f"{N}.next": {}},
+            "venv_link": B,
+        },
+        [
+            f"mv -T {B}.next /root/venvs/{N}.b2 && ln -sfn {N}.b2 {B}.pvegpu-tmp && "
+            f"mv -T {B}.pvegpu-tmp {B} && touch {B}/.pvegpu-selected"
+        ],
     ),
     "swap to another built variant: only the live link moves": (
-        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}},
-         "venv_link": "/root/venvs/torch-2.11.0-cu128"},
-        [f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
-         "mv -T /root/venv.pvegpu-tmp /root/venv"],
+        {
+            "venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}},
+            "venv_link": "/root/venvs/torch-2.11.0-cu128",
+        },
+        [
+            f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
+            "mv -T /root/venv.pvegpu-tmp /root/venv"
+        ],
     ),
     "a hand-made venv at venv_path: kept aside, never deleted": (
-        {"venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}}, "venv_link": None,
-         "venv_path_is_dir": True},
-        ["mv -T /root/venv /root/venv.pre-pvegpu.$(date +%s) && "
-         f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
-         "mv -T /root/venv.pvegpu-tmp /root/venv"],
+        {
+            "venvs": {N: {"link": f"{N}.b1", "real": f"{N}.b1"}},
+            "venv_link": None,
+            "venv_path_is_dir": True,
+        },
+        [
+            "mv -T /root/venv /root/venv.pre-pvegpu.$(date +%s) && "
+            f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
+            "mv -T /root/venv.pvegpu-tmp /root/venv"
+        ],
     ),
 }
 
@@ -103,25 +120,43 @@ def test_venv_selected_table(case):
 # ---- proxmox.gpu_passthrough: the node document in, modprobe/pct commands out, in order -----
 
 DEVICES = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(2)}
-DEVICES.update({"/dev/nvidiactl": {"major": 195, "minor": 255},
-                "/dev/nvidia-uvm": {"major": 508, "minor": 0}})
+DEVICES.update(
+    {"/dev/nvidiactl": {"major": 195, "minor": 255}, "/dev/nvidia-uvm": {"major": 508, "minor": 0}}
+)
 MAJORS = {"nvidia": 195, "nvidia-uvm": 508}
 GPUS = [{"index": i, "minor": i} for i in range(2)]
-DEV_ARGS = ("--dev0 /dev/nvidia0 --dev1 /dev/nvidia1 --dev2 /dev/nvidiactl "
-            "--dev3 /dev/nvidia-uvm --dev4 /dev/nvidia-uvm-tools")
-WAIT = ("i=0; until pct exec 200 -- true >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 60 ] && "
-        "echo 'CT 200 started but pct exec does not answer after 60 s' >&2 && exit 1; sleep 1; "
-        "done")
-MODPROBE_UVM = ("nvidia-modprobe -u -c 0 || { echo 'nvidia-modprobe -u -c 0 failed on n1: the "
-                "NVIDIA device nodes cannot be created (is the driver'\"'\"'s module loaded? "
-                "check dmesg)' >&2; exit 1; }")
+DEV_ARGS = (
+    "--dev0 /dev/nvidia0 --dev1 /dev/nvidia1 --dev2 /dev/nvidiactl "
+    "--dev3 /dev/nvidia-uvm --dev4 /dev/nvidia-uvm-tools"
+)
+WAIT = (
+    "i=0; until pct exec 200 -- true >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 60 ] && "
+    "echo 'CT 200 started but pct exec does not answer after 60 s' >&2 && exit 1; sleep 1; "
+    "done"
+)
+MODPROBE_UVM = (
+    "nvidia-modprobe -u -c 0 || { echo 'nvidia-modprobe -u -c 0 failed on n1: the "
+    "NVIDIA device nodes cannot be created (is the driver'\"'\"'s module loaded? "
+    "check dmesg)' >&2; exit 1; }"
+)
 
 
 def node_doc(status: str, devices=DEVICES, config=None) -> dict:
     return {
-        "pve_version": "9.0.3", "devices": devices, "majors": MAJORS, "gpus": GPUS,
-        "containers": {"200": {"exists": True, "status": status, "config": config or {},
-                               "raw_lxc": [], "text": "arch: amd64\n", "live": None}},
+        "pve_version": "9.0.3",
+        "devices": devices,
+        "majors": MAJORS,
+        "gpus": GPUS,
+        "containers": {
+            "200": {
+                "exists": True,
+                "status": status,
+                "config": config or {},
+                "raw_lxc": [],
+                "text": "arch: amd64\n",
+                "live": None,
+            }
+        },
     }
 
 
@@ -139,8 +174,12 @@ def test_gpu_passthrough_table(monkeypatch, case):
     doc, commands = GPU_PASSTHROUGH[case]
     monkeypatch.setattr(proxmox, "read_state", lambda vmids, ct_detail: doc)
     monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
-    got = [shown(c) for c in proxmox.gpu_passthrough._inner(vmid=200, gpus=S.gpus, policy=S.policy,
-                                                                 training=S.training)]
+    got = [
+        shown(c)
+        for c in proxmox.gpu_passthrough._inner(
+            vmid=200, gpus=S.gpus, policy=S.policy, training=S.training
+        )
+    ]
     assert got == commands
 
 
@@ -152,40 +191,68 @@ MODULES = "/etc/modules-load.d/nvidia.conf"
 
 
 def boot_doc(**overrides) -> dict:
-    doc = {"gpus": GPUS, "devices": DEVICES, "boot_files": {}, "units": {},
-           "tools": {"nvidia-modprobe": "/usr/bin/nvidia-modprobe",
-                     "nvidia-persistenced": "/usr/bin/nvidia-persistenced"}}
+    doc = {
+        "gpus": GPUS,
+        "devices": DEVICES,
+        "boot_files": {},
+        "units": {},
+        "tools": {
+            "nvidia-modprobe": "/usr/bin/nvidia-modprobe",
+            "nvidia-persistenced": "/usr/bin/nvidia-persistenced",
+        },
+    }
     return {**doc, **overrides}
 
 
 def done_doc() -> dict:
     """A node where boot_persistence already ran: digests of what it writes, units running."""
-    texts = {MODULES: boot.render_modules(()),
-             UVM: boot.render_uvm_unit([0, 1], "/usr/bin/nvidia-modprobe", ()),
-             PERS: boot.render_persistenced_unit("/usr/bin/nvidia-persistenced")}
+    texts = {
+        MODULES: boot.render_modules(()),
+        UVM: boot.render_uvm_unit([0, 1], "/usr/bin/nvidia-modprobe", ()),
+        PERS: boot.render_persistenced_unit("/usr/bin/nvidia-persistenced"),
+    }
     running = {"paths": [], "enabled": "enabled", "active": "active"}
-    return boot_doc(boot_files={p: text_digest(text) for p, text in texts.items()},
-                    units={"nvidia-uvm-init.service": running,
-                           "nvidia-persistenced.service": dict(running, paths=[PERS])})
+    return boot_doc(
+        boot_files={p: text_digest(text) for p, text in texts.items()},
+        units={
+            "nvidia-uvm-init.service": running,
+            "nvidia-persistenced.service": dict(running, paths=[PERS]),
+        },
+    )
 
 
 BOOT_PERSISTENCE = {
     "a fresh node: write the three files, reload, enable both units": (
         boot_doc(),
-        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
-         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
-         "mkdir -p /etc/systemd/system", f"write {PERS} 0644",
-         "systemctl daemon-reload",
-         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+        [
+            "mkdir -p /etc/modules-load.d",
+            f"write {MODULES} 0644",
+            "mkdir -p /etc/systemd/system",
+            f"write {UVM} 0644",
+            "mkdir -p /etc/systemd/system",
+            f"write {PERS} 0644",
+            "systemctl daemon-reload",
+            "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service",
+        ],
     ),
     "Debian's persistenced unit exists: not written, only enabled": (
-        boot_doc(units={"nvidia-persistenced.service": {
-            "paths": ["/lib/systemd/system/nvidia-persistenced.service"],
-            "enabled": "disabled", "active": "inactive"}}),
-        ["mkdir -p /etc/modules-load.d", f"write {MODULES} 0644",
-         "mkdir -p /etc/systemd/system", f"write {UVM} 0644",
-         "systemctl daemon-reload",
-         "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service"],
+        boot_doc(
+            units={
+                "nvidia-persistenced.service": {
+                    "paths": ["/lib/systemd/system/nvidia-persistenced.service"],
+                    "enabled": "disabled",
+                    "active": "inactive",
+                }
+            }
+        ),
+        [
+            "mkdir -p /etc/modules-load.d",
+            f"write {MODULES} 0644",
+            "mkdir -p /etc/systemd/system",
+            f"write {UVM} 0644",
+            "systemctl daemon-reload",
+            "systemctl enable --now nvidia-uvm-init.service nvidia-persistenced.service",
+        ],
     ),
     "already done: nothing (a second deploy is idempotent)": (done_doc(), []),
     "no node document (preview before the node answers): nothing": ({}, []),
@@ -203,22 +270,29 @@ def test_boot_persistence_table(monkeypatch, case):
 # ---- training.unit_running: the unit's state in, enable/start commands (or a refusal) out ----
 
 UNIT = "dflash-train.service"
-STOPPING = (f"fail: {UNIT} is stopping (deactivating): not started; run deploy.py again once it "
-            f"has stopped (`systemctl is-active {UNIT}` in the container says inactive or failed)")
+STOPPING = (
+    f"fail: {UNIT} is stopping (deactivating): not started; run deploy.py again once it "
+    f"has stopped (`systemctl is-active {UNIT}` in the container says inactive or failed)"
+)
 UNIT_RUNNING = {
     "stopped: clear leftovers, start (its start count reset first)": (
-        {"unit_active": "inactive", "unit_enabled": "enabled"}, {},
+        {"unit_active": "inactive", "unit_enabled": "enabled"},
+        {},
         ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
     ),
     "failed (start limit): reset the failed state, then start": (
-        {"unit_active": "failed", "unit_enabled": "enabled"}, {},
+        {"unit_active": "failed", "unit_enabled": "enabled"},
+        {},
         ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
     ),
     "a stop in progress: fail the host with one line, start nothing": (
-        {"unit_active": "deactivating", "unit_enabled": "enabled"}, {}, [STOPPING],
+        {"unit_active": "deactivating", "unit_enabled": "enabled"},
+        {},
+        [STOPPING],
     ),
     "a stop in progress, restart_training=true: the same (never a second stop)": (
-        {"unit_active": "deactivating", "unit_enabled": "enabled"}, {"restart_training": True},
+        {"unit_active": "deactivating", "unit_enabled": "enabled"},
+        {"restart_training": True},
         [STOPPING],
     ),
 }

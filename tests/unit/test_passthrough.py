@@ -8,13 +8,15 @@ from pvegpu.plan.passthrough import (
 )
 
 NODE = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(8)}
-NODE.update({
-    "/dev/nvidiactl": {"major": 195, "minor": 255},
-    "/dev/nvidia-modeset": {"major": 195, "minor": 254},
-    "/dev/nvidia-uvm": {"major": 508, "minor": 0},
-    "/dev/nvidia-uvm-tools": {"major": 508, "minor": 1},
-    "/dev/nvidia-caps/nvidia-cap1": {"major": 511, "minor": 1},
-})
+NODE.update(
+    {
+        "/dev/nvidiactl": {"major": 195, "minor": 255},
+        "/dev/nvidia-modeset": {"major": 195, "minor": 254},
+        "/dev/nvidia-uvm": {"major": 508, "minor": 0},
+        "/dev/nvidia-uvm-tools": {"major": 508, "minor": 1},
+        "/dev/nvidia-caps/nvidia-cap1": {"major": 511, "minor": 1},
+    }
+)
 MAJORS = {"mem": 1, "drm": 226, "nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 511}
 
 
@@ -48,8 +50,13 @@ def test_raw_lines_use_majors_from_the_node_and_replace_stale_ones():
     assert "lxc.cgroup2.devices.allow: c 226:* rwm" in new  # drm stays
     # uvm moves to major 509: the 508 line is stale and goes, nothing else is touched.
     majors2 = dict(MAJORS, **{"nvidia-uvm": 509})
-    node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
-                          "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
+    node2 = dict(
+        NODE,
+        **{
+            "/dev/nvidia-uvm": {"major": 509, "minor": 0},
+            "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1},
+        },
+    )
     lines2 = raw_lxc_lines(paths, node2, majors2)
     parsed = [tuple(ln.split(": ", 1)) for ln in new.splitlines() if ln.startswith("lxc.")]
     assert raw_lines_match(parsed, lines, MAJORS)
@@ -60,8 +67,15 @@ def test_raw_lines_use_majors_from_the_node_and_replace_stale_ones():
 
 
 def test_rewrite_keeps_snapshot_sections_verbatim():
-    text = "arch: amd64\ndev0: /dev/nvidia0\n\n[snap1]\narch: amd64\nlxc.mount.entry: /dev/nvidia0 x\n"
-    new = rewrite_config(text, [("lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file")], MAJORS, True)
+    text = (
+        "arch: amd64\ndev0: /dev/nvidia0\n\n[snap1]\narch: amd64\nlxc.mount.entry: /dev/nvidia0 x\n"
+    )
+    new = rewrite_config(
+        text,
+        [("lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file")],
+        MAJORS,
+        True,
+    )
     assert "dev0: /dev/nvidia0\n\n[snap1]" not in new
     assert new.endswith("[snap1]\narch: amd64\nlxc.mount.entry: /dev/nvidia0 x\n")
 
@@ -69,29 +83,55 @@ def test_rewrite_keeps_snapshot_sections_verbatim():
 # --- the plan the preflight and the operation share ----------------------------------------------
 
 GPUS = [{"index": i, "minor": i} for i in range(8)]
-WANTED = [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm",
-                                                  "/dev/nvidia-uvm-tools"]
+WANTED = [f"/dev/nvidia{i}" for i in range(8)] + [
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+]
 
 
 def state(pve="8.4.1", devices=None, majors=None):
-    return {"pve_version": pve, "devices": dict(NODE if devices is None else devices),
-            "majors": dict(MAJORS if majors is None else majors), "gpus": GPUS}
+    return {
+        "pve_version": pve,
+        "devices": dict(NODE if devices is None else devices),
+        "majors": dict(MAJORS if majors is None else majors),
+        "gpus": GPUS,
+    }
 
 
 def live_view(devices=NODE, unit="active"):
-    return {"devices": {p: d for p, d in devices.items() if p in WANTED}, "unit_active": unit,
-            "driver_version": "580.95.05", "libs": {}, "nvidia_smi": True}
+    return {
+        "devices": {p: d for p, d in devices.items() if p in WANTED},
+        "unit_active": unit,
+        "driver_version": "580.95.05",
+        "libs": {},
+        "nvidia_smi": True,
+    }
 
 
 def dev_config():
     return {f"dev{i}": p for i, p in enumerate(WANTED)}
 
 
-def ct(config=None, status="running", live=None, raw=(), text="arch: amd64\n", pending=None,
-       pending_delete=()):
-    return {"exists": True, "status": status, "config": dict(config or {}), "raw_lxc": list(raw),
-            "text": text, "pending": dict(pending or {}), "pending_delete": list(pending_delete),
-            "live": live}
+def ct(
+    config=None,
+    status="running",
+    live=None,
+    raw=(),
+    text="arch: amd64\n",
+    pending=None,
+    pending_delete=(),
+):
+    return {
+        "exists": True,
+        "status": status,
+        "config": dict(config or {}),
+        "raw_lxc": list(raw),
+        "text": text,
+        "pending": dict(pending or {}),
+        "pending_delete": list(pending_delete),
+        "live": live,
+    }
 
 
 def test_mode_follows_the_pve_container_version_unless_forced():
@@ -135,16 +175,29 @@ def test_running_container_restarts_when_entries_change_or_wait_pending():
     assert plan.set_args == ["--dev10", "/dev/nvidia-uvm-tools"]
     assert plan.restart_reasons == ["its GPU passthrough config changes"]
     # A previous run's `pct set` went to [pve:pending]: nothing to set, but a start must apply it.
-    plan = plan_passthrough("auto", (), state(),
-                            ct(config, live=live_view(), pending={"dev10": "/dev/nvidia-uvm-tools"}))
+    plan = plan_passthrough(
+        "auto",
+        (),
+        state(),
+        ct(config, live=live_view(), pending={"dev10": "/dev/nvidia-uvm-tools"}),
+    )
     assert plan.set_args == [] and plan.restart_reasons == ["pending dev10 apply only at start"]
 
 
 def test_uvm_reloaded_with_a_new_major_makes_the_running_container_stale_in_dev_mode():
-    node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
-                          "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
-    plan = plan_passthrough("auto", (), state(devices=node2, majors=dict(MAJORS, **{"nvidia-uvm": 509})),
-                            ct(dev_config(), live=live_view(NODE)))
+    node2 = dict(
+        NODE,
+        **{
+            "/dev/nvidia-uvm": {"major": 509, "minor": 0},
+            "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1},
+        },
+    )
+    plan = plan_passthrough(
+        "auto",
+        (),
+        state(devices=node2, majors=dict(MAJORS, **{"nvidia-uvm": 509})),
+        ct(dev_config(), live=live_view(NODE)),
+    )
     assert not plan.changes_config  # devN entries are paths: Proxmox re-reads majors at start
     assert plan.restart_reasons == [
         "/dev/nvidia-uvm is 508:0 in the container, 509:0 on the node",
@@ -163,15 +216,23 @@ def test_missing_uvm_nodes_are_created_before_set_and_start():
 def test_raw_mode_rewrites_a_stale_major_and_keeps_the_rest():
     old = raw_lxc_lines(WANTED, NODE, MAJORS)
     text = "arch: amd64\nhostname: t\nlxc.apparmor.profile: unconfined\n" + "".join(
-        f"{k}: {v}\n" for k, v in old)
+        f"{k}: {v}\n" for k, v in old
+    )
     raw = [["lxc.apparmor.profile", "unconfined"]] + [list(x) for x in old]
-    assert not plan_passthrough("auto", (), state("8.0.4"), ct({}, raw=raw, text=text,
-                                live=live_view())).changes_config
-    node2 = dict(NODE, **{"/dev/nvidia-uvm": {"major": 509, "minor": 0},
-                          "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1}})
+    assert not plan_passthrough(
+        "auto", (), state("8.0.4"), ct({}, raw=raw, text=text, live=live_view())
+    ).changes_config
+    node2 = dict(
+        NODE,
+        **{
+            "/dev/nvidia-uvm": {"major": 509, "minor": 0},
+            "/dev/nvidia-uvm-tools": {"major": 509, "minor": 1},
+        },
+    )
     majors2 = dict(MAJORS, **{"nvidia-uvm": 509})
-    plan = plan_passthrough("auto", (), state("8.0.4", node2, majors2),
-                            ct({}, raw=raw, text=text, live=live_view(NODE)))
+    plan = plan_passthrough(
+        "auto", (), state("8.0.4", node2, majors2), ct({}, raw=raw, text=text, live=live_view(NODE))
+    )
     assert plan.mode == "lxc" and plan.set_args == []
     assert "c 509:* rwm" in plan.new_text and "508" not in plan.new_text
     assert plan.new_text.startswith("arch: amd64\nhostname: t\nlxc.apparmor.profile: unconfined\n")
@@ -181,18 +242,27 @@ def test_raw_mode_rewrites_a_stale_major_and_keeps_the_rest():
 def test_switching_modes_removes_the_other_modes_entries():
     lines = raw_lxc_lines(WANTED, NODE, MAJORS)
     text = "arch: amd64\n" + "".join(f"{k}: {v}\n" for k, v in lines)
-    plan = plan_passthrough("dev", (), state(), ct({}, raw=[list(x) for x in lines], text=text,
-                                                  status="stopped"))
+    plan = plan_passthrough(
+        "dev", (), state(), ct({}, raw=[list(x) for x in lines], text=text, status="stopped")
+    )
     assert plan.new_text == "arch: amd64\n" and plan.set_args[:2] == ["--dev0", "/dev/nvidia0"]
     text = "arch: amd64\ndev0: /dev/nvidia0\n\n[pve:pending]\ndev1: /dev/nvidia1\n"
-    plan = plan_passthrough("lxc", (), state(), ct({"dev0": "/dev/nvidia0"}, text=text,
-                                                  pending={"dev1": "/dev/nvidia1"}, status="stopped"))
+    plan = plan_passthrough(
+        "lxc",
+        (),
+        state(),
+        ct({"dev0": "/dev/nvidia0"}, text=text, pending={"dev1": "/dev/nvidia1"}, status="stopped"),
+    )
     assert "dev0:" not in plan.new_text and "dev1:" not in plan.new_text
-    assert "[pve:pending]" not in plan.new_text and "lxc.mount.entry: /dev/nvidia0 " in plan.new_text
+    assert (
+        "[pve:pending]" not in plan.new_text and "lxc.mount.entry: /dev/nvidia0 " in plan.new_text
+    )
 
 
 def test_extras_only_when_configured():
-    plan = plan_passthrough("auto", ("nvidia-modeset", "nvidia-caps"), state(), ct({}, status="stopped"))
+    plan = plan_passthrough(
+        "auto", ("nvidia-modeset", "nvidia-caps"), state(), ct({}, status="stopped")
+    )
     assert "/dev/nvidia-modeset" in plan.paths and "/dev/nvidia-caps/nvidia-cap1" in plan.paths
 
 
@@ -209,7 +279,9 @@ def test_an_added_entry_is_hotplugged_on_pve9_but_restarts_on_pve8():
     assert plan.hotplug == ["/dev/nvidia-uvm-tools"] and plan.restart_reasons == []
     eight = dict(state(), pve_version="8.4.1", pve_container="5.2.6")
     assert plan_passthrough("auto", (), eight, ct(config, live=live)).restart_reasons == [
-        "its GPU passthrough config changes", "/dev/nvidia-uvm-tools is missing in the container"]
+        "its GPU passthrough config changes",
+        "/dev/nvidia-uvm-tools is missing in the container",
+    ]
     edited = dict(dev_config(), dev10="/dev/nvidia-modeset")
     plan = plan_passthrough("auto", (), nine, ct(edited, live=live_view()))
     assert plan.hotplug == [] and "its GPU passthrough config changes" in plan.restart_reasons

@@ -125,15 +125,29 @@ def test_verification_imports_torch_beside_nvidia_smi_and_calls_cuda_after_it(tm
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text(GATED_TORCH)
     # nvidia-smi answers once torch's import ran (side by side), and marks its end
-    tool(bindir / "nvidia-smi", tmp_path / "torch-imported", "No devices were found",
-         tail=f"touch {tmp_path / 'smi-done'}\nexit 6\n")
+    tool(
+        bindir / "nvidia-smi",
+        tmp_path / "torch-imported",
+        "No devices were found",
+        tail=f"touch {tmp_path / 'smi-done'}\nexit 6\n",
+    )
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     os.symlink(sys.executable, venv / "bin" / "python")
-    args = {"venv": str(venv), "uv_bin": "", "torch_inner": probe_source("torch_inner"),
-            "compile_inner": None, "smi_query": "index,name", "timeout": 60}
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(site),
-           "FLAGS": str(tmp_path)}
+    args = {
+        "venv": str(venv),
+        "uv_bin": "",
+        "torch_inner": probe_source("torch_inner"),
+        "compile_inner": None,
+        "smi_query": "index,name",
+        "timeout": 60,
+    }
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(site),
+        "FLAGS": str(tmp_path),
+    }
     doc = run_probe("verification", args, env)
     assert doc["smi"]["stdout"].strip() == "No devices were found"
     assert doc["torch"]["version"] == "2.11.0+cu130"

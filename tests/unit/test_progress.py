@@ -93,16 +93,22 @@ def test_the_stop_says_how_long_it_waited_and_its_timeout_from_systemd():
     def show(cmd, **kw):  # systemctl show prints one property a line
         if str(cmd).startswith("systemctl show"):
             return True, CommandOutput(
-                [OutputLine("stdout", "SubState=stop-sigterm"),
-                 OutputLine("stdout", "TimeoutStopUSec=15min")])
+                [
+                    OutputLine("stdout", "SubState=stop-sigterm"),
+                    OutputLine("stdout", "TimeoutStopUSec=15min"),
+                ]
+            )
         return Host.run_shell_command(host, cmd, **kw)
 
     host.run_shell_command = show
     progress = unit_stop_progress("dflash-train.service", 0.01)
     assert run_with_progress(STATE, host, "stop", progress)[0] is True
     assert host.lines == [
-        ("waiting for dflash-train.service to stop (a training writes its checkpoint): 0 s so "
-         "far; stop-sigterm, SIGKILL after TimeoutStopSec=15min", True)
+        (
+            "waiting for dflash-train.service to stop (a training writes its checkpoint): 0 s so "
+            "far; stop-sigterm, SIGKILL after TimeoutStopSec=15min",
+            True,
+        )
     ]
 
 
@@ -119,8 +125,13 @@ def test_the_build_poll_reads_what_uvs_cache_received_and_the_packages_installed
 
     from pvegpu.plan.venv_build import CACHE_START, build_progress_detail, build_progress_poll
 
-    s = Settings.from_data({**defaults(), "venvs_dir": str(tmp_path / "venvs"),
-                            "uv_cache_dir": str(tmp_path / "cache")})
+    s = Settings.from_data(
+        {
+            **defaults(),
+            "venvs_dir": str(tmp_path / "venvs"),
+            "uv_cache_dir": str(tmp_path / "cache"),
+        }
+    )
     poll = build_progress_poll(s)
     detail = build_progress_detail(3)
     building = tmp_path / "venvs" / f"{s.torch.build_name}.building"

@@ -37,7 +37,9 @@ def test_readme_test_command_is_what_ci_runs():
     assert f"```sh\n{ci}\n```" in readme
 
 
-MODULES = [m.name for m in pkgutil.walk_packages(pvegpu.__path__, "pvegpu.") if ".probes." not in m.name]
+MODULES = [
+    m.name for m in pkgutil.walk_packages(pvegpu.__path__, "pvegpu.") if ".probes." not in m.name
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

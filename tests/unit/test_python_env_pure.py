@@ -47,8 +47,13 @@ def settings(**over) -> Settings:
     return Settings.from_data({**defaults(), **over})
 
 
-def write_locks(d: Path, s: Settings, lock: str | None = "default", in_text: str | None = None,
-                python: str = "3.11"):
+def write_locks(
+    d: Path,
+    s: Settings,
+    lock: str | None = "default",
+    in_text: str | None = None,
+    python: str = "3.11",
+):
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{s.torch.variant}.in").write_text(in_text if in_text is not None else requirements_in(s))
     if lock == "default":
@@ -122,11 +127,20 @@ def test_changed_pins_rewrite_the_in_file_and_make_a_new_lock(tmp_path):
     assert lock_plan(changed, "3.11").kind == "lock"
 
 
-@pytest.mark.parametrize("lock, why", [
-    ("torch==2.11.0+cu128 \\\n    " + HASH + "\n", "out of date (it does not pin torch==2.11.0+cu130"),
-    ("torch==2.11.0 \\\n    " + HASH + "\n", "out of date (it does not pin torch==2.11.0+cu130"),
-    ("torch==2.11.0+cu130\n", "entries without hashes (torch)"),
-])
+@pytest.mark.parametrize(
+    "lock, why",
+    [
+        (
+            "torch==2.11.0+cu128 \\\n    " + HASH + "\n",
+            "out of date (it does not pin torch==2.11.0+cu130",
+        ),
+        (
+            "torch==2.11.0 \\\n    " + HASH + "\n",
+            "out of date (it does not pin torch==2.11.0+cu130",
+        ),
+        ("torch==2.11.0+cu130\n", "entries without hashes (torch)"),
+    ],
+)
 def test_a_stale_or_unhashed_lock_is_made_again(tmp_path, lock, why):
     s = settings(locks_dir=str(tmp_path), training_requirements=[])
     write_locks(tmp_path, s, lock=lock)
@@ -153,7 +167,8 @@ def test_early_refusals_without_a_python_version(tmp_path):
     # other pins than the .in: made again without require_lock, refused with it
     assert early_lock_error(s.changed(require_lock=False, training_requirements=())) is None
     assert "does not pin what the settings ask" in early_lock_error(
-        s.changed(training_requirements=()))
+        s.changed(training_requirements=())
+    )
     assert early_lock_error(s.changed(python_version="3.11")).startswith("require_lock=true")
 
 
@@ -162,8 +177,10 @@ def no_check(settings):
 
 
 def test_different_credentials_for_one_host_are_refused_early():
-    s = settings(package_index_url="https://me:a@mirror.example/simple",
-                 torch_index_base="https://me:b@mirror.example/whl")
+    s = settings(
+        package_index_url="https://me:a@mirror.example/simple",
+        torch_index_base="https://me:b@mirror.example/whl",
+    )
     line = early_lock_error(s)
     assert line.startswith("package_index_url and torch_index_base carry different credentials")
     assert "me:a" not in line and "me:b" not in line
@@ -184,9 +201,12 @@ class FakeUv:
 
 
 def test_make_lock_writes_the_in_and_the_lock_and_keeps_credentials_out_of_argv(tmp_path):
-    s = settings(locks_dir=str(tmp_path / "locks"), training_requirements=[],
-                 package_index_url="https://me:s3cret@mirror.example/simple",
-                 torch_index_base="https://me:s3cret@mirror.example/whl")
+    s = settings(
+        locks_dir=str(tmp_path / "locks"),
+        training_requirements=[],
+        package_index_url="https://me:s3cret@mirror.example/simple",
+        torch_index_base="https://me:s3cret@mirror.example/whl",
+    )
     fake = FakeUv(f"torch==2.11.0+cu130 \\\n    {HASH}\n")
     plan = make_lock(s, "3.13", uv="uv", run=fake, check=no_check)
     assert plan.kind == "lock" and plan.made and plan.source.endswith("locks/cu130-py3.13.lock")
@@ -198,39 +218,58 @@ def test_make_lock_writes_the_in_and_the_lock_and_keeps_credentials_out_of_argv(
     assert not any("s3cret" in a for a in argv) and "s3cret" not in pyproject
     assert netrc == "machine mirror.example login me password s3cret\n"
     assert argv[argv.index("--python-version") + 1] == "3.13"
-    assert make_lock(s, "3.13", uv="uv", run=fake, check=no_check).made is False  # now recorded: used as is
+    assert (
+        make_lock(s, "3.13", uv="uv", run=fake, check=no_check).made is False
+    )  # now recorded: used as is
     assert len(fake.calls) == 1
 
 
 def test_a_failed_compile_is_one_redacted_line_and_writes_nothing(tmp_path):
-    s = settings(locks_dir=str(tmp_path), training_requirements=["nope==9"],
-                 package_index_url="https://me:s3cret@mirror.example/simple")
-    fake = FakeUv("", rc=2, stderr="error: Failed to fetch https://me:s3cret@mirror.example/simple\n"
-                                  "  Caused by: HTTP status 401\n")
+    s = settings(
+        locks_dir=str(tmp_path),
+        training_requirements=["nope==9"],
+        package_index_url="https://me:s3cret@mirror.example/simple",
+    )
+    fake = FakeUv(
+        "",
+        rc=2,
+        stderr="error: Failed to fetch https://me:s3cret@mirror.example/simple\n"
+        "  Caused by: HTTP status 401\n",
+    )
     plan = make_lock(s, "3.11", uv="uv", run=fake, check=no_check)
-    assert plan.error.startswith(f"making {tmp_path}/cu130-py3.11.lock failed: Failed to fetch "
-                                 "https://me:***@mirror.example/simple HTTP status 401: fix")
+    assert plan.error.startswith(
+        f"making {tmp_path}/cu130-py3.11.lock failed: Failed to fetch "
+        "https://me:***@mirror.example/simple HTTP status 401: fix"
+    )
     assert plan.error.count("\n") == 0 and "s3cret" not in plan.error
     assert list(tmp_path.iterdir()) == []
 
 
 def test_compile_command_is_explicit_and_never_auto():
-    s = settings(torch_variant="cu128", package_index_url="http://u:t@mirror/simple",
-                 torch_index_base="http://u:t@mirror/whl")
+    s = settings(
+        torch_variant="cu128",
+        package_index_url="http://u:t@mirror/simple",
+        torch_index_base="http://u:t@mirror/whl",
+    )
     argv = compile_argv(s, "uv", "pyproject.toml", "out", "3.11")
-    assert "--generate-hashes" in argv and argv[argv.index("--index-url") + 1] == "http://mirror/simple"
+    assert (
+        "--generate-hashes" in argv
+        and argv[argv.index("--index-url") + 1] == "http://mirror/simple"
+    )
     assert "--extra-index-url" not in argv  # the torch index is explicit, in the pyproject
     assert not any("torch-backend" in a or "unsafe" in a or "u:t" in a for a in argv)
     text = training_pyproject(s, ["torch==2.11.0+cu128", "filelock==3.20.0"])
     doc = tomllib.loads(text)
-    assert doc["tool"]["uv"]["index"] == [{"name": "pytorch", "url": "http://mirror/whl/cu128",
-                                           "explicit": True}]
+    assert doc["tool"]["uv"]["index"] == [
+        {"name": "pytorch", "url": "http://mirror/whl/cu128", "explicit": True}
+    ]
     assert doc["tool"]["uv"]["sources"] == {"torch": {"index": "pytorch"}}
     assert doc["project"]["dependencies"] == ["torch==2.11.0+cu128", "filelock==3.20.0"]
 
 
 def test_uv_wheel_hashes_come_from_the_projects_uv_lock():
     from importlib.metadata import version
+
     hashes = uv_wheel_hashes(version("uv"))
     assert any("manylinux_2_17_x86_64" in name for name in hashes)
     assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes.values())
@@ -239,10 +278,15 @@ def test_uv_wheel_hashes_come_from_the_projects_uv_lock():
 
 # --- uv command lines: the traps ------------------------------------------------------------------
 def test_every_uv_call_pins_the_indexes_first_index_and_no_backend():
-    s = settings(torch_variant="cu128", package_index_url="http://mirror/simple",
-                 torch_index_base="http://mirror/whl")
-    for argv in (sync_argv(s, "uv", "py", "pyproject.toml", "lock"),
-                 compile_argv(s, "uv", "pyproject.toml", "out", "3.11")):
+    s = settings(
+        torch_variant="cu128",
+        package_index_url="http://mirror/simple",
+        torch_index_base="http://mirror/whl",
+    )
+    for argv in (
+        sync_argv(s, "uv", "py", "pyproject.toml", "lock"),
+        compile_argv(s, "uv", "pyproject.toml", "out", "3.11"),
+    ):
         assert argv[argv.index("--index-strategy") + 1] == "first-index"
         assert argv[argv.index("--index-url") + 1] == "http://mirror/simple"
         assert "--extra-index-url" not in argv and "--no-config" in argv
@@ -254,8 +298,15 @@ def test_every_uv_call_pins_the_indexes_first_index_and_no_backend():
 
 def test_uv_env_unsets_what_could_change_the_index_or_backend():
     env = uv_env(settings())
-    for var in ("UV_TORCH_BACKEND", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX_STRATEGY",
-                "UV_INDEX", "UV_CONSTRAINT", "UV_OFFLINE"):
+    for var in (
+        "UV_TORCH_BACKEND",
+        "UV_INDEX_URL",
+        "UV_EXTRA_INDEX_URL",
+        "UV_INDEX_STRATEGY",
+        "UV_INDEX",
+        "UV_CONSTRAINT",
+        "UV_OFFLINE",
+    ):
         assert f"-u {var} " in env
     assert "UV_CACHE_DIR=/root/.cache/uv" in env and "UV_PYTHON_DOWNLOADS=never" in env
 
@@ -270,32 +321,46 @@ def test_build_script_builds_beside_the_live_venv_offline_first():
     script = build_script(s, lock_of(s), "3.11.2")
     lines = script.splitlines()
     assert lines[0] == "set -e"
-    assert "rm -rf -- /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next" in script
-    assert lines[-1] == "mv /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next"
+    assert (
+        "rm -rf -- /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next"
+        in script
+    )
+    assert (
+        lines[-1]
+        == "mv /root/venvs/torch-2.11.0-cu130.building /root/venvs/torch-2.11.0-cu130.next"
+    )
     # nothing but .building/.next of this build is removed; the live link is never touched
     assert [ln for ln in lines if "rm " in ln] == [lines[2]]
     assert "/root/venv " not in script and "/root/venv'" not in script
     offline = script.index("pip sync")
-    assert "--offline" in script[offline:script.index("; else ", offline)]
+    assert "--offline" in script[offline : script.index("; else ", offline)]
     assert script.index("package_index_url=", offline) < script.index("pip sync", offline + 1)
     assert "pip compile" not in script  # locks are made on the controller, never in the container
     assert "NETRC=" not in script
 
 
 def test_build_script_never_carries_index_credentials():
-    s = settings(training_requirements=[], package_index_url="https://me:s3cret@mirror.example/simple")
+    s = settings(
+        training_requirements=[], package_index_url="https://me:s3cret@mirror.example/simple"
+    )
     script = build_script(s, lock_of(s), "3.11.2")
     assert "s3cret" not in script and "NETRC=/root/.config/pvegpu/netrc" in script
     assert "package_index_url=https://mirror.example/simple" in script
 
 
 def test_uv_error_condenses_uv_output_to_one_line():
-    lines = ["  × No solution found when resolving dependencies:",
-             "  ╰─▶ Because there is no version of torch==2.11.0+cu128 and you require "
-             "torch==2.11.0+cu128, we can conclude that your requirements are unsatisfiable."]
-    assert uv_error(lines).startswith("No solution found when resolving dependencies: Because there")
-    assert uv_error(["error: Failed to fetch: `http://x/`", "  Caused by: connection refused"]) == \
-        "Failed to fetch: `http://x/` connection refused"
+    lines = [
+        "  × No solution found when resolving dependencies:",
+        "  ╰─▶ Because there is no version of torch==2.11.0+cu128 and you require "
+        "torch==2.11.0+cu128, we can conclude that your requirements are unsatisfiable.",
+    ]
+    assert uv_error(lines).startswith(
+        "No solution found when resolving dependencies: Because there"
+    )
+    assert (
+        uv_error(["error: Failed to fetch: `http://x/`", "  Caused by: connection refused"])
+        == "Failed to fetch: `http://x/` connection refused"
+    )
     assert uv_error(["plain"]) is None
 
 
@@ -311,7 +376,9 @@ def test_python_version_is_checked_against_the_interpreter():
     s = settings(python_version="3.11")
     assert python_problem({"python": {"version": "3.11.2"}}, s.python_env) is None
     line = python_problem({"python": {"version": "3.13.5"}}, s.python_env)
-    assert line.startswith("python_interpreter=/usr/bin/python3 is Python 3.13.5, python_version=3.11")
+    assert line.startswith(
+        "python_interpreter=/usr/bin/python3 is Python 3.13.5, python_version=3.11"
+    )
     assert "does not run" in python_problem({"python": {"version": None}}, s.python_env)
 
 
@@ -322,27 +389,42 @@ def test_bad_python_version_is_a_settings_error():
 
 # --- drift ----------------------------------------------------------------------------------------
 def test_drift_reports_every_kind():
-    d = drift({"torch": "2.11.0", "Sglang_Junk": "0.1.0", "numpy": "2.0.0"},
-              {"torch": "2.11.0+cu130", "numpy": "2.3.0", "transformers": "5.6.0"})
+    d = drift(
+        {"torch": "2.11.0", "Sglang_Junk": "0.1.0", "numpy": "2.0.0"},
+        {"torch": "2.11.0+cu130", "numpy": "2.3.0", "transformers": "5.6.0"},
+    )
     assert d.as_dict() == {
-        "extra": {"sglang-junk": "0.1.0"}, "missing": {"transformers": "5.6.0"},
+        "extra": {"sglang-junk": "0.1.0"},
+        "missing": {"transformers": "5.6.0"},
         "wrong_version": {"numpy": ["2.0.0", "2.3.0"]},
         "wrong_variant": {"torch": ["2.11.0", "2.11.0+cu130"]},
     }
-    assert d.lines()[0] == ("torch is 2.11.0, the lock says 2.11.0+cu130 "
-                            "(wrong variant: PyPI's unlabeled build, not the cu130 build)")
+    assert d.lines()[0] == (
+        "torch is 2.11.0, the lock says 2.11.0+cu130 "
+        "(wrong variant: PyPI's unlabeled build, not the cu130 build)"
+    )
     assert not drift({"torch": "2.11.0+cu130"}, {"torch": "2.11.0+cu130"})
 
 
 def state_with(s: Settings, plan, installed=None, **extra) -> dict:
     real = f"{s.torch.build_name}.b1"
-    entry = {"path": f"/root/venvs/{real}", "build": marker(s, plan, "3.11.2"), "python_ok": True,
-             "built": 100, "selected_at": 100, "in_use": [],
-             "installed": installed if installed is not None else {"torch": "2.11.0+cu130"},
-             "locked": {"torch": "2.11.0+cu130"}}
+    entry = {
+        "path": f"/root/venvs/{real}",
+        "build": marker(s, plan, "3.11.2"),
+        "python_ok": True,
+        "built": 100,
+        "selected_at": 100,
+        "in_use": [],
+        "installed": installed if installed is not None else {"torch": "2.11.0+cu130"},
+        "locked": {"torch": "2.11.0+cu130"},
+    }
     venvs = {real: entry, s.torch.build_name: dict(entry, link=real, real=real)}
-    doc = {"python": {"version": "3.11.2"}, "venvs": venvs, "venv_link": s.build_venv,
-           "venv_real": f"/root/venvs/{real}"}
+    doc = {
+        "python": {"version": "3.11.2"},
+        "venvs": venvs,
+        "venv_link": s.build_venv,
+        "venv_real": f"/root/venvs/{real}",
+    }
     doc.update(extra)
     return doc
 
@@ -358,8 +440,10 @@ def test_build_reasons():
         "the cu128 build, not cu130)",
         "torch-2.11.0-cu130: sglang-junk 0.1.0 is installed but not in the lock (extra)",
     ]
-    assert drift_report(polluted, s)[1] == ("/root/venv (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 "
-                                            "is installed but not in the lock (extra)")
+    assert drift_report(polluted, s)[1] == (
+        "/root/venv (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 "
+        "is installed but not in the lock (extra)"
+    )
     other = replace(plan, text=plan.text + "x==1\n", sha256="cd" * 32)
     assert "its lock input changed" in build_reasons(state_with(s, plan), s, other)[0]
     newer_python = state_with(s, plan, python={"version": "3.12.1"})
@@ -371,8 +455,13 @@ def test_build_reasons():
 
 # --- pruning --------------------------------------------------------------------------------------
 def real(build, n, selected_at, in_use=(), made=True):
-    return {"path": f"/root/venvs/{build}.b{n}", "build": {"build": build} if made else None,
-            "selected_at": selected_at, "built": selected_at, "in_use": list(in_use)}
+    return {
+        "path": f"/root/venvs/{build}.b{n}",
+        "build": {"build": build} if made else None,
+        "selected_at": selected_at,
+        "built": selected_at,
+        "in_use": list(in_use),
+    }
 
 
 def layout(*dirs, links, live):
@@ -392,12 +481,19 @@ def test_prune_keeps_selected_and_most_recent_previous_and_removes_older():
         ("torch-2.10.0-cu128.b1", real("torch-2.10.0-cu128", 1, 100)),
         ("torch-2.11.0-cu130.building", {"path": "x", "in_use": []}),
         ("someone-elses-venv", {"path": "y", "build": None, "in_use": []}),
-        links={"torch-2.11.0-cu130": "torch-2.11.0-cu130.b1", "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1",
-               "torch-2.10.0-cu128": "torch-2.10.0-cu128.b1"},
+        links={
+            "torch-2.11.0-cu130": "torch-2.11.0-cu130.b1",
+            "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1",
+            "torch-2.10.0-cu128": "torch-2.10.0-cu128.b1",
+        },
         live="torch-2.11.0-cu130.b1",
     )
     remove, in_use = prune_plan(st, s.torch.build_name, s.python_env.keep_venvs)
-    assert sorted(remove) == ["torch-2.10.0-cu128", "torch-2.10.0-cu128.b1", "torch-2.11.0-cu130.building"]
+    assert sorted(remove) == [
+        "torch-2.10.0-cu128",
+        "torch-2.10.0-cu128.b1",
+        "torch-2.11.0-cu130.building",
+    ]
     assert in_use == []
     assert prune_plan(st, s.torch.build_name, 3)[0] == ["torch-2.11.0-cu130.building"]
 
@@ -408,7 +504,10 @@ def test_prune_never_removes_the_live_one_or_one_in_use():
         ("torch-2.11.0-cu130.b2", real("torch-2.11.0-cu130", 2, 400)),
         ("torch-2.11.0-cu130.b1", real("torch-2.11.0-cu130", 1, 300, in_use=[4242])),
         ("torch-2.11.0-cu128.b1", real("torch-2.11.0-cu128", 1, 200)),
-        links={"torch-2.11.0-cu130": "torch-2.11.0-cu130.b2", "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1"},
+        links={
+            "torch-2.11.0-cu130": "torch-2.11.0-cu130.b2",
+            "torch-2.11.0-cu128": "torch-2.11.0-cu128.b1",
+        },
         live="torch-2.11.0-cu128.b1",  # a failed switch left the other build live
     )
     remove, in_use = prune_plan(st, s.torch.build_name, s.python_env.keep_venvs)
@@ -421,9 +520,18 @@ def test_prune_never_removes_the_live_one_or_one_in_use():
 
 # --- variants are data ----------------------------------------------------------------------------
 def test_a_new_variant_is_one_row_and_its_in_file(tmp_path, monkeypatch):
-    monkeypatch.setitem(VARIANTS, "cu126", Variant(
-        name="cu126", cuda="12.6", index_path="cu126", min_driver="560.28.03",
-        compat_driver="525.60.13", notes="test row"))
+    monkeypatch.setitem(
+        VARIANTS,
+        "cu126",
+        Variant(
+            name="cu126",
+            cuda="12.6",
+            index_path="cu126",
+            min_driver="560.28.03",
+            compat_driver="525.60.13",
+            notes="test row",
+        ),
+    )
     s = settings(torch_variant="cu126", locks_dir=str(tmp_path), training_requirements=[])
     write_locks(tmp_path, s, lock=None)
     assert s.torch.index_url == "https://download.pytorch.org/whl/cu126"
@@ -453,7 +561,9 @@ def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
     for name, ver in (("torch", "2.11.0+cu130"), ("Sglang_Junk", "0.1.0")):
         d = site / f"{name}-{ver}.dist-info"
         d.mkdir(parents=True)
-        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n\nbody\n")
+        (d / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n\nbody\n"
+        )
     (real / ".pvegpu-build.json").write_text(json.dumps({"build": "torch-2.11.0-cu130"}))
     (real / ".pvegpu-lock.txt").write_text(f"torch==2.11.0+cu130 \\\n    {HASH}\n    # via -r in\n")
     (venvs / "torch-2.11.0-cu130").symlink_to("torch-2.11.0-cu130.b1")
@@ -462,10 +572,19 @@ def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
     live.symlink_to(venvs / "torch-2.11.0-cu130")
     user = subprocess.Popen(["sleep", "30"], cwd=real)
     try:
-        args = {"uv_bin": "/nonexistent/uv", "venvs_dir": str(venvs), "venv_path": str(live),
-                "python": sys.executable, "uv_cache_dir": str(tmp_path / "cache")}
-        out = subprocess.run(["sh", "-c", probe_command("ct_state", args, python=sys.executable)],
-                             capture_output=True, text=True, check=True).stdout
+        args = {
+            "uv_bin": "/nonexistent/uv",
+            "venvs_dir": str(venvs),
+            "venv_path": str(live),
+            "python": sys.executable,
+            "uv_cache_dir": str(tmp_path / "cache"),
+        }
+        out = subprocess.run(
+            ["sh", "-c", probe_command("ct_state", args, python=sys.executable)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     finally:
         user.kill()
         user.wait()
@@ -484,4 +603,5 @@ def test_ct_state_probe_reads_builds_links_packages_and_users(tmp_path):
     s = settings(venvs_dir=str(venvs), venv_path=str(live))
     assert drift_report(doc, s) == [
         f"{live} (torch-2.11.0-cu130.b1): sglang-junk 0.1.0 is installed but not in the lock "
-        "(extra)"]
+        "(extra)"
+    ]

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import uv as uv_package
-from sim.index import PackageIndex
-from sim.wheels import build_torch_wheels, build_wheel
 
 from pvegpu.locks import make_lock, parse_pins, training_pyproject
 from pvegpu.plan.uv_commands import lock_requirements, sync_argv
 from pvegpu.plan.venvs import drift
 from pvegpu.settings import Settings, defaults
+from sim.index import PackageIndex
+from sim.wheels import build_torch_wheels, build_wheel
 
 UV = uv_package.find_uv_bin()
 
@@ -33,8 +33,9 @@ UV = uv_package.find_uv_bin()
 @pytest.fixture
 def index(wheelhouse, tmp_path):
     extra = tmp_path / "extra"
-    needs = build_wheel("needs-torch", "1.0", {"needs_torch/__init__.py": ""}, extra,
-                        requires=["torch>=2.11"])
+    needs = build_wheel(
+        "needs-torch", "1.0", {"needs_torch/__init__.py": ""}, extra, requires=["torch>=2.11"]
+    )
     newer = build_torch_wheels(extra, version="2.12.0", variants=())["unlabeled"]
     with PackageIndex(wheelhouse.torch_index(), [*wheelhouse.pypi(), needs, newer]) as ix:
         yield ix
@@ -46,19 +47,30 @@ class Box:
     def __init__(self, tmp_path, index):
         self.dir, self.index = tmp_path, index
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
-        self.env.update(UV_CACHE_DIR=str(tmp_path / "cache"), UV_NO_PROGRESS="1",
-                        UV_PYTHON_DOWNLOADS="never")
+        self.env.update(
+            UV_CACHE_DIR=str(tmp_path / "cache"), UV_NO_PROGRESS="1", UV_PYTHON_DOWNLOADS="never"
+        )
 
     def settings(self, variant, **over) -> Settings:
-        return Settings.from_data({
-            **defaults(), "torch_variant": variant, "training_requirements": [],
-            "package_index_url": self.index.package_index_url,
-            "torch_index_base": self.index.torch_index_base, **over,
-        })
+        return Settings.from_data(
+            {
+                **defaults(),
+                "torch_variant": variant,
+                "training_requirements": [],
+                "package_index_url": self.index.package_index_url,
+                "torch_index_base": self.index.torch_index_base,
+                **over,
+            }
+        )
 
     def uv(self, *argv, check=True):
-        p = subprocess.run([UV, *argv] if argv[0] != UV else list(argv), cwd=self.dir, env=self.env,
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [UV, *argv] if argv[0] != UV else list(argv),
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
         if check:
             assert p.returncode == 0, p.stdout + p.stderr
         return p
@@ -68,9 +80,16 @@ class Box:
         return str(self.dir / name / "bin" / "python")
 
     def torch(self, python):
-        out = subprocess.run([python, "-c", "import torch, json; print(json.dumps("
-                              "[torch.__version__, torch.version.cuda]))"],
-                             capture_output=True, text=True, env=self.env)
+        out = subprocess.run(
+            [
+                python,
+                "-c",
+                "import torch, json; print(json.dumps([torch.__version__, torch.version.cuda]))",
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+        )
         return tuple(json.loads(out.stdout)) if out.returncode == 0 else None
 
     def installed(self, python):
@@ -92,8 +111,10 @@ class Box:
         assert plan.kind == "lock" and plan.error is None, plan.error
         # uv reads sources/indexes only from a file named pyproject.toml
         (self.dir / f"sync-{s.torch.variant}").mkdir(exist_ok=True)
-        pyproject = self.write(f"sync-{s.torch.variant}/pyproject.toml",
-                               training_pyproject(s, lock_requirements(plan.text)))
+        pyproject = self.write(
+            f"sync-{s.torch.variant}/pyproject.toml",
+            training_pyproject(s, lock_requirements(plan.text)),
+        )
         return str(self.dir / "locks" / f"{s.torch.variant}-py{version}.lock"), pyproject
 
     def sync(self, s, python, lock, pyproject, offline=False, check=True):
@@ -107,8 +128,16 @@ def box(tmp_path, index):
 
 def test_trap_unlabeled_pin_silently_installs_pypis_cuda13_build(box):
     py = box.venv("unlabeled")
-    box.uv("pip", "install", "--no-config", "--python", py, "--index-url",
-           box.index.package_index_url, "torch==2.11.0")
+    box.uv(
+        "pip",
+        "install",
+        "--no-config",
+        "--python",
+        py,
+        "--index-url",
+        box.index.package_index_url,
+        "torch==2.11.0",
+    )
     assert box.torch(py) == ("2.11.0", "13.0")  # the trap: asked for "torch 2.11", got CUDA 13
 
     s = box.settings("cu128")
@@ -123,9 +152,20 @@ def test_trap_a_dependency_pulling_torch_from_pypi(box):
     s = box.settings("cu128")
     # the trap: unsafe-best-match lets PyPI's newer unlabeled torch satisfy "torch>=2.11"
     py = box.venv("unsafe")
-    box.uv("pip", "install", "--no-config", "--python", py, "--index-url",
-           box.index.package_index_url, "--extra-index-url", s.torch.index_url,
-           "--index-strategy", "unsafe-best-match", "needs-torch==1.0")
+    box.uv(
+        "pip",
+        "install",
+        "--no-config",
+        "--python",
+        py,
+        "--index-url",
+        box.index.package_index_url,
+        "--extra-index-url",
+        s.torch.index_url,
+        "--index-strategy",
+        "unsafe-best-match",
+        "needs-torch==1.0",
+    )
     assert box.torch(py)[0] == "2.12.0"
     # the defence: full-label pin, constraint, first-index -> the dependency gets the cu128 build
     py = box.venv("ours")
@@ -141,13 +181,22 @@ def test_trap_unlabeled_pin_says_nothing_to_do_over_another_variant(box):
     lock128, cons128 = box.lock(s128, py)
     box.sync(s128, py, lock128, cons128)
     # the trap: "make sure torch 2.11.0 is installed" over the cu128 build changes nothing
-    again = box.uv("pip", "install", "--no-config", "--python", py, "--index-url",
-                   box.index.package_index_url, "torch==2.11.0")
+    again = box.uv(
+        "pip",
+        "install",
+        "--no-config",
+        "--python",
+        py,
+        "--index-url",
+        box.index.package_index_url,
+        "torch==2.11.0",
+    )
     assert "Checked 1 package" in again.stderr or "Audited" in again.stderr
     assert box.torch(py) == ("2.11.0+cu128", "12.8")
     # the defence: drift against the cu130 lock names it, and syncing the cu130 lock replaces it
     lock130, cons130 = box.lock(s130, box.venv("scratch"))
     from pvegpu.locks import parse_pins
+
     found = drift(box.installed(py), parse_pins(Path(lock130).read_text()))
     assert found.wrong_variant == {"torch": ("2.11.0+cu128", "2.11.0+cu130")}
     box.sync(s130, py, lock130, cons130)
@@ -158,8 +207,17 @@ def test_sync_removes_extraneous_packages(box):
     s = box.settings("cu130")
     py = box.venv("polluted")
     lock, cons = box.lock(s, py)
-    box.uv("pip", "install", "--no-config", "--python", py, "--index-url",
-           box.index.package_index_url, "sglang-junk==0.1.0", "transformers==5.6.0")
+    box.uv(
+        "pip",
+        "install",
+        "--no-config",
+        "--python",
+        py,
+        "--index-url",
+        box.index.package_index_url,
+        "sglang-junk==0.1.0",
+        "transformers==5.6.0",
+    )
     box.sync(s, py, lock, cons)
     assert box.installed(py) == {"torch": "2.11.0+cu130"}
 
@@ -194,29 +252,61 @@ def test_trap_the_torch_index_has_stale_copies_of_torchs_dependencies(box):
     newer ones. first-index with the torch index as an extra index fails on them."""
     s = box.settings("cu130", training_requirements=["trainer-utils==1.0.0"])
     box.write("trap.in", "torch==2.11.0+cu130\ntrainer-utils==1.0.0\n")
-    trap = box.uv("pip", "compile", "--no-config", "--generate-hashes", "--index-url",
-                  box.index.package_index_url, "--extra-index-url", s.torch.index_url,
-                  "--index-strategy", "first-index", "trap.in", check=False)
+    trap = box.uv(
+        "pip",
+        "compile",
+        "--no-config",
+        "--generate-hashes",
+        "--index-url",
+        box.index.package_index_url,
+        "--extra-index-url",
+        s.torch.index_url,
+        "--index-strategy",
+        "first-index",
+        "trap.in",
+        check=False,
+    )
     assert trap.returncode != 0
     assert "was found on " + s.torch.index_url in trap.stderr  # uv names the stale copy
     # the defence: torch bound to the explicit torch index, the rest from package_index_url
     py = box.venv("fresh")
     lock, pyproject = box.lock(s, py)
     pins = parse_pins(Path(lock).read_text())
-    assert pins == {"torch": "2.11.0+cu130", "trainer-utils": "1.0.0", "filelock": "3.20.0",
-                    "typing-extensions": "4.15.0"}
+    assert pins == {
+        "torch": "2.11.0+cu130",
+        "trainer-utils": "1.0.0",
+        "filelock": "3.20.0",
+        "typing-extensions": "4.15.0",
+    }
     box.index.clear_requests()
     box.sync(s, py, lock, pyproject)
-    assert box.installed(py) == {"torch": "2.11.0+cu130", "trainer-utils": "1.0.0",
-                                 "filelock": "3.20.0", "typing-extensions": "4.15.0"}
+    assert box.installed(py) == {
+        "torch": "2.11.0+cu130",
+        "trainer-utils": "1.0.0",
+        "filelock": "3.20.0",
+        "typing-extensions": "4.15.0",
+    }
     # torch came from the torch index, filelock from the package index, never the stale copy
     assert "torch-2.11.0+cu130-py3-none-any.whl" in box.index.downloads()
     assert not [p for _, p in box.index.requests if p.startswith("/whl/cu130/filelock")]
     # installing the same lock the old way (extra index + first-index) falls into the trap
     py2 = box.venv("old-way")
-    old = box.uv("pip", "sync", "--no-config", "--require-hashes", "--python", py2, "--index-url",
-                 box.index.package_index_url, "--extra-index-url", s.torch.index_url,
-                 "--index-strategy", "first-index", lock, check=False)
+    old = box.uv(
+        "pip",
+        "sync",
+        "--no-config",
+        "--require-hashes",
+        "--python",
+        py2,
+        "--index-url",
+        box.index.package_index_url,
+        "--extra-index-url",
+        s.torch.index_url,
+        "--index-strategy",
+        "first-index",
+        lock,
+        check=False,
+    )
     assert old.returncode != 0 and "filelock" in old.stderr
 
 
@@ -227,8 +317,9 @@ def test_sync_requires_a_hash_for_every_entry(box):
     py = box.venv("strict")
     lock, pyproject = box.lock(s, py)
     text = Path(lock).read_text()
-    unhashed = re.sub(r"filelock==3.20.0 \\\n    --hash=sha256:[0-9a-f]{64}\n",
-                      "filelock==3.20.0\n", text)
+    unhashed = re.sub(
+        r"filelock==3.20.0 \\\n    --hash=sha256:[0-9a-f]{64}\n", "filelock==3.20.0\n", text
+    )
     assert unhashed != text
     bad = box.write("unhashed.lock", unhashed)
     result = box.sync(s, py, bad, pyproject, check=False)
@@ -244,11 +335,17 @@ def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelho
     from pvegpu.plan.uv_commands import reach_command
 
     with PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi(), auth=("me", "tok3n")) as ix:
+
         def s_with(token):
             base = ix.url.replace("http://", f"http://me:{token}@")
-            return Settings.from_data({**defaults(), "package_index_url": f"{base}/simple",
-                                       "torch_index_base": f"{base}/whl",
-                                       "python_interpreter": sys.executable})
+            return Settings.from_data(
+                {
+                    **defaults(),
+                    "package_index_url": f"{base}/simple",
+                    "torch_index_base": f"{base}/whl",
+                    "python_interpreter": sys.executable,
+                }
+            )
 
         for token, ok in (("tok3n", True), ("wrong", False)):
             s = s_with(token)
@@ -256,18 +353,30 @@ def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelho
             netrc.write_text(netrc_text(s.torch))
             cmd = reach_command(s)
             assert token not in cmd and "me:" not in cmd
-            r = subprocess.run(["sh", "-c", cmd], env={"NETRC": str(netrc), "PATH": "/usr/bin:/bin"},
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                ["sh", "-c", cmd],
+                env={"NETRC": str(netrc), "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+            )
             assert (r.returncode == 0) == ok, r.stderr
             problem = index_problem(s)
             if ok:
                 assert problem is None
             else:
                 assert "refused the credentials (HTTP 401)" in r.stderr
-                assert problem == (f"package_index_url={ix.url.replace('http://', 'http://me:***@')}"
-                                   "/simple refused the credentials (HTTP 401): fix the user:token "
-                                   "in package_index_url")
+                assert problem == (
+                    f"package_index_url={ix.url.replace('http://', 'http://me:***@')}"
+                    "/simple refused the credentials (HTTP 401): fix the user:token "
+                    "in package_index_url"
+                )
         # without credentials the index refuses: the checks say so instead of "not found"
-        assert "refused the credentials" in index_problem(Settings.from_data({
-            **defaults(), "package_index_url": f"{ix.url}/simple",
-            "torch_index_base": f"{ix.url}/whl"}))
+        assert "refused the credentials" in index_problem(
+            Settings.from_data(
+                {
+                    **defaults(),
+                    "package_index_url": f"{ix.url}/simple",
+                    "torch_index_base": f"{ix.url}/whl",
+                }
+            )
+        )

@@ -17,15 +17,22 @@ from pvegpu.facts.probe import probe_source
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ROOT / "sim" / "nvidia-smi-fields"
-PRODUCT = [*sorted((ROOT / "src" / "pvegpu").rglob("*.py")), *sorted((ROOT / "tasks").glob("*.py")),
-           ROOT / "deploy.py", ROOT / "verify.py"]
+PRODUCT = [
+    *sorted((ROOT / "src" / "pvegpu").rglob("*.py")),
+    *sorted((ROOT / "tasks").glob("*.py")),
+    ROOT / "deploy.py",
+    ROOT / "verify.py",
+]
 QUERY_ARG = re.compile(r"--query-(gpu|compute-apps)=([A-Za-z0-9_.,]+)")
 QUERY_LIST = re.compile(r"^(GPU|APP)_(FIELDS|QUERY)$")
 
 
 def real_fields(kind):
-    return {line.strip() for line in (FIELDS / f"query-{kind}-fields.txt").read_text().splitlines()
-            if line.strip()}
+    return {
+        line.strip()
+        for line in (FIELDS / f"query-{kind}-fields.txt").read_text().splitlines()
+        if line.strip()
+    }
 
 
 def product_queries():
@@ -49,8 +56,11 @@ def product_queries():
 def test_every_field_the_product_queries_is_a_real_nvidia_smi_field():
     queries = product_queries()
     # the collector sees every query site (node probe, verification, leftovers), so it can fail
-    assert {where for _, _, where in queries} >= {"node_state.py", "gpus.py",
-                                                  "training_leftovers.py"}
+    assert {where for _, _, where in queries} >= {
+        "node_state.py",
+        "gpus.py",
+        "training_leftovers.py",
+    }
     assert {("gpu", "pci.bus_id"), ("compute-apps", "gpu_uuid")} <= {(k, f) for k, f, _ in queries}
     bad = [(k, f, w) for k, f, w in queries if f not in real_fields(k)]
     assert bad == []
@@ -62,12 +72,17 @@ def test_the_real_lists_have_no_minor_field():
 
 # ------------------------------------------------------------------ the node probe's minors
 
+
 def probe_functions():
     """The node probe's functions and constants, without running the probe."""
     tree = ast.parse(probe_source("node_state"))
-    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
-            or isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
-                                                   and t.id != "A" for t in n.targets)]
+    keep = [
+        n
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+        or isinstance(n, ast.Assign)
+        and all(isinstance(t, ast.Name) and t.id.isupper() and t.id != "A" for t in n.targets)
+    ]
     ns = {}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "node_state", "exec"), ns)
     return ns
@@ -75,15 +90,22 @@ def probe_functions():
 
 def information(minor, bus):
     """A /proc/driver/nvidia/gpus/<bus>/information as nv-procfs.c prints it."""
-    return (f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 200\nGPU UUID: \t GPU-x\n"
-            f"Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
-            f"GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n")
+    return (
+        f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 200\nGPU UUID: \t GPU-x\n"
+        f"Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+        f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+        f"GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n"
+    )
 
 
-@pytest.mark.parametrize("a, b", [("00000000:83:00.0", "0000:83:00.0"),
-                                  ("00000000:DB:00.0", "0000:db:00.0"),
-                                  ("0000:1a:00.0", "1A:00.0")])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("00000000:83:00.0", "0000:83:00.0"),
+        ("00000000:DB:00.0", "0000:db:00.0"),
+        ("0000:1a:00.0", "1A:00.0"),
+    ],
+)
 def test_pci_bus_ids_join_across_spellings(a, b):
     pci_key = probe_functions()["pci_key"]
     assert pci_key(a) == pci_key(b) is not None
@@ -96,8 +118,11 @@ def test_device_minor_read_from_the_information_file():
     assert info_minor(information(12, "0000:18:00.0")) == 12
     # without GSP firmware: `GPU Firmware: \t N/A` from 590.44.01, no line before (nv-procfs.c)
     na = information(12, "0000:18:00.0").replace("580.95.05", "N/A")
-    none = "".join(line for line in information(12, "0000:18:00.0").splitlines(True)
-                   if not line.startswith("GPU Firmware"))
+    none = "".join(
+        line
+        for line in information(12, "0000:18:00.0").splitlines(True)
+        if not line.startswith("GPU Firmware")
+    )
     assert info_minor(na) == info_minor(none) == 12
     assert info_minor("Model: \t\t NVIDIA H200\n") is None
 
@@ -120,8 +145,10 @@ def test_gpu_rows_get_minors_by_bus_id_not_index(tmp_path):
         query = argv[1].split("=", 1)[1].split(",")
         if query != fields or any(f not in real_fields("gpu") for f in query):
             return 2, f'Field "{query[-1]}" is not a valid field to query.\n\n', ""
-        rows = [f"{i}, NVIDIA H200, GPU-{i}, 143771, 00000000:{bus}:00.0, 580.95.05"
-                for i, bus in enumerate(buses)]
+        rows = [
+            f"{i}, NVIDIA H200, GPU-{i}, 143771, 00000000:{bus}:00.0, 580.95.05"
+            for i, bus in enumerate(buses)
+        ]
         return 0, "\n".join(rows) + "\n", ""
 
     ns["run"] = fake_run
@@ -138,8 +165,13 @@ def test_a_process_whose_name_has_a_comma_is_still_listed():
     """nvidia-smi prints `process_name` unquoted: a name with a comma used to make a fifth value,
     and the node probe dropped the process from leftover handling and verification."""
     pid = os.getpid()  # a live process, so the probe can read its /proc/<pid>/cmdline
-    values = {"pid": str(pid), "process_name": "/opt/run,v2/python", "used_memory": "1000",
-              "used_gpu_memory": "1000", "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000"}
+    values = {
+        "pid": str(pid),
+        "process_name": "/opt/run,v2/python",
+        "used_memory": "1000",
+        "used_gpu_memory": "1000",
+        "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000",
+    }
     ns = probe_functions()
 
     def fake_smi(argv, timeout=120):
@@ -150,10 +182,11 @@ def test_a_process_whose_name_has_a_comma_is_still_listed():
         return 0, ", ".join(values[f] for f in query) + "\n", ""
 
     ns["run"] = fake_smi
-    ns["read"] = lambda path: open(path).read()
+    ns["read"] = lambda path: Path(path).read_text()
     apps = ns["compute_apps"]()
     assert [(a["pid"], a["name"], a["used_mib"], a["gpu_uuid"]) for a in apps] == [
-        (pid, "/opt/run,v2/python", 1000, values["gpu_uuid"])]
+        (pid, "/opt/run,v2/python", 1000, values["gpu_uuid"])
+    ]
 
 
 def test_leftover_clearing_numbers_gpus_as_cuda_does_not_by_index():
@@ -164,6 +197,9 @@ def test_leftover_clearing_numbers_gpus_as_cuda_does_not_by_index():
     keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
     ns: dict = {}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "training_leftovers", "exec"), ns)
-    rows = [["0", "GPU-b", "00000000:DB:00.0"], ["1", "GPU-a", "00000000:18:00.0"],
-            ["2", "GPU-c", "0000:2A:00.0"]]
+    rows = [
+        ["0", "GPU-b", "00000000:DB:00.0"],
+        ["1", "GPU-a", "00000000:18:00.0"],
+        ["2", "GPU-c", "0000:2A:00.0"],
+    ]
     assert ns["cuda_numbers"](rows) == {"GPU-a": 0, "GPU-c": 1, "GPU-b": 2}

@@ -87,11 +87,13 @@ def test_containers_and_paths_are_read_again_past_container_only_operations():
 def test_folded_container_reads_are_stale_after_any_operation():
     state = FakeState()
     node = FakeNode(state)
-    ct = SimpleNamespace(data={"pct_node": node.name, "pct_vmid": 200}, state=state,
-                         name="@pct/n/200")
+    ct = SimpleNamespace(
+        data={"pct_node": node.name, "pct_vmid": 200}, state=state, name="@pct/n/200"
+    )
     reads = {"200": ["read-verification"]}
-    node.get_fact = lambda cls, **kw: {"containers": {"200": {"reads": [
-        {"rc": 0, "stdout": ["{}"]}]}}}
+    node.get_fact = lambda cls, **kw: {
+        "containers": {"200": {"reads": [{"rc": 0, "stdout": ["{}"]}]}}
+    }
     node_read.node_state(node, (200,), "full", {}, (), reads)
     assert ct_reads.folded_output(ct, "read-verification") == ["{}"]
     run_op(state, ct.name, "switch", container_only=True)
@@ -175,8 +177,9 @@ def test_an_operation_on_another_node_leaves_this_nodes_reads_current():
     state = FakeState()
     node = FakeNode(state)
     ct = SimpleNamespace(data={"pct_node": "n", "pct_vmid": 200}, state=state, name="@pct/n/200")
-    node.get_fact = lambda cls, **kw: {"containers": {"200": {"reads": [
-        {"rc": 0, "stdout": ["{}"]}]}}}
+    node.get_fact = lambda cls, **kw: {
+        "containers": {"200": {"reads": [{"rc": 0, "stdout": ["{}"]}]}}
+    }
     node_read.node_state(node, (200,), "full", {}, (), {"200": ["read-state"]})
     run_op(state, "m", "install the driver")
     run_op(state, "@pct/m/200", "start the unit")

@@ -22,35 +22,52 @@ def make(**over):
     return Settings.from_data({**defaults(), **over})
 
 
-@pytest.mark.parametrize("kind, raw, value", [
-    (gpu_list, [0, 1], (0, 1)), (gpu_list, (2,), (2,)), (gpu_list, [], ()),
-    (text_list, "a==1", ("a==1",)), (text_list, ["a==1", "b==2"], ("a==1", "b==2")),
-    (flag, True, True), (flag, 0, False), (flag, 1, True),
-    (integer, 7, 7), (integer, 0, 0),
-    (mapping, {"cu130": {}}, {"cu130": {}}),
-    (optional_text, "", None), (optional_text, "none", None), (optional_text, "None", None),
-    (optional_text, "null", None), (optional_text, "venv", "venv"), (optional_text, 5, "5"),
-    (text, "x", "x"), (text, 2.5, "2.5"),
-])
+@pytest.mark.parametrize(
+    "kind, raw, value",
+    [
+        (gpu_list, [0, 1], (0, 1)),
+        (gpu_list, (2,), (2,)),
+        (gpu_list, [], ()),
+        (text_list, "a==1", ("a==1",)),
+        (text_list, ["a==1", "b==2"], ("a==1", "b==2")),
+        (flag, True, True),
+        (flag, 0, False),
+        (flag, 1, True),
+        (integer, 7, 7),
+        (integer, 0, 0),
+        (mapping, {"cu130": {}}, {"cu130": {}}),
+        (optional_text, "", None),
+        (optional_text, "none", None),
+        (optional_text, "None", None),
+        (optional_text, "null", None),
+        (optional_text, "venv", "venv"),
+        (optional_text, 5, "5"),
+        (text, "x", "x"),
+        (text, 2.5, "2.5"),
+    ],
+)
 def test_each_kind_coerces_what_data_can_hold(kind, raw, value):
     assert kind("k", raw) == value
 
 
-@pytest.mark.parametrize("kind, raw, line", [
-    (gpu_list, "0,1", "k='0,1' must be a list of GPU indices: write it like [0, 1, 2]"),
-    (gpu_list, [0, True], "k=[0, True] must be a list of GPU indices: write it like [0, 1, 2]"),
-    (gpu_list, [0, "1"], "k=[0, '1'] must be a list of GPU indices"),
-    (text_list, [1], 'k=[1] must be a list of strings: write it like ["transformers==5.6.0"]'),
-    (text_list, 3, "k=3 must be a list of strings"),
-    (flag, 2, "k=2 must be a boolean: use true or false"),
-    (flag, "yes", "k='yes' must be a boolean: use true or false"),
-    (integer, True, "k=True must be an integer: write a whole number"),
-    (integer, "3", "k='3' must be an integer: write a whole number"),
-    (integer, 2.0, "k=2.0 must be an integer"),
-    (mapping, [1], "k=[1] must be a mapping: write it like {\"cu130\": {\"token_budget\": 49152}}"),
-    (text, {"a": 1}, "k={'a': 1} must be a string: write a plain value"),
-    (text, [1], "k=[1] must be a string: write a plain value"),
-])
+@pytest.mark.parametrize(
+    "kind, raw, line",
+    [
+        (gpu_list, "0,1", "k='0,1' must be a list of GPU indices: write it like [0, 1, 2]"),
+        (gpu_list, [0, True], "k=[0, True] must be a list of GPU indices: write it like [0, 1, 2]"),
+        (gpu_list, [0, "1"], "k=[0, '1'] must be a list of GPU indices"),
+        (text_list, [1], 'k=[1] must be a list of strings: write it like ["transformers==5.6.0"]'),
+        (text_list, 3, "k=3 must be a list of strings"),
+        (flag, 2, "k=2 must be a boolean: use true or false"),
+        (flag, "yes", "k='yes' must be a boolean: use true or false"),
+        (integer, True, "k=True must be an integer: write a whole number"),
+        (integer, "3", "k='3' must be an integer: write a whole number"),
+        (integer, 2.0, "k=2.0 must be an integer"),
+        (mapping, [1], 'k=[1] must be a mapping: write it like {"cu130": {"token_budget": 49152}}'),
+        (text, {"a": 1}, "k={'a': 1} must be a string: write a plain value"),
+        (text, [1], "k=[1] must be a string: write a plain value"),
+    ],
+)
 def test_each_kind_refuses_with_one_line_naming_key_value_and_fix(kind, raw, line):
     with pytest.raises(ValueError) as e:
         kind("k", raw)
@@ -80,11 +97,19 @@ def test_type_errors_of_every_part_come_together_before_any_cross_check():
 
 def test_callers_reach_the_parts():
     s = make(torch_variant="cu128", rebuild="venv", verify_level="compile")
-    assert (s.torch.variant, s.torch.spec.cuda, s.torch.pin) == ("cu128", "12.8", "torch==2.11.0+cu128")
+    assert (s.torch.variant, s.torch.spec.cuda, s.torch.pin) == (
+        "cu128",
+        "12.8",
+        "torch==2.11.0+cu128",
+    )
     assert s.python_env.interpreter == "/usr/bin/python3" and s.python_env.version is None
     assert s.gpus.training == (0, 1, 2, 3, 4, 5, 6, 7) and s.gpus.expected_count == 8
     assert s.container.data_dir_ct == "/data" and s.container.protection is True
-    assert (s.policy.rebuild, s.policy.restart_training, s.policy.lock_wait_s) == ("venv", False, 600)
+    assert (s.policy.rebuild, s.policy.restart_training, s.policy.lock_wait_s) == (
+        "venv",
+        False,
+        600,
+    )
     assert (s.verification.level, s.verification.report) == ("compile", None)
     assert s.training.unit_name == "dflash-train" and s.training_value("max_batch_size") == 64
     assert s.build_venv == "/root/venvs/torch-2.11.0-cu128"
@@ -93,8 +118,10 @@ def test_callers_reach_the_parts():
 def test_every_data_key_has_one_value_and_changed_replaces_by_key():
     s = make()
     assert data_keys() == list(defaults())  # group_data/all.py's order
-    assert {k: s.value(k) for k in ("ct_cores", "verify_level")} == {"ct_cores": 32,
-                                                                     "verify_level": "basic"}
+    assert {k: s.value(k) for k in ("ct_cores", "verify_level")} == {
+        "ct_cores": 32,
+        "verify_level": "basic",
+    }
     t = s.changed(keep_venvs=1, torch_variant="cu128")
     assert (t.python_env.keep_venvs, t.torch.variant) == (1, "cu128")
     assert (s.python_env.keep_venvs, s.torch.variant) == (2, "cu130")  # frozen: a copy
@@ -102,11 +129,15 @@ def test_every_data_key_has_one_value_and_changed_replaces_by_key():
         s.value("no_such_setting")
 
 
-@pytest.mark.parametrize("path, problem", [
-    ("/data", None), ("/", "is the root directory /"),
-    ("/a b", "has a character outside letters, digits and / . _ - + @"),
-    ("/a$b", "has a character outside letters, digits and / . _ - + @"),
-])
+@pytest.mark.parametrize(
+    "path, problem",
+    [
+        ("/data", None),
+        ("/", "is the root directory /"),
+        ("/a b", "has a character outside letters, digits and / . _ - + @"),
+        ("/a$b", "has a character outside letters, digits and / . _ - + @"),
+    ],
+)
 def test_path_shape(path, problem):
     assert path_shape_problem(path) == problem
 
@@ -162,12 +193,15 @@ def test_one_context_per_run():
     assert run_context(b).mode == "deploy"
 
 
-@pytest.mark.parametrize("have, want, fits", [
-    (Request((200, 201), "full", {"a": 1}), Request((200,), "status", {"a": 1}), True),
-    (Request((200,), "status", {"a": 1}), Request((200,), "full", {"a": 1}), False),
-    (Request((200,), "full", {"a": 1}), Request((200,), "full", {"a": 2}), False),
-    (Request((200,), "none", {}), Request((), "none", None), True),
-    (Request((200,), "full", {}, ("/a", "/b")), Request((200,), "full", {}, ("/b",)), True),
-])
+@pytest.mark.parametrize(
+    "have, want, fits",
+    [
+        (Request((200, 201), "full", {"a": 1}), Request((200,), "status", {"a": 1}), True),
+        (Request((200,), "status", {"a": 1}), Request((200,), "full", {"a": 1}), False),
+        (Request((200,), "full", {"a": 1}), Request((200,), "full", {"a": 2}), False),
+        (Request((200,), "none", {}), Request((), "none", None), True),
+        (Request((200,), "full", {}, ("/a", "/b")), Request((200,), "full", {}, ("/b",)), True),
+    ],
+)
 def test_a_node_read_covers_what_it_holds(have, want, fits):
     assert covers(have, want) is fits

@@ -5,19 +5,25 @@ their command lines (pvegpu.plan.uv_commands.site_env)."""
 from __future__ import annotations
 
 import pytest
-from sim.tls import private_ca
 
 from pvegpu.locks.credentials import site_opener
 from pvegpu.plan.uv_commands import CA_BUNDLE, reach_command, uv_env
 from pvegpu.settings import Settings, SettingsError, defaults
+from sim.tls import private_ca
 
 
 def settings(tmp_path, **over):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    return Settings.from_data({**defaults(), "index_ca_bundle": str(ca),
-                               "https_proxy": "http://10.0.0.1:3128", "no_proxy": "localhost",
-                               **over})
+    return Settings.from_data(
+        {
+            **defaults(),
+            "index_ca_bundle": str(ca),
+            "https_proxy": "http://10.0.0.1:3128",
+            "no_proxy": "localhost",
+            **over,
+        }
+    )
 
 
 def test_uv_and_the_reach_check_get_the_proxy_and_the_ca_bundle(tmp_path):
@@ -32,8 +38,12 @@ def test_uv_and_the_reach_check_get_the_proxy_and_the_ca_bundle(tmp_path):
 
 def test_bad_proxy_and_ca_values_are_refused_with_the_fix(tmp_path):
     with pytest.raises(SettingsError) as e:
-        settings(tmp_path, http_proxy="10.0.0.1:3128", index_ca_bundle=str(tmp_path / "nope.pem"),
-                 no_proxy="a b")
+        settings(
+            tmp_path,
+            http_proxy="10.0.0.1:3128",
+            index_ca_bundle=str(tmp_path / "nope.pem"),
+            no_proxy="a b",
+        )
     lines = str(e.value).splitlines()
     assert lines[0].startswith("http_proxy='10.0.0.1:3128' is not a proxy URL: write http://")
     assert lines[1].startswith("no_proxy='a b' is not a comma-separated list")

@@ -27,7 +27,10 @@ def test_deploy_files_are_the_file_and_its_tasks(tmp_path):
     for name in ("deploy.py", "tasks/b.py", "tasks/a.py", "tasks/notes.txt"):
         (tmp_path / name).write_text("")
     assert deploy_files(str(tmp_path / "deploy.py")) == [
-        str(tmp_path / "deploy.py"), str(tmp_path / "tasks/a.py"), str(tmp_path / "tasks/b.py")]
+        str(tmp_path / "deploy.py"),
+        str(tmp_path / "tasks/a.py"),
+        str(tmp_path / "tasks/b.py"),
+    ]
 
 
 def test_a_registered_deploy_files_frame_is_found_without_scanning_modules(tmp_path, monkeypatch):

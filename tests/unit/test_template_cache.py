@@ -76,8 +76,12 @@ def test_the_units_cache_directory_is_the_same_in_every_run(tmp_path):
         "from pvegpu.plan import template_cache, unit; "
         "print(template_cache.options_dir(unit._unit_env(unit.TEMPLATES), '/x'))"
     )
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True).stdout for _ in range(2)}
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    }
     assert len(runs) == 1
 
 

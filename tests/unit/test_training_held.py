@@ -3,19 +3,22 @@ container before the probe's first CUDA call (probes/training_held.py) and on th
 the node's compute-apps (pvegpu.verification.training_gpus); a held GPU's row takes its free
 memory from the node's nvidia-smi and says so; verify_level=compile refuses beside a training."""
 
-from tests.unit.test_verify_checks import run
-from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
-
 from pvegpu.output.report import table
 from pvegpu.probes import training_held as th
 from pvegpu.verification.training_gpus import FROM_SMI, held_by_training
+from tests.unit.test_verify_checks import run
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 UNIT = "dflash-train.service"
-MATCHER = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"],
-           "python_under": ["/root/venvs/"]}
+MATCHER = {
+    "script": "/data/t.py",
+    "pythons": ["/root/venv/bin/python"],
+    "python_under": ["/root/venvs/"],
+}
 
 
 # ---- in the container (probes/training_held.py)
+
 
 def test_held_gpus_are_those_in_use_while_a_training_runs():
     used = {"ab": 140000, "cd": 0, "ef": th.CONTEXT_FLOOR_MIB - 1, "gh": th.CONTEXT_FLOOR_MIB}
@@ -43,15 +46,20 @@ def test_the_training_command_is_recognised_as_the_controller_does():
         ["/root/venv/bin/python"],
         [],
     ]
-    assert [th.is_training_argv(a, MATCHER) for a in cases] == [
-        is_training_command(a, MATCHER) for a in cases
-    ] == [True, True, False, False, False, False, False]
+    assert (
+        [th.is_training_argv(a, MATCHER) for a in cases]
+        == [is_training_command(a, MATCHER) for a in cases]
+        == [True, True, False, False, False, False, False]
+    )
     assert not th.is_training_argv(["/root/venv/bin/python", "/data/t.py"], None)
 
 
 def test_training_pids_reads_the_command_lines(tmp_path):
-    for pid, argv in {"7": ["/root/venv/bin/python", "/data/t.py"], "8": ["sleep", "9"],
-                      "self": ["/root/venv/bin/python", "/data/t.py"]}.items():
+    for pid, argv in {
+        "7": ["/root/venv/bin/python", "/data/t.py"],
+        "8": ["sleep", "9"],
+        "self": ["/root/venv/bin/python", "/data/t.py"],
+    }.items():
         (tmp_path / pid).mkdir()
         (tmp_path / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     (tmp_path / "9").mkdir()  # gone while read: no cmdline
@@ -68,20 +76,26 @@ def test_used_memory_by_uuid_from_nvidia_smi():
 
 def test_compile_refuses_beside_a_training_unless_consented():
     line = th.compile_refusal(["ab", "cd"], False)
-    assert line == ("verify_level=compile: refused on 2 GPU(s) held by the running training (it "
-                    "compiles and allocates on every GPU: a check for a stopped stack)")
+    assert line == (
+        "verify_level=compile: refused on 2 GPU(s) held by the running training (it "
+        "compiles and allocates on every GPU: a check for a stopped stack)"
+    )
     assert th.compile_refusal(["ab"], True) is None and th.compile_refusal([], False) is None
 
 
 # ---- on the controller (pvegpu.verification.training_gpus)
+
 
 def test_held_by_training_maps_the_nodes_processes_to_this_container():
     unit = {"gpu_uuid": "GPU-" + UUID.format(0), "cgroup": f"0::/lxc/200/ns/system.slice/{UNIT}"}
     by_hand = {"gpu_uuid": "GPU-" + UUID.format(1), "cgroup": "0::/lxc/200/ns/user.slice"}
     other_ct = {"gpu_uuid": "GPU-" + UUID.format(2), "cgroup": "0::/lxc/201/ns/user.slice"}
     node = {"gpu_uuid": "GPU-" + UUID.format(3), "cmdline": "python x.py"}
-    probe = {"gpu_uuid": "GPU-" + UUID.format(4), "cgroup": "0::/lxc/200/ns/init.scope",
-             "argv": ["/root/venv/bin/python", "-c", "x", "pvegpu-probe"]}
+    probe = {
+        "gpu_uuid": "GPU-" + UUID.format(4),
+        "cgroup": "0::/lxc/200/ns/init.scope",
+        "argv": ["/root/venv/bin/python", "-c", "x", "pvegpu-probe"],
+    }
     held = held_by_training([unit, by_hand, other_ct, node, probe], 200, UNIT)
     assert held == {UUID.format(0), UUID.format(1)}
     assert held_by_training([], 200, UNIT) == set()
@@ -109,8 +123,10 @@ def test_a_held_gpu_takes_its_free_memory_from_the_node_and_says_so():
     assert (rows[0]["free_mib"], rows[0]["memory_from"]) == (2000, FROM_SMI)
     assert rows[2]["free_mib"] == 143771 and "memory_from" not in rows[2]
     assert v.ok, v.lines()
-    assert table(v)[-1] == (" GPU 0, 1: free MiB from nvidia-smi, name/total/capability from "
-                            "cudaGetDeviceProperties; no CUDA context made (a training holds them)")
+    assert table(v)[-1] == (
+        " GPU 0, 1: free MiB from nvidia-smi, name/total/capability from "
+        "cudaGetDeviceProperties; no CUDA context made (a training holds them)"
+    )
 
 
 def test_a_held_gpu_short_of_memory_is_still_reported():

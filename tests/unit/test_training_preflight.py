@@ -46,8 +46,10 @@ def test_a_script_outside_the_data_dir_must_already_be_in_the_running_container(
     assert path_problems(s, {}, {"/root/train.py": "file", "/root": "directory"}, "n1", 200) == []
     lines = path_problems(s, {}, {}, "n1", 200)  # the container does not run (or exist) yet
     assert len(lines) == 2
-    assert lines[0].startswith("n1: training_script=/root/train.py is missing in CT 200 (or CT 200 does "
-                               "not run yet): keep it under data_dir_ct=/data (node: /tank/dflash)")
+    assert lines[0].startswith(
+        "n1: training_script=/root/train.py is missing in CT 200 (or CT 200 does "
+        "not run yet): keep it under data_dir_ct=/data (node: /tank/dflash)"
+    )
 
 
 def test_path_kinds_fact_parses_one_line_per_path():

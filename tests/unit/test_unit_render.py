@@ -44,8 +44,10 @@ def matches_golden(text: str, name: str) -> None:
     golden = GOLDEN / name
     if os.environ.get("PVEGPU_UPDATE_GOLDEN") and text != golden.read_text():
         golden.write_text(text)
-        pytest.fail(f"rewrote {golden.name}: review the diff, then run the tests again without "
-                    "PVEGPU_UPDATE_GOLDEN")
+        pytest.fail(
+            f"rewrote {golden.name}: review the diff, then run the tests again without "
+            "PVEGPU_UPDATE_GOLDEN"
+        )
     assert text == golden.read_text()
 
 
@@ -111,24 +113,48 @@ def test_cu128_uses_the_defaults():
 
 
 def test_every_value_comes_from_settings():
-    over = dict(training_script="/data/x/run.py", training_workdir="/data/x", dataset_dir="/data/ds",
-                checkpoint_dir="/data/ck", resume=False, training_stop_timeout_s=1800,
-                training_restart_delay_s=60, training_restart_burst=3, venv_path="/opt/venv",
-                pytorch_cuda_alloc_conf="max_split_size_mb:512", training_unit_name="drafter",
-                variant_overrides={"cu130": {"token_budget": 1000}}, data_dir_ct="/data2")
+    over = dict(
+        training_script="/data/x/run.py",
+        training_workdir="/data/x",
+        dataset_dir="/data/ds",
+        checkpoint_dir="/data/ck",
+        resume=False,
+        training_stop_timeout_s=1800,
+        training_restart_delay_s=60,
+        training_restart_burst=3,
+        venv_path="/opt/venv",
+        pytorch_cuda_alloc_conf="max_split_size_mb:512",
+        training_unit_name="drafter",
+        variant_overrides={"cu130": {"token_budget": 1000}},
+        data_dir_ct="/data2",
+    )
     text = render(**over)
-    for line in ('b="$$(readlink -f /opt/venv)"', '. "$$b/.pvegpu-train.env"',
-                 'exec "$$b/bin/python" /data/x/run.py', "WorkingDirectory=/data/x",
-                 "--dataset-dir /data/ds", "--checkpoint-dir /data/ck", "TimeoutStopSec=1800s",
-                 "RestartSec=60s", "StartLimitBurst=3", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
-                 "SyslogIdentifier=drafter", "RuntimeDirectory=pvegpu-drafter",
-                 "# Back off: at most 3 starts an hour", "2 automatic restarts right after a",
-                 "RequiresMountsFor=/data2"):
+    for line in (
+        'b="$$(readlink -f /opt/venv)"',
+        '. "$$b/.pvegpu-train.env"',
+        'exec "$$b/bin/python" /data/x/run.py',
+        "WorkingDirectory=/data/x",
+        "--dataset-dir /data/ds",
+        "--checkpoint-dir /data/ck",
+        "TimeoutStopSec=1800s",
+        "RestartSec=60s",
+        "StartLimitBurst=3",
+        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
+        "SyslogIdentifier=drafter",
+        "RuntimeDirectory=pvegpu-drafter",
+        "# Back off: at most 3 starts an hour",
+        "2 automatic restarts right after a",
+        "RequiresMountsFor=/data2",
+    ):
         assert line in text, line
     assert "--resume" not in text
     env = env_of(**over)
-    for line in ("TOKEN_BUDGET=1000", "MAX_BATCH_SIZE=64", "/data2/cache/torch-2.11.0-cu130/inductor",
-                 "drafter.service reads it"):
+    for line in (
+        "TOKEN_BUDGET=1000",
+        "MAX_BATCH_SIZE=64",
+        "/data2/cache/torch-2.11.0-cu130/inductor",
+        "drafter.service reads it",
+    ):
         assert line in env, line
 
 
@@ -140,17 +166,22 @@ def test_exec_start_runs_the_started_build_with_that_builds_settings(tmp_path):
     (real / "bin").mkdir(parents=True)
     (real / "bin" / "python").write_text(
         '#!/bin/sh\necho "argv0=$0"; echo "args=$*"; echo "inductor=$TORCHINDUCTOR_CACHE_DIR"; '
-        'echo "leaked=${TOKEN_BUDGET:-none}"\n')
+        'echo "leaked=${TOKEN_BUDGET:-none}"\n'
+    )
     (real / "bin" / "python").chmod(0o755)
     (real / BUILD_ENV).write_text(render_build_env(s))
     (tmp_path / "venvs" / "torch-2.11.0-cu130").symlink_to(real.name)
     (tmp_path / "venv").symlink_to(tmp_path / "venvs" / "torch-2.11.0-cu130")
     command = service_directives(render_unit(s))["ExecStart"][0]
     script = command.split("/bin/sh -c '", 1)[1].rsplit("'", 1)[0].replace("$$", "$")
-    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", script], capture_output=True, text=True, check=True
+    ).stdout
     assert f"argv0={real}/bin/python" in out
-    assert "args=/data/dflash/train.py --target-gpus 0,1,2,3,4 --drafter-gpus 5,6,7 " \
-           "--token-budget 49152 --max-batch-size 48 " in out
+    assert (
+        "args=/data/dflash/train.py --target-gpus 0,1,2,3,4 --drafter-gpus 5,6,7 "
+        "--token-budget 49152 --max-batch-size 48 " in out
+    )
     assert "inductor=/data/cache/torch-2.11.0-cu130/inductor" in out
     assert "leaked=none" in out  # only the cache dirs are exported to the trainer
     (real / BUILD_ENV).unlink()  # a build without its settings does not start
@@ -167,10 +198,19 @@ def test_gpu_roles_are_renumbered_inside_cuda_visible_devices():
     "over, fragment",
     [
         ({"target_gpus": [0, 1, 8]}, "target_gpus has GPU 8, outside 0..7"),
-        ({"drafter_gpus": [4, 5], "target_gpus": [0, 4]}, "target_gpus and drafter_gpus overlap on [4]"),
+        (
+            {"drafter_gpus": [4, 5], "target_gpus": [0, 4]},
+            "target_gpus and drafter_gpus overlap on [4]",
+        ),
         ({"max_batch_size": -1}, "max_batch_size=-1 (for cu128) must be a positive integer"),
-        ({"variant_overrides": {"cu130": {"token_budget": 0}}}, "token_budget=0 (for cu130) must be a positive"),
-        ({"variant_overrides": {"cu130": {"tokens": 5}}}, "variant_overrides['cu130'] has unknown key 'tokens'"),
+        (
+            {"variant_overrides": {"cu130": {"token_budget": 0}}},
+            "token_budget=0 (for cu130) must be a positive",
+        ),
+        (
+            {"variant_overrides": {"cu130": {"tokens": 5}}},
+            "variant_overrides['cu130'] has unknown key 'tokens'",
+        ),
         ({"training_stop_timeout_s": 0}, "training_stop_timeout_s=0 must be positive"),
     ],
 )
@@ -183,21 +223,28 @@ def test_bad_training_input_is_one_clear_line(over, fragment):
 def test_a_restart_is_pending_only_when_what_runs_differs_from_what_a_start_would_run():
     s = settings()
     text, env = render_unit(s), render_build_env(s)
-    record = (f"unit {digest(text)}  -\nvenv /root/venvs/torch-2.11.0-cu130\nbuilt 1700000000\n"
-              f"env {digest(env)}  -\n")
+    record = (
+        f"unit {digest(text)}  -\nvenv /root/venvs/torch-2.11.0-cu130\nbuilt 1700000000\n"
+        f"env {digest(env)}  -\n"
+    )
     started = parse_started_record(record)
     assert pending_reasons(started, desired_start(s, text, 1700000000)) == []
     assert pending_reasons(started, desired_start(s, text, 1700000099)) == [
-        "venv /root/venvs/torch-2.11.0-cu130 was rebuilt"]
-    assert pending_reasons(started, desired_start(s, text + "#", 1700000000)) == ["unit file changed"]
+        "venv /root/venvs/torch-2.11.0-cu130 was rebuilt"
+    ]
+    assert pending_reasons(started, desired_start(s, text + "#", 1700000000)) == [
+        "unit file changed"
+    ]
     smaller = settings(variant_overrides={"cu130": {"token_budget": 1000}})
     assert pending_reasons(started, desired_start(smaller, render_unit(smaller), 1700000000)) == [
         "training settings of /root/venvs/torch-2.11.0-cu130 changed (token_budget, max_batch_size "
-        "or compile cache dir)"]
+        "or compile cache dir)"
+    ]
     # a swap: the unit file is the same, the build (with its own settings) is another
     s128 = settings(torch_variant="cu128")
     assert pending_reasons(started, desired_start(s128, render_unit(s128), 1)) == [
-        "venv build /root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128"]
+        "venv build /root/venvs/torch-2.11.0-cu130 -> /root/venvs/torch-2.11.0-cu128"
+    ]
     assert "no start record" in pending_reasons(None, desired_start(s, text, 1))[0]
 
 
@@ -205,9 +252,9 @@ def test_exec_start_pins_the_build_and_leftovers_are_recognised_by_its_argv():
     s = settings()
     exec_start = service_directives(render_unit(s))["ExecStart"][0]
     # The trainer runs from the build the link pointed at when it started, not through the link.
-    assert exec_start.startswith("/bin/sh -c 'b=\"$$(readlink -f /root/venv)\" && ")
+    assert exec_start.startswith('/bin/sh -c \'b="$$(readlink -f /root/venv)" && ')
     m = training_matcher(s)
-    argv = exec_start.split("exec \"$$b/bin/python\" ", 1)[1].split()
+    argv = exec_start.split('exec "$$b/bin/python" ', 1)[1].split()
     assert argv[0] == m["script"] == training_argv_prefix(s)[1]
     assert m["pythons"] == [training_argv_prefix(s)[0]] and m["python_under"] == ["/root/venvs/"]
 
@@ -222,8 +269,9 @@ def analyze_verify(tmp_path, text):
     return p.returncode, [line for line in p.stderr.splitlines() if "dflash-train.service" in line]
 
 
-needs_systemd_analyze = pytest.mark.skipif(not shutil.which("systemd-analyze"),
-                                           reason="systemd-analyze not installed")
+needs_systemd_analyze = pytest.mark.skipif(
+    not shutil.which("systemd-analyze"), reason="systemd-analyze not installed"
+)
 
 
 @needs_systemd_analyze
@@ -234,21 +282,40 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path, variant):
 
 @needs_systemd_analyze
 def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path):
-    _, problems = analyze_verify(tmp_path, render().replace("Restart=on-failure", "Restart=sometimes"))
+    _, problems = analyze_verify(
+        tmp_path, render().replace("Restart=on-failure", "Restart=sometimes")
+    )
     assert any("Failed to parse service restart specifier" in line for line in problems), problems
 
 
-@pytest.mark.parametrize("over, fragment", [
-    ({"pytorch_cuda_alloc_conf": "a\nExecStartPre=/bin/touch /tmp/INJECTED"},
-     "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
-     "has characters outside"),
-    ({"training_script": "/data/dflash/my train.py"}, "training_script='/data/dflash/my train.py' has a"),
-    ({"training_script": "/data/dflash/it's.py"}, "training_script=\"/data/dflash/it's.py\" has a"),
-    ({"training_script": "/data/dflash/$(id).py"}, "training_script='/data/dflash/$(id).py' has a"),
-    ({"training_script": "/data/dflash/%n.py"}, "training_script='/data/dflash/%n.py' has a"),
-    ({"checkpoint_dir": "/data/ck\n[Install]"}, "checkpoint_dir='/data/ck\\n[Install]' contains a newline"),
-    ({"training_unit_name": "x\nExecStartPre=/bin/true"}, "is not a valid unit name"),
-])
+@pytest.mark.parametrize(
+    "over, fragment",
+    [
+        (
+            {"pytorch_cuda_alloc_conf": "a\nExecStartPre=/bin/touch /tmp/INJECTED"},
+            "pytorch_cuda_alloc_conf='a\\nExecStartPre=/bin/touch /tmp/INJECTED' "
+            "has characters outside",
+        ),
+        (
+            {"training_script": "/data/dflash/my train.py"},
+            "training_script='/data/dflash/my train.py' has a",
+        ),
+        (
+            {"training_script": "/data/dflash/it's.py"},
+            'training_script="/data/dflash/it\'s.py" has a',
+        ),
+        (
+            {"training_script": "/data/dflash/$(id).py"},
+            "training_script='/data/dflash/$(id).py' has a",
+        ),
+        ({"training_script": "/data/dflash/%n.py"}, "training_script='/data/dflash/%n.py' has a"),
+        (
+            {"checkpoint_dir": "/data/ck\n[Install]"},
+            "checkpoint_dir='/data/ck\\n[Install]' contains a newline",
+        ),
+        ({"training_unit_name": "x\nExecStartPre=/bin/true"}, "is not a valid unit name"),
+    ],
+)
 def test_no_value_can_rewrite_or_break_the_unit(over, fragment):
     with pytest.raises(SettingsError) as e:
         settings(**over)
@@ -256,11 +323,14 @@ def test_no_value_can_rewrite_or_break_the_unit(over, fragment):
     assert len(lines) == 1 and fragment in lines[0], lines
 
 
-@pytest.mark.parametrize("key, value", [
-    ("pytorch_cuda_alloc_conf", "a\nExecStartPre=/bin/touch /tmp/INJECTED"),
-    ("training_script", "/data/it's here.py"),
-    ("checkpoint_dir", "/data/$(id)"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("pytorch_cuda_alloc_conf", "a\nExecStartPre=/bin/touch /tmp/INJECTED"),
+        ("training_script", "/data/it's here.py"),
+        ("checkpoint_dir", "/data/$(id)"),
+    ],
+)
 def test_the_renderer_refuses_what_settings_would_have_refused(key, value):
     # A second line of defence: even a value that bypassed validation never reaches the unit.
     s = settings().changed(**{key: value})
@@ -276,8 +346,10 @@ def test_a_unit_systemd_analyze_rejects_fails_the_settings_check(tmp_path):
     unit = broken / "training.service.j2"
     unit.write_text(unit.read_text().replace("--resume{% endif %}'", "--resume{% endif %}"))
     problems = unit_problems(settings(), templates=broken)
-    assert problems and all(p.startswith("dflash-train.service as rendered is rejected by "
-                                         "systemd-analyze verify: ") for p in problems), problems
+    assert problems and all(
+        p.startswith("dflash-train.service as rendered is rejected by systemd-analyze verify: ")
+        for p in problems
+    ), problems
     assert unit_problems(settings()) == []
 
 

@@ -26,19 +26,32 @@ def switch_commands(monkeypatch, s: Settings, state: dict) -> list[list[str]]:
 
 
 def settings_in(tmp_path) -> Settings:
-    return Settings.from_data({**defaults(), "venv_path": str(tmp_path / "venv"),
-                               "venvs_dir": str(tmp_path / "venvs")})
+    return Settings.from_data(
+        {**defaults(), "venv_path": str(tmp_path / "venv"), "venvs_dir": str(tmp_path / "venvs")}
+    )
 
 
 STATES = {
     "first build": lambda s: {"venvs": {f"{s.torch.build_name}.next": {}}, "venv_link": None},
     "swap to a built variant": lambda s: {
-        "venvs": {s.torch.build_name: {"link": f"{s.torch.build_name}.b1", "real": f"{s.torch.build_name}.b1"}},
-        "venv_link": f"{s.python_env.venvs_dir}/torch-2.11.0-cu128"},
+        "venvs": {
+            s.torch.build_name: {
+                "link": f"{s.torch.build_name}.b1",
+                "real": f"{s.torch.build_name}.b1",
+            }
+        },
+        "venv_link": f"{s.python_env.venvs_dir}/torch-2.11.0-cu128",
+    },
     "repair of the live build": lambda s: {
-        "venvs": {s.torch.build_name: {"link": f"{s.torch.build_name}.b1", "real": f"{s.torch.build_name}.b1"},
-                  f"{s.torch.build_name}.next": {}},
-        "venv_link": s.build_venv},
+        "venvs": {
+            s.torch.build_name: {
+                "link": f"{s.torch.build_name}.b1",
+                "real": f"{s.torch.build_name}.b1",
+            },
+            f"{s.torch.build_name}.next": {},
+        },
+        "venv_link": s.build_venv,
+    },
 }
 
 
@@ -64,7 +77,9 @@ def test_a_first_build_is_promoted_and_made_live(monkeypatch, tmp_path):
     subprocess.run(["sh", "-c", script], check=True)
     assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / f"{s.torch.build_name}.b1"
     assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == [
-        s.torch.build_name, f"{s.torch.build_name}.b1"]
+        s.torch.build_name,
+        f"{s.torch.build_name}.b1",
+    ]
 
 
 def test_a_promoted_build_carries_its_training_settings_before_its_link_points_at_it(tmp_path):
@@ -75,8 +90,11 @@ def test_a_promoted_build_carries_its_training_settings_before_its_link_points_a
     (tmp_path / "venvs" / f"{build}.next" / "bin").mkdir(parents=True)
     state = {"venvs": {f"{build}.next": {}}, "venv_link": None}
     cmds, update = python_env.promotion(state, s.torch, s.python_env, "TOKEN_BUDGET=7\n")
-    moves_link = next(i for i, c in enumerate(cmds) if c.startswith("mv -T") and
-                      c.endswith(shlex.quote(s.build_venv)))
+    moves_link = next(
+        i
+        for i, c in enumerate(cmds)
+        if c.startswith("mv -T") and c.endswith(shlex.quote(s.build_venv))
+    )
     writes = next(i for i, c in enumerate(cmds) if ".pvegpu-train.env" in c)
     assert writes < moves_link, cmds
     subprocess.run(["sh", "-c", " && ".join(cmds)], check=True)

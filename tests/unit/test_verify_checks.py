@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 from pvegpu.locks import parse_pins
 from pvegpu.plan.unit import digest, render_build_env, render_unit, training_matcher
@@ -18,6 +17,7 @@ from pvegpu.verification import (
     required_closure,
     verify,
 )
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 
 def run(s=None, node=None, ct=None, **kw):
@@ -389,8 +389,10 @@ def test_process_in_another_container_or_outside_the_unit():
     )
     assert "pid 7 in CT 200 (outside dflash-train.service)" in manual.lines()[0]
     assert "kill 7" in manual.lines()[0]
-    v1 = ("12:pids:/lxc/200/ns/system.slice/dflash-train.service\n"
-          "0::/lxc/200/ns/system.slice/dflash-train.service")
+    v1 = (
+        "12:pids:/lxc/200/ns/system.slice/dflash-train.service\n"
+        "0::/lxc/200/ns/system.slice/dflash-train.service"
+    )
     assert run(node=node_facts(apps=[dict(base, cgroup=v1)])).ok
 
 
@@ -413,8 +415,14 @@ CLEARS_FIX = "run deploy.py: it clears leftover training processes before it sta
 
 
 def gpu_app(pid, gpu, argv, cgroup=None, used=1000):
-    app = {"pid": pid, "name": argv[0], "gpu_uuid": "GPU-" + UUID.format(gpu), "used_mib": used,
-           "cmdline": " ".join(argv), "argv": list(argv)}
+    app = {
+        "pid": pid,
+        "name": argv[0],
+        "gpu_uuid": "GPU-" + UUID.format(gpu),
+        "used_mib": used,
+        "cmdline": " ".join(argv),
+        "argv": list(argv),
+    }
     if cgroup is not None:
         app["cgroup"] = cgroup
     return app
@@ -429,7 +437,11 @@ def ct_with_unit(active, s=None, pending=False, free=None):
         ct["torch"]["devices"][1]["free_mib"] = free
     unit_digest = digest(render_unit(s)) if not pending else "0" * 64
     env = f"env {digest(render_build_env(s))}  -\n"
-    started = f"unit {unit_digest}  -\nvenv {s.build_venv}\nbuilt 17\n{env}" if active == "active" else None
+    started = (
+        f"unit {unit_digest}  -\nvenv {s.build_venv}\nbuilt 17\n{env}"
+        if active == "active"
+        else None
+    )
     ct["unit"] = {"active": active, "started": started, "built": 17}
     return ct
 
@@ -451,7 +463,9 @@ def ct_with_unit(active, s=None, pending=False, free=None):
 )
 def test_what_the_training_unit_stage_clears(argv, cgroup, cleared):
     app = gpu_app(1, 0, argv, cgroup)
-    assert cleared_at_start(app, 200, "dflash-train.service", training_matcher(settings())) is cleared
+    assert (
+        cleared_at_start(app, 200, "dflash-train.service", training_matcher(settings())) is cleared
+    )
 
 
 def test_training_command_from_the_space_joined_cmdline_when_argv_is_missing():
@@ -490,7 +504,9 @@ def test_what_stays_a_failure_in_the_deploy():
     other_ct = gpu_app(12, 2, TRAIN_ARGV, "0::/lxc/201/ns/system.slice/dflash-train.service")
     v = run(node=node_facts(apps=[notebook, other_ct]), ct=ct, deploying=True)
     assert checks_of(v) == ["GPU 3 (target) free", "GPU 2 (target) free"]
-    assert "pid 11 (/usr/bin/python3 /root/notebook.py)" in v.lines()[0] and "kill 11" in v.lines()[0]
+    assert (
+        "pid 11 (/usr/bin/python3 /root/notebook.py)" in v.lines()[0] and "kill 11" in v.lines()[0]
+    )
     assert "pid 12 in CT 201" in v.lines()[1] and "also in use by CT 201" in v.lines()[1]
     assert v.warnings == []
 
@@ -532,12 +548,29 @@ def test_unknown_unit_state_keeps_the_unit_cgroup_as_its_own():
     assert "kill 15" in v.lines()[0]
 
 
-@pytest.mark.parametrize("toolchain, found", [
-    ({"cc": None, "cc_version": None, "python_include": "/usr/include/python3.11",
-      "python_h": True}, "no C compiler, Python.h in /usr/include/python3.11"),
-    ({"cc": "/usr/bin/gcc", "cc_version": "12.2.0", "python_include": "/usr/include/python3.11",
-      "python_h": False}, "gcc 12.2.0, no Python.h in /usr/include/python3.11"),
-])
+@pytest.mark.parametrize(
+    "toolchain, found",
+    [
+        (
+            {
+                "cc": None,
+                "cc_version": None,
+                "python_include": "/usr/include/python3.11",
+                "python_h": True,
+            },
+            "no C compiler, Python.h in /usr/include/python3.11",
+        ),
+        (
+            {
+                "cc": "/usr/bin/gcc",
+                "cc_version": "12.2.0",
+                "python_include": "/usr/include/python3.11",
+                "python_h": False,
+            },
+            "gcc 12.2.0, no Python.h in /usr/include/python3.11",
+        ),
+    ],
+)
 def test_a_container_without_the_compile_toolchain_fails_verification(toolchain, found):
     """Triton builds a C helper at torch.compile's first CUDA kernel (triton/runtime/build.py):
     without a compiler or the venv's Python.h the training, which compiles, cannot run."""

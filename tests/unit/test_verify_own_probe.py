@@ -3,11 +3,11 @@ node's compute-apps query while it holds its CUDA contexts, is not counted; the 
 node or in another container counts as before."""
 
 import pytest
-from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 from pvegpu.facts.probe import probe_source
 from pvegpu.verification import verify
 from pvegpu.verification.processes import PROBE_MARK, is_own_probe
+from tests.unit.verify_facts import UUID, ct_facts, node_facts, settings
 
 PROBE_ARGV = ["/root/venv/bin/python", "-c", "import json\nimport torch\n", PROBE_MARK]
 HERE = "0::/lxc/200/ns/user.slice/user-0.slice/session-1.scope"

@@ -105,8 +105,12 @@ def test_a_process_name_with_commas_keeps_its_row():
     value and the row was refused (or, in the node probe, dropped)."""
     text = "4243, 1000, GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000, /opt/run,v2/python, x\n"
     assert parse_app_rows(text) == [
-        {"pid": 4243, "used_mib": 1000, "name": "/opt/run,v2/python, x",
-         "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000"}
+        {
+            "pid": 4243,
+            "used_mib": 1000,
+            "name": "/opt/run,v2/python, x",
+            "gpu_uuid": "GPU-5a1e0000-5157-4e4f-9d1a-0c0ffee00000",
+        }
     ]
     with pytest.raises(ValueError, match="last field"):
         parse_app_rows(text, ["pid", "process_name", "used_memory", "gpu_uuid"])

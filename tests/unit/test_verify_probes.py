@@ -262,16 +262,30 @@ def test_verification_probe_beside_a_running_training(stub, tmp_path):
     def probe(active):
         state.write_text(active + "\n")
         calls.write_text("")
-        env = {**os.environ, "PYTHONPATH": str(stub), "STUB_MODE": "ok",
-               "STUB_CALLS": str(calls), "PATH": f"{bindir}:{os.environ['PATH']}"}
-        p = subprocess.run(["sh", "-c", probe_command("verification", args)],
-                           capture_output=True, text=True, env=env, timeout=120)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(stub),
+            "STUB_MODE": "ok",
+            "STUB_CALLS": str(calls),
+            "PATH": f"{bindir}:{os.environ['PATH']}",
+        }
+        p = subprocess.run(
+            ["sh", "-c", probe_command("verification", args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr
         return shape(parse_probe_output("verification", p.stdout.splitlines()))
 
     doc = probe("active")
-    assert doc["beside_training"] == {"running": True, "pids": [], "held": ["5a1e1111-5157"],
-                                      "used_mib": {"5a1e0000-5157": 3, "5a1e1111-5157": 140000}}
+    assert doc["beside_training"] == {
+        "running": True,
+        "pids": [],
+        "held": ["5a1e1111-5157"],
+        "used_mib": {"5a1e0000-5157": 3, "5a1e1111-5157": 140000},
+    }
     held = doc["torch"]["devices"][1]
     assert held["context"] is False and held["free_mib"] is None
     assert (held["name"], held["total_mib"], held["capability"]) == ("NVIDIA H200", 143771, "9.0")

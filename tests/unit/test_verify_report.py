@@ -2,10 +2,9 @@
 
 import json
 
-from tests.unit.verify_facts import ct_facts, node_facts, settings
-
 from pvegpu.output.report import report_document, table, verdict_line, write_report
 from pvegpu.verification import verify
+from tests.unit.verify_facts import ct_facts, node_facts, settings
 
 
 def verdict(**kw):

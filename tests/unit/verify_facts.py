@@ -28,8 +28,12 @@ def node_facts(gpus=8, driver="580.95.05", apps=()):
 
 
 # What the verification probe reads in a container with Debian 12's gcc and libpython3.11-dev.
-TOOLCHAIN = {"cc": "/usr/bin/gcc", "cc_version": "12.2.0",
-             "python_include": "/usr/include/python3.11", "python_h": True}
+TOOLCHAIN = {
+    "cc": "/usr/bin/gcc",
+    "cc_version": "12.2.0",
+    "python_include": "/usr/include/python3.11",
+    "python_h": True,
+}
 
 
 def ct_facts(

@@ -3,8 +3,8 @@ verification reads. Every CUDA answer is computed from what this process can rea
 nodes, libcuda, /proc/driver/nvidia); see torch/_sim.py. Never published; built by sim/wheels.py.
 """
 
-from . import _build
-from .version import __version__
+from . import _build, _dynamo, backends, compiler, cuda, fx, nn, version
+from ._dynamo import compile
 from ._tensor import (
     Size,
     Tensor,
@@ -26,8 +26,7 @@ from ._tensor import (
     randn,
     zeros,
 )
-from . import version, cuda, backends, fx, _dynamo, nn, compiler
-from ._dynamo import compile
+from .version import __version__
 
 
 def manual_seed(seed):

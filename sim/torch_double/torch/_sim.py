@@ -459,8 +459,12 @@ def open_context(gpu: dict) -> None:
 
 def _record_context(gpu: dict) -> None:
     """One line per context created, in ``<nvidia>/sim/contexts.log`` (best effort)."""
-    line = {"pidns": _pidns(), "ns_pid": os.getpid(), "gpu_index": gpu.get("index"),
-            "uuid": gpu.get("uuid")}
+    line = {
+        "pidns": _pidns(),
+        "ns_pid": os.getpid(),
+        "gpu_index": gpu.get("index"),
+        "uuid": gpu.get("uuid"),
+    }
     try:
         with open(os.path.join(nvidia_dir(), "sim", "contexts.log"), "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -487,8 +491,15 @@ def hold_context(gpu: dict) -> None:
     _contexts[index] = fd
     with open("/proc/self/cmdline", "rb") as f:
         name = f.read().split(b"\0")[0].decode(errors="replace") or sys.executable
-    entry = {"pid": None, "pidns": ns, "ns_pid": os.getpid(), "gpu_index": index,
-             "used_mib": int(cfg.get("context_mib", 500)), "name": name, "lock": lock}
+    entry = {
+        "pid": None,
+        "pidns": ns,
+        "ns_pid": os.getpid(),
+        "gpu_index": index,
+        "used_mib": int(cfg.get("context_mib", 500)),
+        "name": name,
+        "lock": lock,
+    }
     _update_processes(sim, lambda procs: procs + [entry])
     if len(_contexts) == 1:
         atexit.register(_release_contexts, sim, bool(cfg.get("meet_node_query")))

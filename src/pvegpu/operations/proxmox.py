@@ -30,8 +30,8 @@ from ..plan.passthrough import (
     restart_blocker,
     set_calls,
 )
-from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.running_training import others
+from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -423,7 +423,9 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         else:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
     if hotplug:
-        yield wait_exec(vmid, policy.progress_interval_s)  # answers at once unless a failed hot-plug restarted the container
+        yield wait_exec(
+            vmid, policy.progress_interval_s
+        )  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
         yield with_progress(

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from ..verification import Verdict
-from ..verification.training_gpus import memory_sources
 from ..verification.toolchain import toolchain_text
+from ..verification.training_gpus import memory_sources
 
 COLUMNS = [
     ("GPU", "gpu", ">"),

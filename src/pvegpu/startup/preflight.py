@@ -324,7 +324,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
             failures[node_host.name] = [python3_problem(node_host.name)]
             continue
         for vmid in vmids if facts else ():  # the run's one notion of what trains where
-            adoption.running_in(state, node_host.name, vmid, facts, f"{s.training.unit_name}.service")
+            adoption.running_in(
+                state, node_host.name, vmid, facts, f"{s.training.unit_name}.service"
+            )
             for line in adoption_lines(s, facts, node_host.name, vmid):
                 logger.warning(f"--> {line}")
         if not facts:

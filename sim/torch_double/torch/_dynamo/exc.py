@@ -13,5 +13,6 @@ class BackendCompilerFailed(TorchDynamoException):
     def __init__(self, backend_fn, inner_exception) -> None:
         self.backend_name = getattr(backend_fn, "__name__", "?")
         self.inner_exception = inner_exception
-        msg = f"backend={self.backend_name!r} raised:\n{type(inner_exception).__name__}: {inner_exception}"
+        cause = f"{type(inner_exception).__name__}: {inner_exception}"
+        msg = f"backend={self.backend_name!r} raised:\n{cause}"
         super().__init__(msg)
