@@ -33,6 +33,7 @@ import pvelxc as L  # noqa: E402
 
 RUN_DIR = "/run/pve-sim/ct"
 CGROUP_ROOT = "/sys/fs/cgroup"
+MEMORY = CGROUP_ROOT + "/memory"  # a v1 controller: nspawn makes no payload/ there
 CONSOLE_LOG = "/var/log/pve-sim/ct-{vmid}.console.log"
 HALT_SIGNAL = signal.SIGRTMIN + 3  # lxc: what a clean shutdown sends an init that blocks it
 BOOT_TIMEOUT = 60.0
@@ -65,10 +66,12 @@ def run_dir(vmid):
 
 
 def hierarchies():
-    """Cgroup mounts a container gets a directory in: unified (v2), or name=systemd + unified."""
+    """Cgroup mounts a container gets a directory in: unified (v2), or name=systemd + unified,
+    and the v1 memory controller where the node mounted it (its memory use, as lxc does)."""
     if os.path.exists(CGROUP_ROOT + "/cgroup.controllers"):
         return [CGROUP_ROOT]
-    return [f"{CGROUP_ROOT}/systemd", f"{CGROUP_ROOT}/unified"]
+    found = [f"{CGROUP_ROOT}/systemd", f"{CGROUP_ROOT}/unified"]
+    return found + [MEMORY] if os.path.exists(MEMORY + "/cgroup.procs") else found
 
 
 def cgroup_dirs(vmid):
@@ -507,7 +510,7 @@ def exec_in(vmid, argv, env, cwd, lxc_err):
         return 126
     wd = cwd if cwd.startswith("/") and os.path.isdir(f"/proc/{pid}/root{cwd}") else "/"
     cmd = [NSENTER, "-t", str(pid), "-a", "-r", f"--wd=/proc/{pid}/root{wd}", "--", *argv]
-    payload = [d + "/payload" for d in cgroup_dirs(vmid)]
+    payload = [d if d.startswith(MEMORY + "/") else d + "/payload" for d in cgroup_dirs(vmid)]
 
     def into_container_cgroup():
         signal.signal(signal.SIGINT, signal.SIG_DFL)

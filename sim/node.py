@@ -282,19 +282,24 @@ class SimNodeError(RuntimeError):
 
 def cgroup_hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
     """The mounts a systemd container needs: the unified one alone (cgroup v2), or the
-    ``name=systemd`` and unified ones of a hybrid layout; [] when neither is there."""
+    ``name=systemd`` and unified ones of a hybrid layout, there with the v1 memory controller
+    when mounted (a hybrid node's containers are in it too: their memory use); [] when neither
+    is there."""
     if (root / "cgroup.controllers").exists():
         return [root]
     found = [root / "systemd", root / "unified"]
-    return found if all((p / "cgroup.procs").exists() for p in found) else []
+    if not all((p / "cgroup.procs").exists() for p in found):
+        return []
+    return found + [root / "memory"] if (root / "memory" / "cgroup.procs").exists() else found
 
 
 def _own_cgroup(hierarchy: Path) -> str:
     """This process's cgroup path in ``hierarchy`` (from /proc/self/cgroup)."""
-    unified = hierarchy.name != "systemd"
+    # the v2 line is "0::<path>"; a v1 hierarchy's names its controllers (or name=systemd)
+    want = {"systemd": "name=systemd", "memory": "memory"}.get(hierarchy.name)
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         num, names, path = line.split(":", 2)
-        if (unified and num == "0") or (not unified and "name=systemd" in names.split(",")):
+        if (want is None and num == "0") or (want is not None and want in names.split(",")):
             return path
     raise SimNodeError(f"no entry for {hierarchy} in /proc/self/cgroup")
 
@@ -304,7 +309,7 @@ def _make_node_cgroups(state: Path, v2_only=False) -> list[Path]:
     (v2_only: in the unified hierarchy alone, the only one a cgroup v2 node has)."""
     hierarchies = cgroup_hierarchies()
     if v2_only:
-        hierarchies = [h for h in hierarchies if h.name != "systemd"]
+        hierarchies = [h for h in hierarchies if h.name not in ("systemd", "memory")]
     if not hierarchies:
         raise SimNodeError(
             "ct_init='systemd' needs cgroup v2 or the hybrid layout (name=systemd + "

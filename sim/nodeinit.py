@@ -50,11 +50,16 @@ def mount_cgroups(target, v2_only=False):
     if v2_only or os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
         mount("cgroup2", target, "cgroup2", "nosuid,nodev,noexec")
         return
-    mount("tmpfs", target, "tmpfs", "mode=755,size=64k")
-    for name, fstype, opts in (
+    hierarchies = [
         ("systemd", "cgroup", "none,name=systemd,nosuid,nodev,noexec"),
         ("unified", "cgroup2", "nosuid,nodev,noexec"),
-    ):
+    ]
+    # the v1 memory controller, when this machine has it: the containers' memory use
+    # (memory.usage_in_bytes under memory/lxc/<vmid>, as on a hybrid Proxmox node)
+    if os.path.exists("/sys/fs/cgroup/memory/cgroup.procs"):
+        hierarchies.append(("memory", "cgroup", "memory,nosuid,nodev,noexec"))
+    mount("tmpfs", target, "tmpfs", "mode=755,size=64k")
+    for name, fstype, opts in hierarchies:
         os.makedirs(os.path.join(target, name))
         mount("cgroup", os.path.join(target, name), fstype, opts)
 

@@ -369,9 +369,17 @@ def container_processes(vmid, script):
 
 
 def memory_current(vmid):
-    """Bytes the container's cgroup uses now (cgroup v2 memory.current), else None."""
-    text = read(f"/sys/fs/cgroup/lxc/{vmid}/memory.current")
-    return int(text.strip()) if text and text.strip().isdigit() else None
+    """Bytes the container's cgroup uses now: cgroup v2 ``memory.current``, else (a node booted
+    with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the memory controller;
+    both count page cache, as the limit does. None when neither can be read."""
+    for path in (
+        f"/sys/fs/cgroup/lxc/{vmid}/memory.current",
+        f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes",
+    ):
+        text = read(path)
+        if text and text.strip().isdigit():
+            return int(text.strip())
+    return None
 
 
 def file_digest(path):
