@@ -1,6 +1,7 @@
-"""Room for what a deploy changes. The free-space check of the preflight asks for room only when this run builds: a converged
-container whose selected build is already there is not refused for a full disk (its no-op needs no
-room), while a swap to a variant not built yet is refused before any change."""
+"""Room for what a deploy changes. The free-space check of the preflight asks for room only when
+this run builds: a converged container whose selected build is already there is not refused for a
+full disk (its no-op needs no room), while a swap to a variant not built yet is refused before any
+change. And memory is never set below what the container uses."""
 
 from __future__ import annotations
 
