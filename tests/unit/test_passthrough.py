@@ -282,6 +282,14 @@ def test_an_added_entry_is_hotplugged_on_pve9_but_restarts_on_pve8():
         "its GPU passthrough config changes",
         "/dev/nvidia-uvm-tools is missing in the container",
     ]
-    edited = dict(dev_config(), dev10="/dev/nvidia-modeset")
+    # an entry that must go (a GPU the node no longer has) is a delete: it waits for a start
+    edited = dict(dev_config(), dev10="/dev/nvidia9")
     plan = plan_passthrough("auto", (), nine, ct(edited, live=live_view()))
     assert plan.hotplug == [] and "its GPU passthrough config changes" in plan.restart_reasons
+    # a user's own nvidia-modeset entry is kept; only the missing uvm-tools is added (hot-plugged)
+    users = dict(dev_config(), dev10="/dev/nvidia-modeset")
+    node = dict(
+        nine, devices={**state()["devices"], "/dev/nvidia-modeset": {"major": 195, "minor": 254}}
+    )
+    plan = plan_passthrough("auto", (), node, ct(users, live=live_view()))
+    assert "--delete" not in plan.set_args and plan.hotplug == ["/dev/nvidia-uvm-tools"]

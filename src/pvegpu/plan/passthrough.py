@@ -33,6 +33,8 @@ from .running_training import Trainer, others
 from .unit import RUNNING
 
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+# NVIDIA devices a user may pass beyond pvegpu's set: kept whoever added them
+USER_EXTRA = re.compile(r"^/dev/nvidia-(modeset|caps/.+)$")
 CORE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -432,9 +434,16 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
     majors = state.get("majors", {})
     minors = [g.get("minor") for g in state.get("gpus") or [] if g.get("minor") is not None]
     raw = ct.get("raw_lxc", [])
-    # NVIDIA devices the user passed beyond ours (nvidia-modeset, nvidia-caps) stay passed
+    config = effective_config(ct)
+    # NVIDIA devices the user passed beyond ours (nvidia-modeset, nvidia-caps), by raw lines or
+    # devN entries, stay passed (a devN one while the node has it: a missing path blocks a start)
     paths = wanted_devices(devices, extras, gpu_minors=minors)
     paths += [p for p in raw_bound_paths(raw) if p not in paths and not GPU_NODE.match(p)]
+    paths += [
+        p
+        for p in current_dev_entries(config).values()
+        if p not in paths and USER_EXTRA.match(p) and p in devices
+    ]
     mode = select_mode(setting, state)
     plan = Plan(
         mode=mode,
@@ -442,7 +451,6 @@ def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
         modprobe=modprobe_args(paths, devices),
         running=ct.get("status") == "running",
     )
-    config = effective_config(ct)
     text = ct.get("text", "")
     dev_ours = any(DEV_KEY.match(k) and OUR_DEV.match(v) for k, v in config.items())
     numbers = {p: expected_numbers(p, devices, majors) for p in paths}
