@@ -263,9 +263,17 @@ def test_the_takeover_with_consent_lets_the_trainer_checkpoint_and_ends_with_one
     site.node.register_gpu_process(node_pid, 0, used_mib=2000)
     site.node.run(["sh", "-c", f"echo 40 > {CKPT_NODE}/checkpoint_s"], check=True)
 
-    run = site.deploy("restart_training=true")
+    run = site.deploy("restart_training=true", "progress_interval_s=5")
     assert run.rc == 0, run.output[-6000:]
     assert ckpt_files(site, "checkpoint") == [f"checkpoint-{pid}"], run.output[-6000:]
+    # the 40 s checkpoint is not silent: progress lines while the stop waits for it
+    waiting = (
+        "waiting for train.service in CT 200 to stop (a training writes its checkpoint): "
+        if how == "users' unit"
+        else f"waiting for the training started by hand in CT 200 (pid {node_pid}) to "
+        "checkpoint and exit: "
+    )
+    assert waiting in run.output, run.output[-6000:]
     if how == "users' unit":
         assert "stopping train.service" in run.output and "disabling it" in run.output
         assert site.ct("systemctl", "is-enabled", "train.service").stdout.strip() == "disabled"

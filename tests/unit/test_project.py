@@ -46,3 +46,10 @@ MODULES = [
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0
+
+
+def test_no_two_test_files_share_a_basename():
+    """pytest imports test files by basename under the rootdir (no packages): two files of the
+    same name in tests/unit and tests/e2e stop the whole run at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

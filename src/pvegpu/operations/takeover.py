@@ -20,6 +20,7 @@ from ..plan.running_training import HAND, other_units, others, stop_by_hand_scri
 from ..plan.unit import unit_file
 from ..run import adoption
 from ..settings import RunPolicy, TrainingSettings
+from .progress import unit_stop_detail, waiting_for, with_progress
 from .training import LEFTOVER_LOG
 from .training_gate import running_here
 from .util import note
@@ -47,7 +48,17 @@ def training_taken_over(vmid: int, policy: RunPolicy, training: TrainingSettings
             f"{unit} takes the training over (restart_training=true)"
         )
         q = shlex.quote(name)
-        yield StringCommand(f"pct exec {vmid} -- systemctl stop {q}")
+        # `systemctl stop` blocks while the training writes its checkpoint: say how long it has
+        # waited and what systemd reports (the unit's own TimeoutStopSec), every interval
+        yield with_progress(
+            StringCommand(f"pct exec {vmid} -- systemctl stop {q}"),
+            waiting_for(
+                f"{name} in CT {vmid} to stop (a training writes its checkpoint)",
+                policy.progress_interval_s,
+                poll=f"pct exec {vmid} -- systemctl show -p SubState,TimeoutStopUSec {q}",
+                detail=unit_stop_detail,
+            ),
+        )
         yield StringCommand(f"pct exec {vmid} -- systemctl disable {q}")
     for t in foreign:
         if t.started_by != HAND or t.pid is None:
@@ -59,7 +70,14 @@ def training_taken_over(vmid: int, policy: RunPolicy, training: TrainingSettings
         script = stop_by_hand_script(
             t, training.script, training.stop_timeout_s, vmid=vmid, log=LEFTOVER_LOG
         )
-        yield StringCommand(script)
+        yield with_progress(
+            StringCommand(script),
+            waiting_for(
+                f"the training started by hand in CT {vmid} (pid {t.pid}) to checkpoint and exit",
+                policy.progress_interval_s,
+                f"{training.stop_timeout_s} s, then SIGKILL",
+            ),
+        )
     adoption.forget(host.state, host.name, vmid)
 
 
