@@ -32,6 +32,8 @@ barrier(name="Nodes and containers ready")
 if "training_cts" in host.groups:
     local.include("tasks/rebuild_venv.py")
     local.include("tasks/python_env.py")
+    if s.verification.level == "compile" and s.policy.restart_training:
+        local.include("tasks/stop_for_compile.py")
     local.include("tasks/verify.py")
     local.include("tasks/training_unit.py")
     # last: a restarted unit no longer uses the builds rebuild=venv replaced

@@ -459,6 +459,14 @@ def register(argv):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         name = f.read().split(b"\0")[0].decode(errors="replace")
     entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name}
+    # the process's own pid namespace and innermost pid: a container's torch double cannot see
+    # node pids, but can tell by these whether a process of its own container still lives
+    try:
+        entry["ct_pidns"] = os.stat(f"/proc/{pid}/ns/pid").st_ino
+        with open(f"/proc/{pid}/status") as f:
+            entry["ct_pid"] = int(next(ln.split()[-1] for ln in f if ln.startswith("NSpid:")))
+    except (OSError, StopIteration, ValueError):
+        pass
     _update_procs(lambda procs: [p for p in procs if _alive(p)] + [entry])
 
 

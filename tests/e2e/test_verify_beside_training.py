@@ -82,8 +82,9 @@ def test_verify_and_a_swap_make_no_context_beside_the_training(deployed):
     assert [line for line in problem_lines(run) if "torch.compile" in line] == [
         "concurrent torch.compile: expected a stopped training stack (verify_level=compile "
         "compiles on every GPU); found refused: a running training holds 8 GPU(s) here; fix: "
-        "stop the training first (a checkpoint, then `systemctl stop` its unit), then run "
-        "verify.py --data verify_level=compile"
+        "stop the training first (a checkpoint, then `systemctl stop` its unit), or run "
+        "deploy.py --data verify_level=compile --data restart_training=true: it stops the "
+        "training first and starts it again after"
     ]
     unchanged(node, before)
 
@@ -122,3 +123,49 @@ def test_with_the_training_stopped_every_gpu_is_verified_in_a_context(deployed):
     assert "free MiB from nvidia-smi" not in run.stderr
     assert sorted({c["gpu_index"] for c in contexts(node)}) == list(range(8))
     assert apps(node) == []  # the probe's contexts ended with it
+
+
+def unit_main_pid(site) -> int:
+    return int(site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout.strip())
+
+
+def test_compile_with_consent_stops_the_training_first_and_starts_it_again(deployed):
+    """deploy.py --data verify_level=compile --data restart_training=true beside a training that
+    holds every GPU nearly full: the unit is stopped first (its trainer exits and frees the
+    GPUs), the compile check runs on free GPUs in CUDA contexts, then the unit starts again:
+    exactly one trainer, a new one. Without consent the same deploy is refused (one line) and
+    the trainer keeps running."""
+    site, node = deployed, deployed.node
+    node.torch_config(register_contexts=True, context_mib=CONTEXT_MIB)
+    trainer = unit_main_pid(site)
+    assert trainer > 0
+    # the unit's own trainer holds all 8 GPUs (listed by its node pid while it lives)
+    node_pid = node.node_pid(200, trainer)
+    for g in range(8):
+        node.register_gpu_process(node_pid, g, TOTAL_MIB - CONTEXT_MIB + 100)
+    assert len(apps(node)) == 8
+
+    refused = site.deploy("verify_level=compile")
+    assert refused.rc != 0 and "concurrent torch.compile" in refused.output
+    assert unit_main_pid(site) == trainer
+
+    before = len(contexts(node))
+    run = site.deploy("verify_level=compile", "restart_training=true")
+    assert run.rc == 0, run.output[-6000:]
+    assert f"{UNIT}: stopping it (its checkpoint first) for verify_level=compile" in run.output
+    assert len(contexts(node)) > before  # the compile check ran, in contexts on free GPUs
+    again = unit_main_pid(site)
+    assert again > 0 and again != trainer
+    assert site.ct("systemctl", "is-active", UNIT).stdout.strip() == "active"
+    assert apps(node) == []  # the old trainer's GPUs were freed; nothing else holds them
+
+    # a verification that fails after the stop starts the unit again at once (on the build the
+    # live venv still points at): a consented compile check never leaves no training running
+    for g in range(8):
+        node.register_gpu_process(node.node_pid(200, again), g, TOTAL_MIB - CONTEXT_MIB + 100)
+    failed = site.deploy("verify_level=compile", "restart_training=true", "min_free_gpu_mib=999999")
+    assert failed.rc != 0, failed.output[-6000:]
+    assert "min_free_gpu_mib" in failed.output or "free" in failed.output
+    third = unit_main_pid(site)
+    assert third > 0 and third != again
+    assert site.ct("systemctl", "is-active", UNIT).stdout.strip() == "active"

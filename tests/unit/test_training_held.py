@@ -146,6 +146,7 @@ def test_compile_refused_is_one_problem_line():
     assert v.lines() == [
         "concurrent torch.compile: expected a stopped training stack (verify_level=compile "
         "compiles on every GPU); found refused: a running training holds 2 GPU(s) here; fix: "
-        "stop the training first (a checkpoint, then `systemctl stop` its unit), then run "
-        "verify.py --data verify_level=compile"
+        "stop the training first (a checkpoint, then `systemctl stop` its unit), or run "
+        "deploy.py --data verify_level=compile --data restart_training=true: it stops the "
+        "training first and starts it again after"
     ]

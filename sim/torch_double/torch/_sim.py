@@ -321,6 +321,18 @@ def warning_text(state: CudaState) -> str:
     return "CUDA initialization: " + state.error + _TRIGGERED
 
 
+def _listed_alive(p: dict) -> bool:
+    """Whether a processes.json entry's process still lives, as far as this process can tell: a
+    held lock (spawned processes, contexts), or, for a registered process of this very container
+    (``ct_pidns``/``ct_pid``), its pid here (the driver frees a process's memory when it exits);
+    other registered processes count as alive (their node pid is not visible here)."""
+    if p.get("lock") and not _lock_held(p["lock"]):
+        return False
+    if p.get("ct_pidns") is not None and p.get("ct_pidns") == _pidns():
+        return os.path.exists(f"/proc/{p.get('ct_pid')}")
+    return True
+
+
 def used_mib(gpu: dict) -> int:
     procs = _read_json("processes.json", [])
     if isinstance(procs, dict):
@@ -330,7 +342,7 @@ def used_mib(gpu: dict) -> int:
     for p in procs if isinstance(procs, list) else []:
         if not isinstance(p, dict) or p.get("dead") or p.get("alive") is False:
             continue
-        if p.get("lock") and not _lock_held(p["lock"]):
+        if not _listed_alive(p):
             continue  # its process is gone (nvidia-smi does not count it either)
         if p.get("gpu", p.get("gpu_index")) == index:
             total += int(p.get("used_mib", 0))
@@ -407,7 +419,7 @@ def _others_on(gpu: dict) -> list[dict]:
             continue
         if p.get("pidns") == ns and p.get("ns_pid") == me:
             continue
-        if p.get("lock") and not _lock_held(p["lock"]):
+        if not _listed_alive(p):
             continue
         found.append(p)
     return found

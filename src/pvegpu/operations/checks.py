@@ -12,7 +12,7 @@ from ..facts.torch import TorchRuntime
 from ..facts.verification import ContainerVerification
 from ..locks import lock_plan, parse_pins
 from ..output.report import report_document, table, verdict_line, write_report
-from ..plan.unit import started_record, training_matcher, unit_file
+from ..plan.unit import start_command, started_record, training_matcher, unit_file
 from ..plan.uv_commands import uv_bin
 from ..run import node_read
 from ..run.ct_reads import container_fact
@@ -77,8 +77,8 @@ def verification_args(settings: Settings, mode: str = "deploy") -> dict:
         read_only=mode != "deploy",
         training_matcher=training_matcher(settings),
         # never, even with restart_training=true: the compile would take GPU memory the running
-        # training needs, and stopping the training before verify could leave none running when
-        # the verification then fails (the unit starts only after verify passed)
+        # training needs; with consent deploy.py stops the training unit first
+        # (training.stopped_for_compile_check) and starts it again after
         compile_beside_training=False,
     )
 
@@ -188,4 +188,8 @@ def verified(settings: Settings):
             )
         _record(state, host.name, verdict, settings)
     if not verdict.ok:
+        if host.name in run.stopped_for_compile:
+            # stopped for the compile check: a failed verification must not leave no training
+            # running (the live venv still points at the build the unit ran)
+            yield start_command(settings)
         yield fail(*verdict.lines())

@@ -36,12 +36,13 @@ from ..plan.unit import (
     render_build_env,
     render_unit,
     running_other_units,
+    start_command,
     training_matcher,
     unit_file,
     unit_path,
     unit_plan,
 )
-from ..run.run_context import mark_container_only
+from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
 from .container_fact import container_state, remember
 from .progress import ProgressCommand, unit_stop_progress, with_progress
@@ -76,22 +77,6 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> P
         f"echo {shlex.quote(name + ' did not stop')} >&2; exit 1"
     )
     return with_progress(command, unit_stop_progress(name, settings.policy.progress_interval_s))
-
-
-def start_command(settings: Settings) -> str:
-    """Start the unit as the deploy does: its start count reset first. ``StartLimitBurst`` backs
-    off a crash loop (systemd's automatic restarts), and systemd counts every start in the hour;
-    a start the deploy makes (the first, after a failure, or a restart asked for) opens a new
-    count, so it is never refused (``Start request repeated too quickly``) after stopping a
-    running training, and the automatic restarts after it are the documented burst - 1.
-    ``reset-failed`` also clears a failed state (systemd's ``unit_reset_failed``).
-
-    >>> from pvegpu.settings import defaults
-    >>> start_command(Settings.from_data(defaults()))
-    'systemctl reset-failed dflash-train.service; systemctl start dflash-train.service'
-    """
-    unit = shlex.quote(unit_file(settings.training))
-    return f"systemctl reset-failed {unit}; systemctl start {unit}"
 
 
 def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
@@ -280,6 +265,33 @@ def stopping_line(unit: str) -> str:
 
 
 @operation()
+def stopped_for_compile_check(settings: Settings):
+    """Stop the running training unit before ``verify_level=compile``, with consent
+    (``restart_training=true``) only: the compile check compiles and allocates on every GPU, so
+    it is refused beside a training (``probes/training_held.py``); stopped first, the check runs
+    on free GPUs, and the unit starts again after verify (``unit_running``), or at once when the
+    verification fails (``checks.verified``), on the build the live venv still points at.
+
+    .. code:: python
+
+        training.stopped_for_compile_check(name="Stop dflash-train.service for the compile "
+                                           "check", settings=s)
+    """
+    policy, level = settings.policy, settings.verification.level
+    if level != "compile" or not policy.restart_training:
+        return
+    if container_state().get("unit_active") not in RUNNING:
+        return
+    unit = unit_file(settings.training)
+    notice(
+        f"{unit}: stopping it (its checkpoint first) for verify_level=compile, which compiles on "
+        "every GPU (restart_training=true); it starts again after the verification"
+    )
+    run_context(host.state).stopped_for_compile.add(host.name)
+    yield stop_and_wait_command(settings)
+
+
+@operation()
 def unit_running(settings: Settings):
     """Enable the unit; start it when it is not running; restart it only when asked
     (``restart_training``). Takes the whole ``settings``: whether a restart is pending compares
@@ -341,4 +353,4 @@ def unit_running(settings: Settings):
     yield start_command(settings)
 
 
-__all__ = ["live_build_and_unit", "unit_running"]
+__all__ = ["live_build_and_unit", "stopped_for_compile_check", "unit_running"]

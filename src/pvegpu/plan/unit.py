@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -367,3 +368,19 @@ def clears_leftovers(settings: Settings, active: str, reasons: list[str]) -> boo
     (True, False)
     """
     return active not in RUNNING or bool(reasons and settings.policy.restart_training)
+
+
+def start_command(settings: Settings) -> str:
+    """Start the unit as the deploy does: its start count reset first. ``StartLimitBurst`` backs
+    off a crash loop (systemd's automatic restarts), and systemd counts every start in the hour;
+    a start the deploy makes (the first, after a failure, or a restart asked for) opens a new
+    count, so it is never refused (``Start request repeated too quickly``) after stopping a
+    running training, and the automatic restarts after it are the documented burst - 1.
+    ``reset-failed`` also clears a failed state (systemd's ``unit_reset_failed``).
+
+    >>> from pvegpu.settings import defaults
+    >>> start_command(Settings.from_data(defaults()))
+    'systemctl reset-failed dflash-train.service; systemctl start dflash-train.service'
+    """
+    unit = shlex.quote(unit_file(settings.training))
+    return f"systemctl reset-failed {unit}; systemctl start {unit}"

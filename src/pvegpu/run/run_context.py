@@ -125,6 +125,9 @@ class RunContext:
     #: {node name: [line, ...]}: the changes that wait for a running training, and for which
     waiting: dict[str, list[str]] = field(default_factory=dict)
     waiting_for: dict[str, Any] = field(default_factory=dict)
+    #: container host names whose training unit this run stopped for verify_level=compile (with
+    #: restart_training=true): started again when the verification then fails
+    stopped_for_compile: set[str] = field(default_factory=set)
 
 
 _RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()

@@ -32,7 +32,8 @@ def check_compile(v: Verdict, f: Inputs) -> None:
                 "a stopped training stack (verify_level=compile compiles on every GPU)",
                 f"refused: a running training holds {len(comp.get('held') or [])} GPU(s) here",
                 "stop the training first (a checkpoint, then `systemctl stop` its unit), "
-                "then run verify.py --data verify_level=compile",
+                "or run deploy.py --data verify_level=compile --data restart_training=true: "
+                "it stops the training first and starts it again after",
             )
         )
     else:
