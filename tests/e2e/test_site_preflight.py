@@ -10,28 +10,13 @@ import json
 
 import pytest
 
+from sim.pvelxc import DEFAULT_STORAGES
+
 T8 = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+# a fresh install's storages (sim.pvelxc.DEFAULT_STORAGES) with a local-lvm too small for a build
 SMALL_LVM = [
-    {
-        "name": "local",
-        "type": "dir",
-        "content": ["iso", "vztmpl", "backup"],
-        "total_kib": 98497780,
-        "used_kib": 12582912,
-        "avail_kib": 80862004,
-        "enabled": True,
-        "active": True,
-    },
-    {
-        "name": "local-lvm",
-        "type": "lvmthin",
-        "content": ["rootdir", "images"],
-        "total_kib": 8388608,
-        "used_kib": 6291456,
-        "avail_kib": 2097152,
-        "enabled": True,
-        "active": True,
-    },
+    DEFAULT_STORAGES[0],
+    {**DEFAULT_STORAGES[1], "total_kib": 8388608, "used_kib": 6291456, "avail_kib": 2097152},
 ]
 
 

@@ -19,7 +19,7 @@ def settings(tmp_path, **over):
         {
             **defaults(),
             "index_ca_bundle": str(ca),
-            "https_proxy": "http://10.0.0.1:3128",
+            "https_proxy": "http://127.0.0.91:3128",
             "no_proxy": "localhost",
             **over,
         }
@@ -29,7 +29,7 @@ def settings(tmp_path, **over):
 def test_uv_and_the_reach_check_get_the_proxy_and_the_ca_bundle(tmp_path):
     s = settings(tmp_path)
     for text in (uv_env(s), reach_command(s)):
-        assert "https_proxy=http://10.0.0.1:3128 HTTPS_PROXY=http://10.0.0.1:3128" in text
+        assert "https_proxy=http://127.0.0.91:3128 HTTPS_PROXY=http://127.0.0.91:3128" in text
         assert "no_proxy=localhost NO_PROXY=localhost" in text
         assert f"SSL_CERT_FILE={CA_BUNDLE}" in text
     plain = Settings.from_data(defaults())
@@ -40,12 +40,12 @@ def test_bad_proxy_and_ca_values_are_refused_with_the_fix(tmp_path):
     with pytest.raises(SettingsError) as e:
         settings(
             tmp_path,
-            http_proxy="10.0.0.1:3128",
+            http_proxy="127.0.0.91:3128",
             index_ca_bundle=str(tmp_path / "nope.pem"),
             no_proxy="a b",
         )
     lines = str(e.value).splitlines()
-    assert lines[0].startswith("http_proxy='10.0.0.1:3128' is not a proxy URL: write http://")
+    assert lines[0].startswith("http_proxy='127.0.0.91:3128' is not a proxy URL: write http://")
     assert lines[1].startswith("no_proxy='a b' is not a comma-separated list")
     assert lines[2].startswith(f"index_ca_bundle='{tmp_path}/nope.pem' is not a readable PEM")
 
@@ -53,10 +53,10 @@ def test_bad_proxy_and_ca_values_are_refused_with_the_fix(tmp_path):
 def test_the_controllers_index_check_uses_the_site_proxy(tmp_path):
     (tmp_path / "real").mkdir()
     ca, _, _ = private_ca(tmp_path / "real", "127.0.0.2")
-    s = settings(tmp_path, http_proxy="http://10.0.0.2:8080", index_ca_bundle=ca)
+    s = settings(tmp_path, http_proxy="http://127.0.0.92:8080", index_ca_bundle=ca)
     handlers = {type(h).__name__: h for h in site_opener(s).handlers}
-    assert handlers["ProxyHandler"].proxies["https"] == "http://10.0.0.1:3128"
-    assert handlers["ProxyHandler"].proxies["http"] == "http://10.0.0.2:8080"
+    assert handlers["ProxyHandler"].proxies["https"] == "http://127.0.0.91:3128"
+    assert handlers["ProxyHandler"].proxies["http"] == "http://127.0.0.92:8080"
 
 
 def test_a_bundle_that_is_no_ca_file_is_one_line_not_a_traceback(tmp_path):
