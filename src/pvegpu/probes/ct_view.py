@@ -23,11 +23,11 @@ def module_version(text):
 # One sh script inside the container: its kernel-module view, userspace driver, device nodes and
 # the training unit. Prefixed lines, parsed below.
 CT_SCRIPT = r"""
-v=$(cat /proc/driver/nvidia/version 2>/dev/null | head -n1); echo "module $v"
+v=; { read -r v < /proc/driver/nvidia/version; } 2>/dev/null; echo "module $v"
 for l in libcuda.so.1 libnvidia-ml.so.1; do echo "lib $l $(readlink %(lib)s/$l 2>/dev/null)"; done
 echo "smi $(command -v nvidia-smi)"
-for f in /dev/nvidia* /dev/nvidia-caps/*; do
-    [ -c "$f" ] && echo "dev $(stat -c '%%n %%t %%T' "$f")"; done
+set --; for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && set -- "$@" "$f"; done
+[ $# -eq 0 ] || stat -c 'dev %%n %%t %%T' "$@"
 echo "unit $(systemctl is-active %(unit)s 2>/dev/null)"
 for t in %(tools)s; do
   f=; IFS=:; for d in $PATH:/bin:/usr/bin:/sbin:/usr/sbin:/usr/X11R6/bin:/usr/bin/X11; do
@@ -63,13 +63,14 @@ READ_START = """[ -z "$pvegpu_d" ] || {
   pvegpu_read_%(i)d > "$pvegpu_d/%(i)d"; echo $? > "$pvegpu_d/%(i)d.rc"; } &
 """
 READ_RESULT = """echo "pvegpu-read %(i)d"
-if [ -n "$pvegpu_d" ]; then wait; cat "$pvegpu_d/%(i)d"; rc=$(cat "$pvegpu_d/%(i)d.rc")
+if [ -n "$pvegpu_d" ]; then wait; cat "$pvegpu_d/%(i)d"; rc=; read rc < "$pvegpu_d/%(i)d.rc"
 else pvegpu_read_%(i)d; rc=$?; fi
 echo; echo "pvegpu-read-end %(i)d $rc"
 """
-# Its files by name, then the empty directory: no recursive delete (pvegpu.guard's rule).
-READ_FILES_END = '[ -z "$pvegpu_d" ] || rm -f "$pvegpu_d/%(i)d" "$pvegpu_d/%(i)d.rc"\n'
-READS_END = '[ -z "$pvegpu_d" ] || rmdir "$pvegpu_d"\n'
+# Every read's files by name in one rm, then the empty directory: no recursive delete
+# (pvegpu.guard's rule).
+READ_FILES = '"$pvegpu_d/%(i)d" "$pvegpu_d/%(i)d.rc"'
+READS_END = '[ -z "$pvegpu_d" ] || { rm -f %(files)s; rmdir "$pvegpu_d"; }\n'
 # "missing" lines: the utilities NVIDIA's installer needs that it would not find, looked up as it
 # does (misc.c find_system_util: $PATH, then its fixed list; a regular executable file).
 # "cc" and "pyh": what Triton needs at torch.compile's first CUDA kernel (runtime/build.py): gcc,
@@ -99,7 +100,8 @@ def with_reads(view, reads):
     parts = [READ_FUNCTION % {"i": i, "command": c} for i, c in enumerate(reads)]
     parts += [READS_START, *(READ_START % {"i": i} for i in range(len(reads))), view]
     parts += [READ_RESULT % {"i": i} for i in range(len(reads))]
-    parts += [*(READ_FILES_END % {"i": i} for i in range(len(reads))), READS_END]
+    files = " ".join(READ_FILES % {"i": i} for i in range(len(reads)))
+    parts.append(READS_END % {"files": files})
     return "".join(parts)
 
 

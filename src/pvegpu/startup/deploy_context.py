@@ -12,6 +12,7 @@ import sys
 from ..output.summary import node_failures
 from ..run.run_context import run_context
 from ..settings import Settings
+from . import pyinfra_per_operation
 from .preflight import check_fleet, validate_fleet
 from .stack_files import deploy_files, register_deploy_files
 
@@ -25,6 +26,7 @@ def begin(host, mode: str = "deploy") -> Settings:
     the preview too (without -y)."""
     # the calling deploy file and its tasks: pyinfra's stack walk per operation skips module scans
     register_deploy_files(deploy_files(sys._getframe(1).f_code.co_filename))
+    pyinfra_per_operation.install()
     return _begin(host, mode)
 
 
