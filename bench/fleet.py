@@ -10,9 +10,10 @@ so its containers, pct log and files are its own), seeds the training code, writ
 (M containers per node on disjoint GPUs: M=2 is CT 200 on GPUs 0-3 and CT 201 on 4-7), then runs,
 each as one pyinfra run over the whole fleet:
 
-- cold deploy (``deploy.py``), a converged no-op (``deploy.py`` again), verify-only
-  (``verify.py``), a swap to the other built variant (``--data torch_variant=cu128``: builds it)
-  and the swap back (the default variant, already built: checks plus a link flip).
+- cold deploy (``deploy.py``), a converged no-op (``deploy.py`` again; the median of
+  ``--rounds`` runs, 3 by default), verify-only (``verify.py``; likewise), a swap to the other
+  built variant (``--data torch_variant=cu128``: builds it) and the swap back (the default
+  variant, already built: checks plus a link flip).
 
 Per step: wall time, the controller's CPU (user + system of the pyinfra process, from
 ``os.wait4``: what a user's laptop pays; the simulated nodes' own processes are not its children,
@@ -200,9 +201,21 @@ class Fleet:
         }
 
 
-def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[dict, tuple]:
+def median_run(runs: list[dict]) -> dict:
+    """The run of median wall time (its CPU and counts with it), and how many were taken.
+
+    >>> median_run([{"wall": 3.0}, {"wall": 1.0}, {"wall": 2.0}])
+    {'wall': 2.0, 'samples': 3}
+    """
+    return {**sorted(runs, key=lambda r: r["wall"])[len(runs) // 2], "samples": len(runs)}
+
+
+def measure(
+    n: int, m: int, latency: bool, data_of, profile_dir=None, rounds: int = 3
+) -> tuple[dict, tuple]:
     """{step: figures} for N nodes and M containers, and what the fleet took: (memory MiB,
-    inotify instances); ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof``)."""
+    inotify instances); a no-op and verify-only: the median of ``rounds`` runs;
+    ``profile_dir``: one more no-op, under cProfile (``noop-<N>x<M>.prof``)."""
     results = {}
     with tempfile.TemporaryDirectory(prefix=f"pvegpu-fleet-{n}x{m}-") as tmp, ExitStack() as stack:
         before, watches = mem_available_mib(), inotify_instances()
@@ -210,10 +223,10 @@ def measure(n: int, m: int, latency: bool, data_of, profile_dir=None) -> tuple[d
         data = data_of(Path(tmp))
         results["cold deploy"] = fleet.run(data, "deploy.py")
         used = (before - mem_available_mib(), inotify_instances() - watches)
-        results["no-op"] = fleet.run(data, "deploy.py")
+        results["no-op"] = median_run([fleet.run(data, "deploy.py") for _ in range(rounds)])
         if profile_dir:
             fleet.run(data, "deploy.py", profile=Path(profile_dir) / f"noop-{n}x{m}.prof")
-        results["verify"] = fleet.run(data, "verify.py")
+        results["verify"] = median_run([fleet.run(data, "verify.py") for _ in range(rounds)])
         results["swap to cu128"] = fleet.run(data, "deploy.py", "torch_variant=cu128")
         results["swap back"] = fleet.run(data, "deploy.py")
     return results, used
@@ -268,6 +281,9 @@ def main(argv=None) -> int:
     ap.add_argument("--latency", action="store_true", help="with bench/run.py's latency knob")
     ap.add_argument("--quick", action="store_true", help="N = 1, 2 only (try the bench)")
     ap.add_argument(
+        "--rounds", type=int, default=3, help="no-op and verify runs per N and M, median (3)"
+    )
+    ap.add_argument(
         "--profile",
         metavar="DIR",
         help="also profile one more no-op per N and M (cProfile, into DIR)",
@@ -320,7 +336,9 @@ def main(argv=None) -> int:
                         continue
                     print(f"N={n} M={m}: running", file=sys.stderr, flush=True)
                     try:
-                        all_results[(n, m)], used = measure(n, m, a.latency, data_of, a.profile)
+                        all_results[(n, m)], used = measure(
+                            n, m, a.latency, data_of, a.profile, a.rounds
+                        )
                     except RunFailed as e:
                         print(f"N={n} M={m}: {e}", flush=True)
                         continue
