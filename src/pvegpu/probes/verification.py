@@ -178,13 +178,14 @@ real = os.path.realpath(venv)
 uv = A.get("uv_bin")
 present = os.path.exists(python)
 checks_packages = present and bool(uv) and os.path.exists(uv)
-# Started together, each one's start-up beside the others': nvidia-smi and the unit's state,
-# `uv pip check` (it only reads the venv) and torch's import. nvidia-smi is collected before
-# torch makes a CUDA call: its memory figures must not count the torch probe's own contexts.
+# Started together, each one's start-up beside the others': torch's import first (the longest),
+# then nvidia-smi and the unit's state, and `uv pip check` (it only reads the venv). nvidia-smi
+# is collected before torch makes a CUDA call: its memory figures must not count the torch
+# probe's own contexts.
+torch_proc = start_torch(python) if present else None
 start_early(SMI, SMI_USED, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
 if checks_packages:
     start_early(pip_check_argv(uv, python), env=UV_ENV)
-torch_proc = start_torch(python) if present else None
 # the venv's files are read while those commands run
 listing = packages(real) if present else None
 marker = read(os.path.join(real, ".pvegpu-build.json")) if present else None
