@@ -13,7 +13,9 @@ each as one pyinfra run over the whole fleet:
 - cold deploy (``deploy.py``), a converged no-op (``deploy.py`` again; the median of
   ``--rounds`` runs, 3 by default), verify-only (``verify.py``; likewise), a swap to the other
   built variant (``--data torch_variant=cu128``: builds it) and the swap back (the default
-  variant, already built: checks plus a link flip).
+  variant, already built: checks plus a link flip). A fleet of more hosts (nodes and
+  containers) than pyinfra's default ``--parallel`` (20 per CPU) also gets a no-op with
+  ``--parallel`` set to its host count, as docs/speed.md advises for a large fleet.
 
 Per step: wall time, the controller's CPU (user + system of the pyinfra process, from
 ``os.wait4``: what a user's laptop pays; the simulated nodes' own processes are not its children,
@@ -59,7 +61,9 @@ from sim.index import PackageIndex  # noqa: E402
 from sim.latency_proxy import LatencyProxy  # noqa: E402
 from sim.node import SimNode  # noqa: E402
 
-STEPS = ("cold deploy", "no-op", "verify", "swap to cu128", "swap back")
+STEPS = ("cold deploy", "no-op", "no-op, --parallel all", "verify", "swap to cu128", "swap back")
+#: pyinfra's default --parallel: 20 hosts per CPU (pyinfra.api.state), at most the host count
+DEFAULT_PARALLEL = 20 * (os.cpu_count() or 1)
 #: Training GPUs per container when a node has M containers (8 GPUs, disjoint sets).
 GPU_SPLIT = {
     1: [(200, None)],
@@ -224,6 +228,12 @@ def measure(
         results["cold deploy"] = fleet.run(data, "deploy.py")
         used = (before - mem_available_mib(), inotify_instances() - watches)
         results["no-op"] = median_run([fleet.run(data, "deploy.py") for _ in range(rounds)])
+        hosts = n * (1 + m)
+        if hosts > DEFAULT_PARALLEL:  # what docs/speed.md advises for such a fleet
+            every = [*data, "--parallel", str(hosts)]
+            results["no-op, --parallel all"] = median_run(
+                [fleet.run(every, "deploy.py") for _ in range(rounds)]
+            )
         if profile_dir:
             fleet.run(data, "deploy.py", profile=Path(profile_dir) / f"noop-{n}x{m}.prof")
         results["verify"] = median_run([fleet.run(data, "verify.py") for _ in range(rounds)])
@@ -243,9 +253,9 @@ def table(all_results: dict, latency: bool) -> list[str]:
     ]
     for (n, m), results in sorted(all_results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = all_results.get((1, m))
-        for step in STEPS:
+        for step in (s for s in STEPS if s in results):
             r = results[step]
-            ratio = f"{r['wall'] / base[step]['wall']:.2f}" if base else "-"
+            ratio = f"{r['wall'] / base[step]['wall']:.2f}" if base and step in base else "-"
             lines.append(
                 f"| {n} | {m} | {step} | {r['wall']:.2f} | {ratio} | {r['cpu']:.2f} | "
                 f"{r['rest']:.2f} | {r['handshakes']} | {r['node_cmds']} | "
