@@ -117,5 +117,5 @@ def test_the_controllers_index_check_reaches_a_no_proxy_index_directly(
         "http_proxy": f"http://127.0.0.1:{closed}",
     }
     assert index_problem(settings(tmp_path, **over, no_proxy=no_proxy)) is None
-    through_proxy = index_problem(settings(tmp_path, **over, no_proxy="localhost,10.0.0.0/8"))
+    through_proxy = index_problem(settings(tmp_path, **over, no_proxy="localhost,127.0.0.2/32"))
     assert through_proxy.startswith("package_index_url=") and "not reachable" in through_proxy

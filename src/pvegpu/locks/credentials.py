@@ -79,8 +79,8 @@ def bypasses_proxy(host: str, no_proxy: str | None) -> bool:
     as uv reads NO_PROXY: ``*``, a name with its subdomains (``.lan`` or ``lan``), an address,
     or a CIDR block.
 
-    >>> [bypasses_proxy(h, "localhost,.lan,10.0.0.0/8") for h in
-    ...  ("localhost:8080", "mirror.lan", "10.1.2.3:3141", "pypi.org", "11.0.0.1", "xlan")]
+    >>> [bypasses_proxy(h, "localhost,.lan,127.0.0.0/16") for h in
+    ...  ("localhost:8080", "mirror.lan", "127.0.1.3:3141", "pypi.org", "127.1.0.1", "xlan")]
     [True, True, True, False, False, False]
     >>> bypasses_proxy("[::1]:8080", "::1/128"), bypasses_proxy("a.b", "*")
     (True, True)
