@@ -453,21 +453,53 @@ def prune():
 
 
 def register(argv):
-    """A running node process as a compute process (SimNode.register_gpu_process): no lock, so
-    it is alive while /proc/<pid> exists; its name is its argv[0], as nvidia-smi shows a path."""
+    """A running node process as a compute process (SimNode.register_gpu_process); its name is its
+    argv[0], as nvidia-smi shows a path. A watcher holds the entry's lock while the process lives
+    (same start time: a reused pid is another process), so every pid namespace can tell whether it
+    still lives: the container's nvidia-smi counts its memory (memory.used is device-wide) and
+    lists it by container pid when it is that container's own."""
     pid, gpu, mib = (int(a) for a in argv[:3])
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         name = f.read().split(b"\0")[0].decode(errors="replace")
-    entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name}
-    # the process's own pid namespace and innermost pid: a container's torch double cannot see
-    # node pids, but can tell by these whether a process of its own container still lives
+    started = _start_time(pid)
+    lock = f"reg-{pid}-{gpu}-{started}.lock"
+    entry = {"pid": pid, "gpu_index": gpu, "used_mib": mib, "name": name, "lock": lock}
+    # the process's own pid namespace and innermost pid: what a container's nvidia-smi lists it by
     try:
         entry["ct_pidns"] = os.stat(f"/proc/{pid}/ns/pid").st_ino
         with open(f"/proc/{pid}/status") as f:
             entry["ct_pid"] = int(next(ln.split()[-1] for ln in f if ln.startswith("NSpid:")))
     except (OSError, StopIteration, ValueError):
         pass
+    held = os.pipe()
+    child = os.fork()
+    if child == 0:  # the watcher: detached, holds the lock until the process is gone
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        fd = os.open(os.path.join(GPU_DIR, lock), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(held[1], b"1")
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for n in (0, 1, 2, held[0], held[1]):
+            os.dup2(devnull, n)
+        while _start_time(pid) == started:
+            time.sleep(0.2)
+        os._exit(0)
+    os.close(held[1])
+    os.waitpid(child, 0)
+    os.read(held[0], 1)  # the lock is held before the entry is listed
+    os.close(held[0])
     _update_procs(lambda procs: [p for p in procs if _alive(p)] + [entry])
+
+
+def _start_time(pid):
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def node_pid(argv):

@@ -40,5 +40,7 @@ for vmid in host.data.get("pve_ct_ids") or []:
         policy=s.policy,
     )
     proxmox.compile_toolchain(
-        name=f"Give CT {vmid} a C compiler and Python headers for torch.compile", vmid=vmid
+        name=f"Give CT {vmid} a C compiler and Python headers for torch.compile",
+        vmid=vmid,
+        policy=s.policy,
     )

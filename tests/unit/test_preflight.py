@@ -39,6 +39,7 @@ def node(**over):
         "templates": [TEMPLATE],
         "installer": "/root/NVIDIA-Linux-x86_64-580.95.05.run",
         "containers": {},
+        "compute_apps": [],
     }
     doc.update(over)
     return doc
@@ -70,7 +71,9 @@ def running_ct(uvm_major_in_ct=509, unit="active", libcuda="580.95.05"):
             "driver_version": "580.95.05",
             "libs": {"libcuda.so.1": libcuda, "libnvidia-ml.so.1": libcuda},
             "nvidia_smi": True,
+            "units": [],
         },
+        "processes": [],
     }
 
 

@@ -1,7 +1,9 @@
-"""Verification beside a running training (issue 24): which GPUs a training holds, decided in the
-container before the probe's first CUDA call (probes/training_held.py) and on the controller from
-the node's compute-apps (pvegpu.verification.training_gpus); a held GPU's row takes its free
-memory from the node's nvidia-smi and says so; verify_level=compile refuses beside a training."""
+"""Verification takes no GPU memory from anyone: which GPUs may take the probe's CUDA context,
+decided in the container before its first CUDA call (probes/training_held.py: an allowlist of GPUs
+with no memory in use and no compute process, none when nvidia-smi cannot be read) and on the
+controller from the node's compute-apps (pvegpu.verification.training_gpus); a GPU without a
+context takes its free memory from nvidia-smi and the report says why; verify_level=compile
+refuses while any GPU is in use."""
 
 from pvegpu.output.report import table
 from pvegpu.probes import training_held as th
@@ -20,10 +22,34 @@ MATCHER = {
 # ---- in the container (probes/training_held.py)
 
 
-def test_held_gpus_are_those_in_use_while_a_training_runs():
+def test_held_gpus_are_those_in_use_whether_or_not_a_training_runs():
     used = {"ab": 140000, "cd": 0, "ef": th.CONTEXT_FLOOR_MIB - 1, "gh": th.CONTEXT_FLOOR_MIB}
     assert th.held_gpus(True, used) == ["ab", "gh"]
-    assert th.held_gpus(False, used) == []  # no training here: every GPU verified as before
+    # a neighbour container's or the node's process shows only as memory in use here
+    assert th.held_gpus(False, used) == ["ab", "gh"]
+    assert th.held_gpus(False, {"ab": None}) == ["ab"]  # no figure: in use
+
+
+def test_only_gpus_reported_idle_with_no_process_of_ours_may_take_a_context():
+    used = {"ab": 0, "cd": 500, "ef": 3, "gh": None}
+    apps = {"ef": [42]}  # this container's own process, not yet holding memory
+    assert th.context_ok(used, apps) == ["ab"]
+    why = th.held_why(used, apps)
+    assert why == {
+        "cd": "500 MiB in use (another process, a neighbour container or the node)",
+        "ef": "compute process of this container (pid 42)",
+        "gh": "memory in use unknown (nvidia-smi printed no figure)",
+    }
+
+
+def test_an_unreadable_nvidia_smi_leaves_no_gpu_to_take_a_context():
+    assert th.context_ok(None, {}) == [] and th.context_ok({"ab": 0}, None) == []
+
+
+def test_the_containers_own_compute_processes_by_uuid():
+    text = "GPU-AB, 17\nGPU-AB, 18\nGPU-CD, 99\n\nGPU-EF, [N/A]\n"
+    assert th.apps_by_uuid(text, own_pid=99) == {"ab": [17, 18]}
+    assert th.apps_by_uuid("") == {}
 
 
 def test_a_training_runs_when_the_unit_is_running_or_the_command_runs():
@@ -69,18 +95,16 @@ def test_training_pids_reads_the_command_lines(tmp_path):
 
 def test_used_memory_by_uuid_from_nvidia_smi():
     text = "GPU-AB, 140000\nGPU-CD, 0\nGPU-EF, [N/A]\n\ngarbage\n"
-    assert th.used_by_uuid(text) == {"ab": 140000, "cd": 0}
+    assert th.used_by_uuid(text) == {"ab": 140000, "cd": 0, "ef": None}
     assert th.used_by_uuid(None) == {} and th.short_uuid("5A1E-AB") == "5a1e-ab"
     assert th.short_uuid(None) is None and th.short_uuid("") is None
 
 
-def test_compile_refuses_beside_a_training_unless_consented():
+def test_compile_refuses_while_any_gpu_is_in_use_consent_or_not():
     line = th.compile_refusal(["ab", "cd"], False)
-    assert line == (
-        "verify_level=compile: refused on 2 GPU(s) held by the running training (it "
-        "compiles and allocates on every GPU: a check for a stopped stack)"
-    )
-    assert th.compile_refusal(["ab"], True) is None and th.compile_refusal([], False) is None
+    assert line.startswith("verify_level=compile: refused, 2 GPU(s) in use")
+    assert th.compile_refusal(["ab"], True) == th.compile_refusal(["ab"], False)
+    assert th.compile_refusal([], False) is None
 
 
 # ---- on the controller (pvegpu.verification.training_gpus)
@@ -123,10 +147,15 @@ def test_a_held_gpu_takes_its_free_memory_from_the_node_and_says_so():
     assert (rows[0]["free_mib"], rows[0]["memory_from"]) == (2000, FROM_SMI)
     assert rows[2]["free_mib"] == 143771 and "memory_from" not in rows[2]
     assert v.ok, v.lines()
-    assert table(v)[-1] == (
+    assert table(v)[-3:] == [
         " GPU 0, 1: free MiB from nvidia-smi, name/total/capability from "
-        "cudaGetDeviceProperties; no CUDA context made (a training holds them)"
-    )
+        "cudaGetDeviceProperties; no CUDA context made:",
+        "   GPU 0: not reported by nvidia-smi in the container",
+        "   GPU 1: not reported by nvidia-smi in the container",
+    ]
+    ct = held_ct({0})
+    ct["beside_training"] = {"held_why": {UUID.format(0): "3000 MiB in use (x)"}}
+    assert table(run(node=node_with_free(2000), ct=ct))[-1] == "   GPU 0: 3000 MiB in use (x)"
 
 
 def test_a_held_gpu_short_of_memory_is_still_reported():

@@ -183,7 +183,12 @@ def test_verification_probe_end_to_end(stub, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    smi.write_text(
+        '#!/bin/sh\ncase "$1" in --query-gpu=uuid,memory.used)\n'
+        "  printf 'GPU-5A1E0000-5157, 0\\nGPU-5A1E1111-5157, 2\\n'; exit 0;;\n"
+        "--query-compute-apps=*) exit 0;;\nesac\n"
+        "echo 'No devices were found'\nexit 6\n"
+    )
     smi.chmod(0o755)
     from pvegpu.facts.gpus import GPU_QUERY
 
@@ -225,19 +230,23 @@ def test_verification_probe_end_to_end(stub, tmp_path):
     assert not [n for n in os.listdir("/tmp") if n.startswith("pvegpu-compile-check-")]
 
 
-def test_verification_probe_beside_a_running_training(stub, tmp_path):
-    """The unit is active and GPU 1 has memory in use: torch makes no context there (its figures
-    from cudaGetDeviceProperties; free memory left to nvidia-smi), and the compile check
-    refuses. With the unit stopped, both GPUs get a context as before."""
+def test_verification_probe_makes_no_context_on_a_gpu_anyone_uses(stub, tmp_path):
+    """GPU 1 has memory in use (anyone's: memory.used is device-wide), GPU 0 a compute process of
+    this container that holds no memory yet: torch makes no context on either (their figures
+    from cudaGetDeviceProperties, free memory left to nvidia-smi) and the compile check refuses,
+    whether or not a training of ours runs. Both idle: both get a context. nvidia-smi
+    unreadable: none does."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     os.symlink(sys.executable, venv / "bin" / "python")
     bindir = tmp_path / "bin"
     bindir.mkdir()
+    used, apps = tmp_path / "used", tmp_path / "apps"
     smi = bindir / "nvidia-smi"
     smi.write_text(
         '#!/bin/sh\ncase "$1" in --query-gpu=uuid,memory.used)\n'
-        "  printf 'GPU-5A1E0000-5157, 3\\nGPU-5A1E1111-5157, 140000\\n'; exit 0;;\nesac\n"
+        f"  [ -s {used} ] || exit 9; cat {used}; exit 0;;\n"
+        f"--query-compute-apps=*) cat {apps}; exit 0;;\nesac\n"
         "echo 'No devices were found'\nexit 6\n"
     )
     smi.chmod(0o755)
@@ -259,8 +268,10 @@ def test_verification_probe_beside_a_running_training(stub, tmp_path):
     }
     calls = tmp_path / "calls"
 
-    def probe(active):
+    def probe(active, used_text, apps_text=""):
         state.write_text(active + "\n")
+        used.write_text(used_text)
+        apps.write_text(apps_text)
         calls.write_text("")
         env = {
             **os.environ,
@@ -279,20 +290,30 @@ def test_verification_probe_beside_a_running_training(stub, tmp_path):
         assert p.returncode == 0, p.stderr
         return shape(parse_probe_output("verification", p.stdout.splitlines()))
 
-    doc = probe("active")
-    assert doc["beside_training"] == {
-        "running": True,
-        "pids": [],
-        "held": ["5a1e1111-5157"],
-        "used_mib": {"5a1e0000-5157": 3, "5a1e1111-5157": 140000},
-    }
-    held = doc["torch"]["devices"][1]
-    assert held["context"] is False and held["free_mib"] is None
-    assert (held["name"], held["total_mib"], held["capability"]) == ("NVIDIA H200", 143771, "9.0")
-    assert doc["torch"]["devices"][0]["free_mib"] == 143671  # not held: verified as before
-    assert calls.read_text().split() == ["0"]  # no context on GPU 1
-    assert doc["compile"]["refused"].startswith("verify_level=compile: refused on 1 GPU(s)")
+    busy = "GPU-5A1E0000-5157, 3\nGPU-5A1E1111-5157, 140000\n"
+    for active in ("active", "inactive"):
+        doc = probe(active, busy, "GPU-5A1E0000-5157, 42\n")
+        assert doc["beside_training"]["running"] is (active == "active")
+        assert doc["beside_training"]["context_ok"] == []
+        assert doc["beside_training"]["held_why"] == {
+            "5a1e0000-5157": "compute process of this container (pid 42)",
+            "5a1e1111-5157": "140000 MiB in use (another process, a neighbour container or the "
+            "node)",
+        }
+        held = doc["torch"]["devices"][1]
+        assert held["context"] is False and held["free_mib"] is None
+        assert (held["name"], held["total_mib"]) == ("NVIDIA H200", 143771)
+        assert calls.read_text().split() == []  # no context anywhere
+        assert doc["compile"]["refused"].startswith("verify_level=compile: refused, 2 GPU(s)")
 
-    doc = probe("inactive")
+    doc = probe("active", busy)  # GPU 0 idle, no process there: it alone takes a context
+    assert doc["beside_training"]["context_ok"] == ["5a1e0000-5157"]
+    assert calls.read_text().split() == ["0"] and doc["torch"]["devices"][0]["free_mib"] == 143671
+
+    doc = probe("inactive", "GPU-5A1E0000-5157, 0\nGPU-5A1E1111-5157, 1\n")
     assert doc["beside_training"]["held"] == [] and calls.read_text().split() == ["0", "1"]
     assert "context" not in doc["torch"]["devices"][1] and doc["compile"]["ok"]
+
+    doc = probe("inactive", "")  # nvidia-smi fails: fail closed
+    assert doc["beside_training"]["held"] == ["*"] and calls.read_text().split() == []
+    assert doc["compile"]["refused"]

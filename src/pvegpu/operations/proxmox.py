@@ -30,7 +30,7 @@ from ..plan.passthrough import (
     restart_blocker,
     set_calls,
 )
-from ..plan.running_training import others
+from ..plan.running_training import blocking
 from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
@@ -340,17 +340,19 @@ def container_present(
             if refusal:
                 yield fail(refusal)
                 return
+        consent = bool(policy and policy.restart_training)
         trainers = running_here(host, vmid, unit_file(training) if training else None)
-        # under a training pvegpu did not start, its resources stay as its owner set them until
-        # the takeover; under our own unit, only a lowering waits (a raised limit is safe)
-        held = resized(args) if others(trainers) else lower
-        if held and trainers and not (policy and policy.restart_training):
-            for key in held:
-                flag = args.index(f"--{key}")
-                what = "lowers" if key in lower else "changes"
-                change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
-                wait_for(host, vmid, change, others(trainers) or trainers)
-            args = without(args, held)
+        # under a training pvegpu did not start (or a state that could not be read), its
+        # resources stay as its owner set them until the takeover; under our own unit, only a
+        # lowering waits (a raised limit is safe)
+        blockers = blocking(trainers, consent)
+        held = resized(args) if blockers else lower if trainers and not consent else []
+        for key in held:
+            flag = args.index(f"--{key}")
+            what = "lowers" if key in lower else "changes"
+            change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
+            wait_for(host, vmid, change, blockers or trainers)
+        args = without(args, held)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
@@ -397,10 +399,9 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
     if reasons:
         trainers = running_here(host, vmid, unit_file(training))
         blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons, trainers)
-        if blocker and not policy.restart_training and others(trainers):
-            wait_for(
-                host, vmid, f"the restart of CT {vmid} ({'; '.join(reasons)})", others(trainers)
-            )
+        blockers = blocking(trainers, policy.restart_training)
+        if blocker and blockers:
+            wait_for(host, vmid, f"the restart of CT {vmid} ({'; '.join(reasons)})", blockers)
             return
         if blocker and not policy.restart_training:
             yield fail(blocker)
@@ -450,7 +451,7 @@ def hotplug_blocker(
 
 
 @operation()
-def compile_toolchain(vmid: int):
+def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     """Give the container what torch.compile's Triton compiles with: a C compiler and the
     headers of the Python its venvs are made from, from the container's own apt sources.
 
@@ -469,6 +470,14 @@ def compile_toolchain(vmid: int):
     toolchain = live.get("toolchain")
     packages = toolchain_packages(toolchain)
     if not packages:
+        return
+    # libpython3.X-dev depends on the exact libpython3.X/stdlib version: apt may upgrade the
+    # python3.X a running training's interpreter has open, so it waits like a reinstall
+    trainers = running_here(host, vmid)
+    consent = bool(policy and policy.restart_training)
+    blockers = blocking(trainers, consent) or ([] if consent else trainers)
+    if blockers:
+        wait_for(host, vmid, f"apt-get install {' '.join(packages)}", blockers)
         return
     yield note(
         f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
@@ -511,9 +520,13 @@ def driver_userspace(
         wrong.append("nvidia-smi missing")
     if not wrong:
         return
+    # under any training, ours included (its libcuda would change under it); with consent,
+    # never under one whose state could not be read or a GPU process
     trainers = running_here(host, vmid)
-    if trainers and not (policy and policy.restart_training):
-        wait_for(host, vmid, f"the NVIDIA userspace reinstall ({', '.join(wrong)})", trainers)
+    consent = bool(policy and policy.restart_training)
+    blockers = blocking(trainers, consent) or ([] if consent else trainers)
+    if blockers:
+        wait_for(host, vmid, f"the NVIDIA userspace reinstall ({', '.join(wrong)})", blockers)
         return
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:

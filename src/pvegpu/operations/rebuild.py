@@ -19,7 +19,7 @@ from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
 from ..plan.pollution_report import pollution_lines
-from ..plan.running_training import Trainer, others
+from ..plan.running_training import TRAINING, Trainer, blocking
 from ..plan.unit import RUNNING, unit_file
 from ..plan.uv_commands import uv_bin
 from ..plan.venvs import LOCK_FILE, prune_plan
@@ -55,12 +55,14 @@ def refusal_line(policy: RunPolicy, trainer: Trainer) -> str:
     """The refusal of a rebuild under a training pvegpu did not start.
 
     >>> from pvegpu.plan.running_training import HAND
-    >>> refusal_line(RunPolicy("container", False, 600, 10), Trainer(42, "p t.py", HAND))[:60]
-    'a training runs (pid 42, started by hand): rebuild=container'
+    >>> refusal_line(RunPolicy("container", False, 600, 10), Trainer(42, "p t.py", HAND))[:61]
+    'rebuild=container refused while the running training is there'
     """
+    fix = (
+        "stop it, or add --data restart_training=true" if trainer.kind == TRAINING else trainer.fix
+    )
     return (
-        f"a training runs ({trainer.named}): rebuild={policy.rebuild} refused; stop it, or add "
-        "--data restart_training=true"
+        f"rebuild={policy.rebuild} refused while {trainer.what} is there ({trainer.named}); {fix}"
     )
 
 
@@ -115,14 +117,14 @@ def venv_rebuild_allowed(policy: RunPolicy, training: TrainingSettings):
         rebuild.venv_rebuild_allowed(name="Check that rebuild=venv may run", policy=s.policy,
                                      training=s.training)
     """
-    if policy.rebuild != "venv" or policy.restart_training:
+    if policy.rebuild != "venv":
         return
     unit = unit_file(training)
-    foreign = others(running_here(host, unit=unit))
+    foreign = blocking(running_here(host, unit=unit), policy.restart_training)
     if foreign:
         yield fail(refusal_line(policy, foreign[0]))
         return
-    if container_state().get("unit_active") in RUNNING:
+    if not policy.restart_training and container_state().get("unit_active") in RUNNING:
         yield fail(
             f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
             "--data restart_training=true"
@@ -174,8 +176,8 @@ def container_destroyed(vmid: int, policy: RunPolicy, training: TrainingSettings
     """
     if policy.rebuild != "container":
         return
-    foreign = others(running_here(host, vmid, unit_file(training)))
-    if foreign and not policy.restart_training:
+    foreign = blocking(running_here(host, vmid, unit_file(training)), policy.restart_training)
+    if foreign:
         yield fail(refusal_line(policy, foreign[0]))
         return
     runner = f"pct exec {vmid} --"

@@ -18,7 +18,6 @@ from pyinfra.api import StringCommand, operation
 
 from ..plan.running_training import HAND, other_units, others, stop_by_hand_script
 from ..plan.unit import unit_file
-from ..run import adoption
 from ..settings import RunPolicy, TrainingSettings
 from .progress import unit_stop_detail, waiting_for, with_progress
 from .training import LEFTOVER_LOG
@@ -78,7 +77,6 @@ def training_taken_over(vmid: int, policy: RunPolicy, training: TrainingSettings
                 f"{training.stop_timeout_s} s, then SIGKILL",
             ),
         )
-    adoption.forget(host.state, host.name, vmid)
 
 
 __all__ = ["training_taken_over"]

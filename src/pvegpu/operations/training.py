@@ -27,7 +27,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import FactProcessError
 
 from ..facts.probe import parse_probe_output, probe_command
-from ..plan.running_training import others
+from ..plan.running_training import TRAINING, others
 from ..plan.unit import (
     RUNNING,
     build_env_path,
@@ -181,8 +181,10 @@ def live_build_and_unit(settings: Settings):
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
-    foreign = others(running_here(host, unit=unit_file(settings.training)))
-    if switch and foreign and not settings.policy.restart_training:
+    # asked now, not at preflight: a training started during the build is seen; after a
+    # takeover (restart_training=true) whatever still runs keeps its venv too
+    foreign = others(running_here(host, unit=unit_file(settings.training))) if switch else []
+    if foreign:
         # the build is built and verified beside it; what runs from venv_path is left alone
         venv = settings.python_env.venv_path
         wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
@@ -313,13 +315,22 @@ def unit_running(settings: Settings):
     """
     unit = unit_file(settings.training)
     state = container_state()
-    foreign = others(running_here(host, unit=unit))
-    if foreign and not settings.policy.restart_training:
-        # never a second trainer on the same GPUs and checkpoints, nor one at the next boot;
-        # a training pvegpu did not start is no leftover: nothing is cleared
-        if state.get("unit_enabled") != "enabled":
+    enable = state.get("unit_enabled") != "enabled"
+    start = state.get("unit_active") not in RUNNING
+    # asked now (a training may have started during the run, or outlived a takeover): never a
+    # second trainer on the same GPUs and checkpoints, nor one at the next boot; a training
+    # pvegpu did not start is no leftover: nothing is cleared
+    foreign = others(running_here(host, unit=unit)) if enable or start else []
+    if foreign:
+        if settings.policy.restart_training and foreign[0].kind == TRAINING:
+            yield fail(
+                f"{unit} not started: {foreign[0].what} ({foreign[0].named}) still runs after "
+                "the takeover; stop it, then run the deploy again"
+            )
+            return
+        if enable:
             wait_for(host, None, f"systemctl enable {unit}", foreign)
-        if state.get("unit_active") not in RUNNING:
+        if start:
             wait_for(host, None, f"the start of {unit}", foreign)
         return
     running_old = running_other_units(state.get("other_units"))

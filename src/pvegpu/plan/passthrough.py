@@ -29,7 +29,7 @@ from .lxc_raw import (
     raw_lxc_lines,
     rewrite_config,
 )
-from .running_training import Trainer, others
+from .running_training import UNKNOWN, Trainer, others
 from .unit import RUNNING
 
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
@@ -338,8 +338,8 @@ def restart_blocker(
     >>> restart_blocker(200, "t.service", {"unit_active": "inactive"}, ["x"]) is None
     True
     >>> restart_blocker(200, "t.service", {"unit_active": "inactive"}, ["x"],
-    ...                 [Trainer(42, "python t.py", "started by hand")]).split(", but ")[1][:49]
-    'the training (pid 42, started by hand) runs in it'
+    ...                 [Trainer(42, "python t.py", "started by hand")]).split(", but ")[1][:57]
+    'the running training (pid 42, started by hand) runs in it'
     """
     if live is None:
         return (
@@ -348,10 +348,17 @@ def restart_blocker(
             f"or pass --data restart_training=true"
         )
     foreign = others(trainers or [])
+    unknown = [t for t in foreign if t.kind == UNKNOWN]
+    if unknown:  # fail closed: consent cannot cover what could not be seen
+        return (
+            f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
+            f"whether a training runs in it is unknown ({unknown[0].reason}): nothing there "
+            f"is restarted until it can be read"
+        )
     if foreign:
         return (
             f"CT {vmid} must restart to get its GPUs right ({'; '.join(reasons)}), but "
-            f"the training ({foreign[0].named}) runs in it: stop it first, or pass --data "
+            f"{foreign[0].what} ({foreign[0].named}) runs in it: stop it first, or pass --data "
             f"restart_training=true"
         )
     if live.get("unit_active") in RUNNING:

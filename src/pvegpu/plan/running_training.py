@@ -1,25 +1,27 @@
 """Whether a training runs in a container, and which: the one notion every gate asks.
 
-A training runs in CT N when (any of):
+A training is a group of processes, not a command line (:mod:`pvegpu.plan.process_tree`): the
+processes of CT N that hold a GPU (the node's ``--query-compute-apps``, mapped to the container
+by ``/proc/<pid>/cgroup``: PVE's ``/lxc/<vmid>/...``) or run the training script however it is
+named (absolute or relative to their cwd, after a launcher: torchrun, ``-m
+torch.distributed.run``, accelerate, deepspeed, ``python -u``, a shell wrapper), with the
+launcher or wrapper above them and everything below. Also a training: any unit of the container
+that is activating (between restarts included), deactivating or reloading and whose
+``ExecStart`` runs the script, a launcher, or a program under the venvs or the training dir; and
+pvegpu's own unit in any running state. A group that holds a GPU but runs no training is "a GPU
+process" (a Jupyter kernel, an eval server): changes wait for it too, and it is called so.
 
-- pvegpu's training unit is in a running state there (active, activating, reloading,
-  deactivating), as the container's own view says;
-- a process of the container holds a training GPU (the node's ``--query-compute-apps``, mapped to
-  the container by its ``/proc/<pid>/cgroup``: PVE's ``/lxc/<vmid>/...``); another container's
-  process does not count, nor one that exited between nvidia-smi's list and the read (its
-  cgroup reads empty, the node probe leaves it out);
-- a process of the container runs the training script (``training_script`` after argv[0]),
-  whatever started it: by hand, tmux/screen, cron, another unit.
+Fail closed: when the container's view, its processes, its units or the node's GPU processes
+cannot be read, the answer is one training of kind "unknown", never none.
 
-Each is named by pid, command and what started it: the unit whose cgroup it is in, or
-"started by hand" (a login session's scope, a user manager's, the container's init).
-Read once per run from the node read (:mod:`pvegpu.probes.node_state`: ``compute_apps`` and each
-running container's ``processes``), so it costs no round trip of its own.
+Each is named by its root (launcher pid, or the unit), how many processes, what started it (the
+unit of its cgroup, or "started by hand": a login session's scope, tmux, cron ...).
 
->>> ct = {"live": {"unit_active": "inactive"}, "processes": [
-...     {"pid": 4242, "argv": ["/root/venv/bin/python", "/data/t.py"],
-...      "cgroup": "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope", "pgid": 4240}]}
->>> [t.named for t in running_training(200, ct, {}, "t.service")]
+>>> ct = {"exists": True, "status": "running", "live": {"unit_active": "inactive", "units": []},
+...       "processes": [{"pid": 4242, "ppid": 1, "argv": ["/root/venv/bin/python", "/data/t.py"],
+...       "cwd": "/", "cgroup": "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope"}]}
+>>> [t.named for t in running_training(200, ct, {"compute_apps": []}, "t.service",
+...                                    {"script": "/data/t.py"})]
 ['pid 4242, started by hand']
 """
 
@@ -30,15 +32,25 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from .process_tree import Group, groups, is_launcher, resolve, runs_script
 from .unit import RUNNING
 
 HAND = "started by hand"
+TRAINING = "training"
+GPU_PROCESS = "gpu process"
+UNKNOWN = "unknown"
+#: unit states in which a unit that is not ours counts as a training without a process seen
+TRANSITIONAL = ("activating", "deactivating", "reloading")
 
 
 @dataclass(frozen=True)
 class Trainer:
-    """One running training: its node pid (None: our unit runs, no process of it was seen), its
-    command, what started it (a unit name or :data:`HAND`), its process group, its GPUs."""
+    """One running training (or GPU process, or a state that could not be read): its root's
+    node pid (None: a unit with no process now, or unknown), its command, what started it (a
+    unit name or :data:`HAND`), whether it is pvegpu's own unit's, its root's process group, its
+    GPUs, every member's node pid, its kind, the unit that *is* it (stopped with `systemctl
+    stop`; None: a process tree, which a unit at most started), that unit's state, and, for
+    :data:`UNKNOWN`, what could not be read and what to check."""
 
     pid: int | None
     command: str
@@ -46,6 +58,11 @@ class Trainer:
     ours: bool = False
     pgid: int | None = None
     gpus: tuple[int, ...] = field(default=())
+    members: tuple[int, ...] = field(default=())
+    kind: str = TRAINING
+    unit: str | None = None
+    state: str | None = None
+    reason: str = ""
 
     @property
     def how(self) -> str:
@@ -58,10 +75,60 @@ class Trainer:
 
         >>> Trainer(None, "t.service", "t.service", ours=True).named
         't.service running'
+        >>> Trainer(7, "torchrun t.py", HAND, members=(7, 8, 9)).named
+        'pid 7, started by hand, 3 processes'
+        >>> Trainer(None, "?", "?", kind=UNKNOWN, reason="CT 200's view could not be read").named
+        "state unknown: CT 200's view could not be read"
         """
+        if self.kind == UNKNOWN:
+            return f"state unknown: {self.reason}"
         if self.pid is None:
-            return f"{self.started_by} running"
-        return f"pid {self.pid}, {self.how}"
+            return f"{self.started_by} {self.state or 'running'}"
+        more = f", {len(self.members)} processes" if len(self.members) > 1 else ""
+        return f"pid {self.pid}, {self.how}{more}"
+
+    @property
+    def what(self) -> str:
+        """What the lines call it: ``the running training``, ``a GPU process``, ...
+
+        >>> Trainer(1, "jupyter", HAND, kind=GPU_PROCESS).what
+        'a GPU process'
+        """
+        return {
+            GPU_PROCESS: "a GPU process",
+            UNKNOWN: "a training that may run",
+        }.get(self.kind, "the running training")
+
+    @property
+    def fix(self) -> str:
+        """What makes the changes that wait go ahead.
+
+        >>> Trainer(1, "python t.py", HAND).fix
+        'rerun with --data restart_training=true to apply them'
+        """
+        if self.kind == GPU_PROCESS:
+            return (
+                "it is not a training, so pvegpu never stops it: end it (or free its GPU) "
+                "and run the deploy again"
+            )
+        if self.kind == UNKNOWN:
+            return "check that, then run the deploy again (nothing is changed under it)"
+        return "rerun with --data restart_training=true to apply them"
+
+
+def match_of(training, python_env) -> dict:
+    """What identifies a training beyond the GPUs it holds: the training script, and the paths
+    a unit's command under them makes the unit a training (the venvs, the training dir).
+
+    >>> from pvegpu.settings import Settings, defaults
+    >>> s = Settings.from_data(defaults())
+    >>> match_of(s.training, s.python_env)["paths"]
+    ['/root/venv', '/root/venvs', '/data/dflash']
+    """
+    return {
+        "script": training.script,
+        "paths": [python_env.venv_path, python_env.venvs_dir, training.workdir],
+    }
 
 
 def container_path(cgroup: str, vmid: int) -> str | None:
@@ -122,58 +189,148 @@ def _command(argv, fallback: str) -> str:
     return " ".join(argv) if isinstance(argv, list) and argv else fallback
 
 
+def unreadable(vmid: int, ct: dict, node: dict) -> list[str]:
+    """What of a running container's state could not be read (empty: all of it was).
+
+    >>> unreadable(200, {"status": "running", "live": None}, {"compute_apps": []})[0][:40]
+    "CT 200's own view could not be read (pct"
+    """
+    why = []
+    if ct.get("status") not in ("running", "stopped"):
+        why.append(f"CT {vmid}'s status could not be read (`pct status {vmid}` on the node)")
+        return why
+    live = ct.get("live")
+    if live is None:
+        why.append(
+            f"CT {vmid}'s own view could not be read (pct exec {vmid} failed or timed out: "
+            f"check that `pct exec {vmid} -- true` answers on the node)"
+        )
+    elif live.get("units") is None:
+        why.append(
+            f"CT {vmid}'s units could not be read ({live.get('units_error') or 'systemctl'}: "
+            f"check `pct exec {vmid} -- systemctl status`)"
+        )
+    if ct.get("processes") is None:
+        why.append(
+            f"CT {vmid}'s processes could not be read on the node "
+            f"({ct.get('processes_error') or 'no list'})"
+        )
+    if node.get("compute_apps") is None:
+        why.append(
+            "the node's GPU processes could not be read (`nvidia-smi --query-compute-apps=pid` "
+            "on the node failed)"
+        )
+    return why
+
+
+def held_by_pid(vmid: int, node: dict) -> tuple[dict[int, tuple[int, ...]], list[dict]]:
+    """({node pid: GPU indexes} of this container's compute processes, their node rows)."""
+    index = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
+    held: dict[int, set] = {}
+    rows = []
+    for app in node.get("compute_apps") or []:
+        if container_path(app.get("cgroup") or "", vmid) is None or app.get("pid") is None:
+            continue
+        gpu = index.get(app.get("gpu_uuid"))
+        held.setdefault(int(app["pid"]), set()).update([gpu] if gpu is not None else [])
+        rows.append(app)
+    return {pid: tuple(sorted(g)) for pid, g in held.items()}, rows
+
+
+def _trainer(group: Group, proc: dict, vmid: int, own: set[str]) -> Trainer:
+    path = container_path(proc.get("cgroup") or "", vmid) or ""
+    by = started_by(path)
+    return Trainer(
+        group.root,
+        _command(proc.get("argv"), "?"),
+        by,
+        by in own,
+        proc.get("pgid"),
+        group.gpus,
+        group.members,
+        TRAINING if group.training else GPU_PROCESS,
+        by if by != HAND and group.top else None,
+    )
+
+
+def unit_runs_training(unit: dict, match: dict) -> bool:
+    """Whether a unit's ``ExecStart`` runs the training: the script (relative to its
+    WorkingDirectory), a launcher, or a program or argument under one of ``match["paths"]``.
+
+    >>> unit_runs_training({"exec": [["/bin/bash", "/data/dflash/run.sh"]], "wd": None},
+    ...                    {"script": "/data/dflash/train.py", "paths": ["/data/dflash"]})
+    True
+    """
+    for argv in unit.get("exec") or []:
+        if runs_script(argv, unit.get("wd"), match.get("script")) or is_launcher(argv):
+            return True
+        for word in argv:
+            path = resolve(word, unit.get("wd")) if not word.startswith("-") else None
+            if path and any(under(path, p) for p in match.get("paths") or []):
+                return True
+    return False
+
+
+def under(path: str, top: str) -> bool:
+    """``path`` is ``top`` or inside it.
+
+    >>> under("/root/venv/bin/python", "/root/venv"), under("/root/venvs", "/root/venv")
+    (True, False)
+    """
+    top = top.rstrip("/")
+    return path == top or path.startswith(top + "/")
+
+
 def running_training(
-    vmid: int, ct: dict, node: dict, unit: str, training_gpus=None
+    vmid: int, ct: dict, node: dict, unit: str, match: dict | None = None
 ) -> list[Trainer]:
-    """Every training running in container ``vmid``, by pid (our unit's without a process seen
-    last). ``ct`` is the node read's entry for it, ``node`` the node read (its ``gpus`` and
-    ``compute_apps``), ``unit`` pvegpu's training unit, ``training_gpus`` the node GPU indexes
-    that count (None: all).
+    """Every training (or GPU process) running in container ``vmid``, by root pid; then units
+    between runs; then pvegpu's own unit when it runs with no process seen. ``ct`` is the node
+    read's entry for it (``ct_detail="full"``), ``node`` the node read (its ``gpus`` and
+    ``compute_apps``), ``unit`` pvegpu's training unit, ``match``: :func:`match_of`. A state that
+    could not be read is one :data:`UNKNOWN` trainer.
 
     >>> node = {"gpus": [{"index": 0, "uuid": "GPU-a"}], "compute_apps": [
     ...     {"pid": 7, "gpu_uuid": "GPU-a", "argv": ["python", "x.py"],
     ...      "cgroup": "0::/lxc/201/ns/init.scope"}]}
-    >>> running_training(200, {}, node, "t.service")  # another container's
+    >>> running_training(200, {"exists": True, "status": "stopped"}, node, "t.service")
     []
     """
-    index = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
+    if not ct or ct.get("exists") is False or ct.get("status") == "stopped":
+        return []
+    match = match or {}
+    why = unreadable(vmid, ct, node)
+    if why:
+        return [Trainer(None, "?", "?", kind=UNKNOWN, reason="; ".join(why))]
+    live = ct.get("live") or {}
     # pvegpu's own units: this one, and one left under an earlier training_unit_name (its
     # marker, the container's view): those follow the renamed-unit rules, not a takeover
-    own = {unit, *((ct.get("live") or {}).get("other_units") or {})}
-    found: dict[int, Trainer] = {}
-    for app in node.get("compute_apps") or []:
-        path = container_path(app.get("cgroup") or "", vmid)
-        gpu = index.get(app.get("gpu_uuid"))
-        if path is None or app.get("pid") is None:
+    own = {unit, *(live.get("other_units") or {})}
+    held, rows = held_by_pid(vmid, node)
+    procs = ct.get("processes") or []
+    by_pid = {int(p["pid"]): p for p in procs}
+    found = [
+        _trainer(g, by_pid[g.root], vmid, own) for g in groups(procs, held, match.get("script"))
+    ]
+    seen = {m for t in found for m in t.members}
+    for app in rows:  # a GPU process the scan did not see (it started after it)
+        if int(app["pid"]) not in seen:
+            group = Group(int(app["pid"]), (int(app["pid"]),), held[int(app["pid"])], False)
+            found.append(_trainer(group, app, vmid, own))
+            seen.add(int(app["pid"]))
+    found.sort(key=lambda t: t.pid or 0)
+    units = {t.started_by for t in found}
+    for u in live.get("units") or []:
+        if u["id"] in own or u["id"] in units or u.get("active") not in TRANSITIONAL:
             continue
-        if training_gpus is not None and gpu not in training_gpus:
-            continue
-        pid = int(app["pid"])
-        have = found.get(pid)
-        gpus = tuple(sorted({*(have.gpus if have else ()), *([gpu] if gpu is not None else [])}))
-        by = started_by(path)
-        command = _command(app.get("argv"), app.get("cmdline") or app.get("name") or "?")
-        found[pid] = Trainer(pid, command, by, by in own, None, gpus)
-    for proc in ct.get("processes") or []:
-        path = container_path(proc.get("cgroup") or "", vmid)
-        if path is None:
-            continue
-        pid = int(proc["pid"])
-        by = started_by(path)
-        have = found.get(pid)
-        found[pid] = Trainer(
-            pid,
-            _command(proc.get("argv"), "?"),
-            by,
-            by in own,
-            proc.get("pgid"),
-            have.gpus if have else (),
-        )
-    trainers = [found[p] for p in sorted(found)]
-    active = (ct.get("live") or {}).get("unit_active")
-    if active in RUNNING and not any(t.ours for t in trainers):
-        trainers.append(Trainer(None, unit, unit, ours=True))
-    return trainers
+        if unit_runs_training(u, match):
+            command = " ".join((u.get("exec") or [["?"]])[0])
+            state = f"{u['active']} ({u.get('sub')})" if u.get("sub") else u["active"]
+            found.append(Trainer(None, command, u["id"], unit=u["id"], state=state))
+    active = live.get("unit_active")
+    if active in RUNNING and not any(t.ours for t in found):
+        found.append(Trainer(None, unit, unit, ours=True, unit=unit))
+    return found
 
 
 def others(trainers: list[Trainer]) -> list[Trainer]:
@@ -185,13 +342,28 @@ def others(trainers: list[Trainer]) -> list[Trainer]:
     return [t for t in trainers if not t.ours]
 
 
-def other_units(trainers: list[Trainer]) -> list[str]:
-    """The units (not pvegpu's) that run a training: stopped and disabled at a takeover.
+def blocking(trainers: list[Trainer], consent: bool) -> list[Trainer]:
+    """The trainings a disruptive change must wait for: every one pvegpu's unit does not run,
+    unless ``consent`` (restart_training=true) covers it; consent never covers a state that
+    could not be read, nor a GPU process that is not a training (pvegpu never stops those).
 
-    >>> other_units([Trainer(2, "b", HAND), Trainer(3, "c", "train.service")])
+    >>> t = [Trainer(1, "python t.py", HAND), Trainer(2, "jupyter", HAND, kind=GPU_PROCESS)]
+    >>> [x.pid for x in blocking(t, False)], [x.pid for x in blocking(t, True)]
+    ([1, 2], [2])
+    """
+    return [t for t in others(trainers) if not consent or t.kind != TRAINING]
+
+
+def other_units(trainers: list[Trainer]) -> list[str]:
+    """The units (not pvegpu's) that *are* a training: stopped and disabled at a takeover. A
+    unit that only started one (cron, ssh, a login: the training's root is below a starter in
+    its cgroup) is not among them.
+
+    >>> other_units([Trainer(2, "b", HAND), Trainer(3, "c", "train.service", unit="train.service"),
+    ...              Trainer(4, "python t.py", "cron.service")])
     ['train.service']
     """
-    return sorted({t.started_by for t in others(trainers) if t.started_by != HAND})
+    return sorted({t.unit for t in others(trainers) if t.unit and t.kind == TRAINING})
 
 
 def summary_line(node: str, waiting: int, trainer: Trainer) -> str:
@@ -203,8 +375,8 @@ def summary_line(node: str, waiting: int, trainer: Trainer) -> str:
     hand): rerun with --data restart_training=true to apply them'
     """
     return (
-        f"pvegpu: {node}: converged; {waiting} changes wait for the running training "
-        f"({trainer.named}): rerun with --data restart_training=true to apply them"
+        f"pvegpu: {node}: converged; {waiting} changes wait for {trainer.what} "
+        f"({trainer.named}): {trainer.fix}"
     )
 
 
@@ -214,7 +386,7 @@ def waiting_line(vmid: int, change: str, trainer: Trainer) -> str:
     >>> waiting_line(200, "pct set 200 --swap 0", Trainer(4242, "python t.py", HAND))
     'CT 200: pct set 200 --swap 0 waits for the running training (pid 4242, started by hand)'
     """
-    return f"CT {vmid}: {change} waits for the running training ({trainer.named})"
+    return f"CT {vmid}: {change} waits for {trainer.what} ({trainer.named})"
 
 
 def _log_command(trainer: Trainer, vmid: int, sig: str, log: str) -> str:

@@ -43,6 +43,13 @@ for f in /etc/systemd/system/*.service; do
   case $(head -n1 "$f") in "%(marker)s"*) n=${f##*/}
     echo "other $n $(systemctl is-active "$n" 2>/dev/null)";; esac
 done
+if [ -d /run/systemd/system ]; then
+  o=$(systemctl show --no-pager '*.service' '*.timer' \
+    -p Id,ActiveState,SubState,UnitFileState,ExecStart,WorkingDirectory,Triggers 2>&1)
+  rc=$?; printf '%%s\n' "$o" | sed 's/^/sd /'; echo "sd-rc $rc"
+fi
+for f in /etc/crontab /etc/cron.d/* /var/spool/cron/crontabs/*; do
+  [ -f "$f" ] && grep -s '^[[:space:]]*@reboot' "$f" | sed "s|^|cron $f |"; done
 echo "df $(df -Pk / 2>/dev/null | tail -n 1)"
 [ -d %(build)s ] && echo "build yes"
 echo "end"
@@ -165,6 +172,47 @@ def split_reads(out):
     return view, reads
 
 
+def exec_argvs(value):
+    """The argv of each command of a unit's ``ExecStart=`` as `systemctl show` prints it
+    (``{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 /t.py --x ; ignore_errors=no ; ... }``;
+    systemd joins argv with spaces, so an argument holding a space reads as two words)."""
+    found = []
+    for part in value.split("{ path=")[1:]:
+        _, _, rest = part.partition(" ; argv[]=")
+        argv, sep, _ = rest.rpartition(" ; ignore_errors=")
+        if sep:
+            found.append(argv.split())
+    return found
+
+
+def parse_units(lines):
+    """[{id, active, sub, file_state, exec: [argv, ...], wd, triggers}] from `systemctl show -p
+    Id,ActiveState,SubState,UnitFileState,ExecStart,WorkingDirectory,Triggers` (blocks of
+    key=value lines separated by blank lines; ``WorkingDirectory=!/d`` and ``-/d``: /d, missing
+    allowed)."""
+    units, block = [], {}
+    for line in [*lines, ""]:
+        key, sep, value = line.partition("=")
+        if sep:
+            block[key] = value
+            continue
+        if block.get("Id"):
+            wd = block.get("WorkingDirectory", "").lstrip("!-") or None
+            units.append(
+                {
+                    "id": block["Id"],
+                    "active": block.get("ActiveState") or None,
+                    "sub": block.get("SubState") or None,
+                    "file_state": block.get("UnitFileState") or None,
+                    "exec": exec_argvs(block.get("ExecStart", "")),
+                    "wd": "/root" if wd == "~" else wd,
+                    "triggers": block.get("Triggers", "").split(),
+                }
+            )
+        block = {}
+    return units
+
+
 def container_view(proc):
     """(status, the container's own view, its reads) from a started view."""
     code, out, err = finish_view(proc)
@@ -185,8 +233,18 @@ def container_view(proc):
         "toolchain": {"cc": None, "cc_version": None, "python": None, "python_h": False},
         "root_free_kib": None,
         "build_present": False,
+        # the container's units (its systemd's view; [] without systemd as PID 1) and @reboot
+        # cron lines: what runs or would start a training (pvegpu.plan.running_training)
+        "systemd": False,
+        "units": [],
+        "units_error": None,
+        "crons": [],
     }
+    sd_lines = []
     for line in view_lines:
+        if line.startswith("sd "):
+            sd_lines.append(line[3:])
+            continue
         tag, _, rest = line.partition(" ")
         if tag == "module":
             view["driver_version"] = module_version(rest)
@@ -218,7 +276,20 @@ def container_view(proc):
             parts = rest.split()
             if len(parts) >= 6 and parts[-3].isdigit():
                 view["root_free_kib"] = int(parts[-3])
+        elif tag == "sd-rc":
+            view["systemd"] = True
+            if rest.strip() != "0":
+                view["units_error"] = (
+                    f"systemctl show exited {rest.strip()}: " + " ".join(sd_lines)[:200]
+                )
+        elif tag == "cron":
+            path, _, entry = rest.partition(" ")
+            view["crons"].append({"file": path, "line": entry.strip()})
         elif tag == "other":
             name, _, active = rest.partition(" ")
             view["other_units"][name] = active.strip() or None
+    if view["systemd"] and not view["units_error"]:
+        view["units"] = parse_units(sd_lines)
+    elif view["units_error"]:
+        view["units"] = None
     return "running", view, reads

@@ -5,8 +5,7 @@
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
 #  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service",
-#  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]},
-#  "training_script": "/data/dflash/train.py"}
+#  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]}}
 #
 # ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
 # node): "none" reads only its config file; "status" adds `pct status`; "full" runs ONE `pct exec`
@@ -145,29 +144,33 @@ def exiting(pid):
 
 
 def compute_apps():
+    """[{pid, name, gpu_uuid, used_mib, cmdline, argv, cgroup}] of every compute process on the
+    node's GPUs (node pids); None when nvidia-smi could not say (a failed query is never "no
+    process": the callers fail closed)."""
     code, out, _ = run(SMI_APPS)
+    if code != 0:
+        return None
     apps = []
-    if code == 0:
-        for line in out.strip().splitlines():
-            cells = [c.strip() for c in line.split(",", 3)]
-            if len(cells) == 4 and cells[0].isdigit():
-                raw = read(f"/proc/{cells[0]}/cmdline")
-                if not raw and exiting(cells[0]):
-                    continue  # it exited since nvidia-smi listed it: its contexts go with it
-                cmdline = raw.replace("\0", " ").strip()
-                apps.append(
-                    {
-                        "pid": int(cells[0]),
-                        "name": cells[3],
-                        "gpu_uuid": cells[2],
-                        "used_mib": int(cells[1]) if cells[1].isdigit() else None,
-                        "cmdline": cmdline,
-                        # exact argv (the verify stage matches the training command on it)
-                        "argv": raw.split("\0")[:-1] if raw else [],
-                        # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
-                        "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip(),
-                    }
-                )
+    for line in out.strip().splitlines():
+        cells = [c.strip() for c in line.split(",", 3)]
+        if len(cells) == 4 and cells[0].isdigit():
+            raw = read(f"/proc/{cells[0]}/cmdline")
+            if not raw and exiting(cells[0]):
+                continue  # it exited since nvidia-smi listed it: its contexts go with it
+            cmdline = raw.replace("\0", " ").strip()
+            apps.append(
+                {
+                    "pid": int(cells[0]),
+                    "name": cells[3],
+                    "gpu_uuid": cells[2],
+                    "used_mib": int(cells[1]) if cells[1].isdigit() else None,
+                    "cmdline": cmdline,
+                    # exact argv (the verify stage matches the training command on it)
+                    "argv": raw.split("\0")[:-1] if raw else [],
+                    # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
+                    "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip(),
+                }
+            )
     return apps
 
 
@@ -333,7 +336,7 @@ def container(vmid, detail, unit, view=None):
         status = out.strip().split(":")[-1].strip() if code == 0 else "unknown"
     info["status"] = status
     if detail == "full" and status == "running":
-        info["processes"] = container_processes(vmid, A.get("training_script"))
+        info["processes"], info["processes_error"] = container_processes_or_error(vmid)
         info["memory_current"] = memory_current(vmid)
     return info
 
@@ -341,31 +344,63 @@ def container(vmid, detail, unit, view=None):
 LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"
 
 
-def container_processes(vmid, script):
-    """Node processes of container ``vmid`` (their cgroup, PVE's /lxc/<vmid>/...) whose argv
-    names the training script after argv[0], whatever started them: pid (the node's), argv,
-    cgroup, pgid (the node's: a process group is ended as a whole). A process that exits
-    during the scan is left out."""
+def proc_fields(pid):
+    """pid's state, ppid, process group, session and start time (/proc/<pid>/stat, fields 3-6
+    and 22: counted after the ")" that ends the command name, which may hold spaces), its
+    innermost pid (NSpid: its pid in the container), or None when it is gone or a zombie."""
+    stat = read(f"/proc/{pid}/stat")
+    if not stat or ")" not in stat:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
+        return None
+    nspid = None
+    for line in (read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("NSpid:") and line.split()[1:]:
+            nspid = int(line.split()[-1])
+    return {
+        "state": fields[0],
+        "ppid": int(fields[1]),
+        "pgid": int(fields[2]),
+        "sid": int(fields[3]),
+        "start": int(fields[19]),
+        "ct_pid": nspid,
+    }
+
+
+def container_processes(vmid):
+    """Every process of container ``vmid`` (its cgroup, PVE's /lxc/<vmid>/..., lxc's monitor
+    left out) as the node sees it: node pid, ppid, process group, session, state, start time,
+    its pid in the container, argv, working directory (as the container names it: readlink of
+    /proc/<pid>/cwd gives the path in the process's own mount namespace) and cgroup. Who is a
+    training is decided on the controller (pvegpu.plan.running_training), from the whole tree:
+    a launcher's workers, a wrapper loop, a unit between restarts. A process that exits during
+    the scan is left out."""
     found = []
-    if not script:
-        return found
     mine = re.compile(LXC_CGROUP.format(vmid=vmid), re.M)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         cgroup = read(f"/proc/{pid}/cgroup") or ""
         if not mine.search(cgroup) or "/lxc.monitor" in cgroup:
             continue
         raw = read(f"/proc/{pid}/cmdline") or ""
+        fields = proc_fields(pid)
+        if fields is None:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = None
         argv = raw.split("\0")[:-1] if raw else []
-        stat = read(f"/proc/{pid}/stat")
-        if script not in argv[1:] or stat is None:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if fields[0] in ("Z", "X", "x"):
-            continue
-        found.append(
-            {"pid": int(pid), "argv": argv, "cgroup": cgroup.strip(), "pgid": int(fields[2])}
-        )
+        found.append(dict(fields, pid=int(pid), argv=argv, cwd=cwd, cgroup=cgroup.strip()))
     return found
+
+
+def container_processes_or_error(vmid):
+    """(processes, None) or (None, why they could not be read): unreadable is never "none"."""
+    try:
+        return container_processes(vmid), None
+    except Exception as e:  # noqa: BLE001 - any failure of the scan: the caller fails closed
+        return None, f"the node's /proc could not be scanned: {e}"
 
 
 def memory_current(vmid):
@@ -453,7 +488,8 @@ doc = {
     "driver_version_smi": smi_driver,
     "gpus": gpu_rows,
     "gpu_error": gpu_error,
-    "compute_apps": compute_apps() if gpu_rows is not None else [],
+    # None: unknown (nvidia-smi failed), never "no process"
+    "compute_apps": compute_apps() if gpu_rows is not None else None,
     "devices": devices(),
     "majors": char_majors(),  # every character major by driver name
     "containers": {

@@ -26,13 +26,20 @@ doc["cuda"] = torch.version.cuda
 # GPUs (UUIDs, no "GPU-", lower case; "*": all) a training holds: no CUDA context there
 # (identity from cudaGetDeviceProperties, which needs none; free memory from nvidia-smi)
 no_context = {u for u in os.environ.get("PVEGPU_NO_CONTEXT", "").split(",") if u}
+# the GPUs that MAY take a context (None: any not in no_context): the verification probe's
+# allowlist, so a GPU it did not name (unreported, unreadable) never gets one
+context_ok = None
+if "PVEGPU_CONTEXT_OK" in os.environ:
+    context_ok = {u for u in os.environ["PVEGPU_CONTEXT_OK"].split(",") if u}
 if os.environ.get("PVEGPU_CUDA_GATE") == "1":
     # started beside nvidia-smi (the verification probe): no CUDA call, so no context of this
     # process in its memory figures, before it has answered and the probe says go (JSON: the
-    # GPUs to leave alone)
+    # GPUs to leave alone, the GPUs that may take one); no answer: no context anywhere
     go = sys.stdin.readline().strip()
-    if go.startswith("{"):
-        no_context |= set(json.loads(go).get("no_context") or [])
+    answer = json.loads(go) if go.startswith("{") else {"context_ok": []}
+    no_context |= set(answer.get("no_context") or [])
+    if answer.get("context_ok") is not None:
+        context_ok = set(answer["context_ok"])
 
 
 def short_uuid(uuid):
@@ -75,8 +82,13 @@ if available:
                     "sm_count": getattr(p, "multi_processor_count", None),
                 }
             )
-            if "*" in no_context or dev["uuid"] and short_uuid(dev["uuid"]) in no_context:
-                dev["context"] = False  # a training holds it: free memory from nvidia-smi
+            u = short_uuid(dev["uuid"]) if dev["uuid"] else None
+            if (
+                "*" in no_context
+                or u in no_context
+                or (context_ok is not None and u not in context_ok)
+            ):
+                dev["context"] = False  # in use (or unknown): free memory from nvidia-smi
                 dev["free_mib"] = None
             else:  # cudaMemGetInfo needs (makes) this process's context on the device
                 free, total = torch.cuda.mem_get_info(i)

@@ -1,8 +1,11 @@
-# The GPUs a running training holds, decided in the container before the verification probe's
-# first CUDA call (sent in front of probes/verification.py; stdlib only). A CUDA context costs
-# device memory (docs/real-tools.md), so the probe makes none there. The node's compute-apps list
-# is read beside this probe, not before, and NVML lists no process inside the container: so, a
-# training runs here (unit active or the training command) and the GPU has memory in use.
+# Which GPUs the verification probe may make a CUDA context on, decided in the container before
+# its first CUDA call (sent in front of probes/verification.py; stdlib only). A CUDA context costs
+# device memory (300-500 MiB: docs/real-tools.md), so the probe makes none on a GPU anyone uses:
+# one with memory in use (memory.used is device-wide: the node's, a neighbour container's and
+# this container's processes all count), one with a compute process of this container (NVML lists
+# this container's own processes by their pid here, from driver 535.113.01), one nvidia-smi did
+# not report, and every GPU when nvidia-smi could not be read. Fail closed: the probe is given
+# the GPUs that may take a context (an allowlist), never the ones that may not.
 # tests/unit/test_training_held.py; the controller's view: pvegpu.verification.training_gpus.
 import os
 
@@ -44,12 +47,25 @@ def training_pids(matcher, proc="/proc"):
 
 def used_by_uuid(text):
     """{short uuid: MiB} from ``nvidia-smi --query-gpu=uuid,memory.used`` (csv, noheader,
-    nounits); unreadable rows left out."""
+    nounits); a row whose figure is not a number ([N/A], [Unknown Error]) is None."""
     found = {}
     for line in (text or "").splitlines():
-        uuid, _, used = line.partition(",")
-        if short_uuid(uuid) and used.strip().isdigit():
-            found[short_uuid(uuid)] = int(used)
+        uuid, sep, used = line.partition(",")
+        if sep and short_uuid(uuid):
+            found[short_uuid(uuid)] = int(used) if used.strip().isdigit() else None
+    return found
+
+
+def apps_by_uuid(text, own_pid=None):
+    """{short uuid: [pid, ...]} from ``nvidia-smi --query-compute-apps=gpu_uuid,pid`` (csv,
+    noheader, nounits) run in the container: its own compute processes, by their pid here
+    (``own_pid``, this probe, left out)."""
+    found = {}
+    for line in (text or "").splitlines():
+        uuid, _, pid = line.partition(",")
+        pid = pid.strip()
+        if short_uuid(uuid) and pid.isdigit() and int(pid) != own_pid:
+            found.setdefault(short_uuid(uuid), []).append(int(pid))
     return found
 
 
@@ -58,16 +74,45 @@ def training_running(unit_active, pids):
     return unit_active in UNIT_RUNNING or bool(pids)
 
 
+def held_why(used, apps, floor=CONTEXT_FLOOR_MIB):
+    """{short uuid: why no CUDA context may be made there} of every GPU nvidia-smi reported
+    (``used``: :func:`used_by_uuid`; ``apps``: :func:`apps_by_uuid`); None for either: it could
+    not be read, and the caller makes no context anywhere."""
+    why = {}
+    for uuid, mib in (used or {}).items():
+        if mib is None:
+            why[uuid] = "memory in use unknown (nvidia-smi printed no figure)"
+        elif (apps or {}).get(uuid):
+            pids = ", ".join(str(p) for p in apps[uuid])
+            why[uuid] = f"compute process of this container (pid {pids})"
+        elif mib >= floor:
+            why[uuid] = f"{mib} MiB in use (another process, a neighbour container or the node)"
+    return why
+
+
+def context_ok(used, apps, floor=CONTEXT_FLOOR_MIB):
+    """Short UUIDs (sorted) of the GPUs that may take a CUDA context: reported by nvidia-smi,
+    with less than ``floor`` MiB in use and no compute process; none when either read failed."""
+    if used is None or apps is None:
+        return []
+    why = held_why(used, apps, floor)
+    return sorted(u for u in used if u not in why)
+
+
 def held_gpus(running, used, floor=CONTEXT_FLOOR_MIB):
-    """Short UUIDs (sorted) with ``floor`` MiB or more in use while a training runs; else none."""
-    return sorted(u for u, mib in used.items() if mib >= floor) if running else []
+    """Short UUIDs (sorted) with ``floor`` MiB or more in use (or no figure), whether or not a
+    training runs here (``running`` is kept for the report only)."""
+    return sorted(u for u, mib in (used or {}).items() if mib is None or mib >= floor)
 
 
-def compile_refusal(held, consent):
-    """The line that refuses verify_level=compile beside a training (None: it may run)."""
-    if not held or consent:
+def compile_refusal(held, consent=False):
+    """The line that refuses verify_level=compile while any GPU is in use (None: it may run):
+    it compiles and allocates on every GPU, so it runs only where nothing holds a GPU."""
+    if not held:
         return None
     return (
-        f"verify_level=compile: refused on {len(held)} GPU(s) held by the running training "
-        "(it compiles and allocates on every GPU: a check for a stopped stack)"
+        f"verify_level=compile: refused, {len(held)} GPU(s) in use (a training, another "
+        "process, a neighbour container or the node): it compiles and allocates on every GPU; "
+        "run it on a stopped stack (deploy.py --data restart_training=true stops pvegpu's unit "
+        "for it)"
     )

@@ -84,14 +84,14 @@ def start_torch(python):
         return None
 
 
-def finish_torch(proc, timeout, no_context=()):
-    """Let the started torch_inner go on to its CUDA calls, none on the GPUs ``no_context``
-    (short UUIDs); its document (as run_inner's)."""
+def finish_torch(proc, timeout, context_ok=()):
+    """Let the started torch_inner go on to its CUDA calls, on the GPUs ``context_ok`` (short
+    UUIDs) only; its document (as run_inner's)."""
     if proc is None:
-        env = {"PVEGPU_NO_CONTEXT": ",".join(no_context)}
+        env = {"PVEGPU_CONTEXT_OK": ",".join(context_ok)}
         return run_inner(python, A["torch_inner"], timeout=timeout, extra_env=env)
     try:
-        go = json.dumps({"no_context": list(no_context)}) + "\n"
+        go = json.dumps({"context_ok": list(context_ok)}) + "\n"
         out, err = proc.communicate(go, timeout=timeout)
         r = {"rc": proc.returncode, "stdout": out, "stderr": err}
     except subprocess.TimeoutExpired:
@@ -166,6 +166,12 @@ def pip_check_argv(uv, python):
 SMI = ["nvidia-smi", "--query-gpu=" + A["smi_query"], "--format=csv,noheader,nounits"]
 # memory in use per GPU, before any CUDA call of this probe: which GPUs a training here holds
 SMI_USED = ["nvidia-smi", "--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits"]
+# this container's own compute processes, by their pid here (NVML from driver 535.113.01)
+SMI_OWN_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid",
+    "--format=csv,noheader,nounits",
+]
 UV_ENV = {**os.environ, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
 if A.get("read_only"):
     # verify.py changes nothing: uv keeps what it learns of an interpreter in its cache, keyed by
@@ -183,7 +189,9 @@ checks_packages = present and bool(uv) and os.path.exists(uv)
 # is collected before torch makes a CUDA call: its memory figures must not count the torch
 # probe's own contexts.
 torch_proc = start_torch(python) if present else None
-start_early(SMI, SMI_USED, *([unit_argv(A["unit_name"])] if A.get("unit_name") else []))
+start_early(
+    SMI, SMI_USED, SMI_OWN_APPS, *([unit_argv(A["unit_name"])] if A.get("unit_name") else [])
+)
 if checks_packages:
     start_early(pip_check_argv(uv, python), env=UV_ENV)
 # the venv's files are read while those commands run
@@ -210,20 +218,36 @@ doc = {
 
 
 def beside_training():
-    """Whether a training runs here, and the GPUs it holds (probes/training_held.py)."""
+    """Which GPUs may take a CUDA context (probes/training_held.py), and why the others may
+    not; whether a training runs here (the report's)."""
     pids = training_pids(A.get("training_matcher"))  # noqa: F821
     running = training_running((doc["unit"] or {}).get("active"), pids)  # noqa: F821
     rc, out, _ = run(SMI_USED)
-    used = used_by_uuid(out) if rc == 0 else {}  # noqa: F821
-    held = held_gpus(running, used)  # noqa: F821
-    return {"running": running, "pids": pids, "used_mib": used, "held": held}
+    used = used_by_uuid(out) if rc == 0 else None  # noqa: F821
+    rc, out, _ = run(SMI_OWN_APPS)
+    apps = apps_by_uuid(out, os.getpid()) if rc == 0 else None  # noqa: F821
+    ok = context_ok(used, apps)  # noqa: F821
+    why = held_why(used, apps)  # noqa: F821
+    if used is None or apps is None:
+        why["*"] = "nvidia-smi in the container could not be read: no CUDA context anywhere"
+    return {
+        "running": running,
+        "pids": pids,
+        "used_mib": used,
+        "apps": apps,
+        "context_ok": ok,
+        "held": sorted(u for u in why if u != "*") if "*" not in why else ["*"],
+        "held_why": why,
+    }
 
 
 doc["beside_training"] = beside_training()
 held = doc["beside_training"]["held"]
 if doc["present"]:
     # nvidia-smi has answered: its figures hold no context of this probe
-    doc["torch"] = finish_torch(torch_proc, A.get("timeout", 600), held)
+    doc["torch"] = finish_torch(
+        torch_proc, A.get("timeout", 600), doc["beside_training"]["context_ok"]
+    )
     doc["packages"] = listing
     try:
         doc["marker"] = json.loads(marker) if marker else None

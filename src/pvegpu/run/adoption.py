@@ -1,9 +1,13 @@
-"""The trainings running in each container, read once per run, and the changes that wait for
-them (:mod:`pvegpu.plan.running_training`): every gate asks here, the summary reports here.
+"""The trainings running in each container, from the node read every gate is given, and the
+changes that wait for them (:mod:`pvegpu.plan.running_training`): every gate asks here, the
+summary reports here.
+
+Nothing is kept between reads: each gate decides from the node read that is current when it
+asks (pvegpu.operations.training_gate reads the node again when any operation ran since).
 
 .. code:: python
 
-    trainers = running_in(state, "pve1", 200, node_doc, "dflash-train.service")
+    trainers = running_in("pve1", 200, node_doc, "dflash-train.service", match)
     if others(trainers) and not restart_training:
         record_wait(state, "pve1", 200, "the venv switch", others(trainers)[0])
 """
@@ -14,22 +18,13 @@ from ..plan.running_training import Trainer, running_training, waiting_line
 from .run_context import run_context
 
 
-def running_in(state, node: str, vmid, doc: dict | None, unit: str) -> list[Trainer]:
-    """The trainings running in CT ``vmid`` of ``node``: from the run's first full read of the
-    node (``doc``, when none was kept yet; None: only what was kept, else [])."""
-    trainers = run_context(state).trainers
-    key = (node, int(vmid))
-    if key not in trainers and doc:
-        ct = (doc.get("containers") or {}).get(str(vmid)) or {}
-        if ct.get("live") is None and ct.get("status") == "running":
-            return []  # the container's view could not be read: not kept, asked again
-        trainers[key] = running_training(int(vmid), ct, doc, unit)
-    return trainers.get(key, [])
-
-
-def forget(state, node: str, vmid) -> None:
-    """After a takeover stopped the trainings: the next gate reads again."""
-    run_context(state).trainers.pop((node, int(vmid)), None)
+def running_in(node: str, vmid, doc: dict | None, unit: str, match: dict | None) -> list:
+    """The trainings running in CT ``vmid`` of ``node`` by the node read ``doc`` (None or a read
+    that failed: one training of unknown state, see :func:`running_training`)."""
+    ct = ((doc or {}).get("containers") or {}).get(str(vmid))
+    if not doc or ct is None:
+        ct = {"exists": True, "status": None}  # nothing read: fail closed
+    return running_training(int(vmid), ct, doc or {}, unit, match)
 
 
 def record_wait(state, node: str, vmid, change: str, trainer: Trainer) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..operations.proxmox import LOWERABLE, settings_args
 from ..plan.passthrough import plan_passthrough
-from ..plan.running_training import HAND, other_units, others, running_training
+from ..plan.running_training import HAND, match_of, other_units, others, running_training
 from ..plan.unit import unit_file
 from ..settings import Settings
 
@@ -25,7 +25,8 @@ def adoption_lines(settings: Settings | None, state: dict, node: str, vmid) -> l
     if settings is None or not ct.get("live"):
         return []
     unit = unit_file(settings.training)
-    foreign = others(running_training(int(vmid), ct, state, unit))
+    match = match_of(settings.training, settings.python_env)
+    foreign = others(running_training(int(vmid), ct, state, unit, match))
     if not foreign:
         return []
     consent = settings.policy.restart_training

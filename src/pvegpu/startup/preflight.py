@@ -18,9 +18,9 @@ from ..plan import boot
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
-from ..plan.running_training import others, running_training
+from ..plan.running_training import match_of, others, running_training
 from ..plan.unit import renamed_unit_line, running_other_units, unit_file
-from ..run import adoption, node_read
+from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import Settings, SettingsError
 from ..verification import Verdict, check_node_driver, check_node_gpus
@@ -196,7 +196,9 @@ def container_problems(
     reasons = plan.restart_reasons
     live = ct.get("live")
     unit = unit_file(settings.training)
-    trainers = running_training(int(vmid), ct, state, unit) if live is not None else []
+    trainers = running_training(
+        int(vmid), ct, state, unit, match_of(settings.training, settings.python_env)
+    )
     blocker = restart_blocker(vmid, unit, live, reasons, trainers) if reasons else None
     # a training pvegpu did not start: the restart waits for it (the operation lists it)
     if blocker and not settings.policy.restart_training and not others(trainers):
@@ -266,7 +268,6 @@ def node_read_args(s: Settings) -> dict:
         "storage_contents": ["rootdir", "vztmpl"],
         "recreate": s.policy.rebuild == "container",
         "persistenced_unit": f"{boot.UNIT_DIR}/{boot.PERSISTENCED_UNIT}",
-        "training_script": s.training.script,
         # a built selected venv needs no room for a build (the disk check)
         "build_dir": s.build_venv,
     }
@@ -323,11 +324,9 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         if facts and facts.get("python3_missing"):
             failures[node_host.name] = [python3_problem(node_host.name)]
             continue
-        for vmid in vmids if facts else ():  # the run's one notion of what trains where
-            adoption.running_in(
-                state, node_host.name, vmid, facts, f"{s.training.unit_name}.service"
-            )
-            for line in adoption_lines(s, facts, node_host.name, vmid):
+        for vmid in vmids if facts else ():
+            own = settings.get(f"@pct/{node_host.name}/{vmid}", s)  # its fleet entry's
+            for line in adoption_lines(own, facts, node_host.name, vmid):
                 logger.warning(f"--> {line}")
         if not facts:
             failures[node_host.name] = [

@@ -12,7 +12,7 @@ import re
 
 from ..facts.gpus import normalize_uuid
 from .inputs import Inputs
-from .training_gpus import FROM_SMI, context_free
+from .training_gpus import FROM_SMI, context_free, held_reason
 from .verdict import Problem, Verdict
 
 #: Relative difference tolerated between torch's and nvidia-smi's total memory of one GPU
@@ -88,8 +88,9 @@ def check_gpu_rows(v: Verdict, f: Inputs) -> None:
             _check_same_gpu(v, i, d, g)
         _check_arch(v, i, d.get("capability"), arch_list)
         row = _device_row(d, g, f.role_of.get(i, "-"))
-        if context_free(d):  # a training holds it: the probe made no context there
+        if context_free(d):  # in use: the probe made no context there
             row["free_mib"], row["memory_from"] = (g or {}).get("memory_free_mib"), FROM_SMI
+            row["no_context_why"] = held_reason(f.ct, d.get("uuid"))
         v.rows.append(row)
 
 

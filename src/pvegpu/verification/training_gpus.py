@@ -24,7 +24,7 @@ from .verdict import Verdict
 
 #: Where a row's free memory came from (the JSON report's ``memory_from``; rows without it:
 #: torch.cuda.mem_get_info, in a CUDA context of the probe).
-FROM_SMI = "nvidia-smi on the node (no CUDA context: a training holds the GPU)"
+FROM_SMI = "nvidia-smi (no CUDA context: the GPU is in use, or its use could not be read)"
 
 
 def held_by_training(compute_apps: list[dict], vmid: int, unit: str | None) -> set[str]:
@@ -56,12 +56,28 @@ def context_free(device: dict) -> bool:
     return device.get("context") is False
 
 
+def held_reason(ct: dict | None, uuid: str | None) -> str:
+    """Why the probe made no CUDA context on the GPU ``uuid`` (its ``held_why``), for the report.
+
+    >>> held_reason({"beside_training": {"held_why": {"ab": "2000 MiB in use"}}}, "GPU-AB")
+    '2000 MiB in use'
+    >>> held_reason({"beside_training": {"held_why": {"*": "nvidia-smi failed"}}}, "GPU-AB")
+    'nvidia-smi failed'
+    """
+    why = ((ct or {}).get("beside_training") or {}).get("held_why") or {}
+    u = normalize_uuid(uuid)
+    return why.get(u or "") or why.get("*") or "not reported by nvidia-smi in the container"
+
+
 def memory_sources(v: Verdict) -> list[str]:
-    """The table's footnote: which GPUs' free memory came from nvidia-smi rather than torch."""
-    smi = [str(r["gpu"]) for r in v.rows if r.get("memory_from") == FROM_SMI]
+    """The table's footnote: which GPUs' free memory came from nvidia-smi rather than torch,
+    and why the probe made no CUDA context there (one line per GPU)."""
+    smi = [r for r in v.rows if r.get("memory_from") == FROM_SMI]
     if not smi:
         return []
-    return [
-        f" GPU {', '.join(smi)}: free MiB from nvidia-smi, name/total/capability from "
-        "cudaGetDeviceProperties; no CUDA context made (a training holds them)"
+    lines = [
+        f" GPU {', '.join(str(r['gpu']) for r in smi)}: free MiB from nvidia-smi, "
+        "name/total/capability from cudaGetDeviceProperties; no CUDA context made:"
     ]
+    lines += [f"   GPU {r['gpu']}: {r.get('no_context_why') or 'in use'}" for r in smi]
+    return lines
