@@ -29,6 +29,8 @@ from pathlib import Path
 TORCH_DOUBLE_DIR = Path(__file__).resolve().parent / "torch_double"
 DEFAULT_WHEEL_CACHE = Path("~/.cache/pvegpu-sim/wheels")
 UNLABELED = "unlabeled"  # key of the PyPI-style torch==<version> wheel in build_torch_wheels()
+# torch's own console script (pytorch/pytorch setup.py, entry_points): installed as bin/torchrun
+TORCH_ENTRY_POINTS = "[console_scripts]\ntorchrun = torch.distributed.run:main\n"
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
 
@@ -50,11 +52,14 @@ def build_wheel(
     requires=(),
     tag: str = "py3-none-any",
     summary: str = "pvegpu simulation double",
+    entry_points: str = "",
 ) -> Path:
     """Write ``<name>-<version>-<tag>.whl`` into out_dir and return its path.
 
     ``files`` maps archive paths (``pkg/__init__.py``) to contents. The wheel has METADATA (2.1),
-    WHEEL and a RECORD with sha256 of every file, so pip and uv install it as any other wheel.
+    WHEEL, ``entry_points.txt`` when given (``[console_scripts]`` become scripts in the venv's
+    bin/ at install) and a RECORD with sha256 of every file, so pip and uv install it as any
+    other wheel.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +86,8 @@ def build_wheel(
         entries.append((arc, content.encode() if isinstance(content, str) else bytes(content)))
     entries.append((f"{dist_info}/METADATA", ("\n".join(metadata) + "\n").encode()))
     entries.append((f"{dist_info}/WHEEL", ("\n".join(wheel_meta) + "\n").encode()))
+    if entry_points:
+        entries.append((f"{dist_info}/entry_points.txt", entry_points.encode()))
     record = "".join(f"{arc},{_record_hash(data)},{len(data)}\n" for arc, data in entries)
     record += f"{dist_info}/RECORD,,\n"
     entries.append((f"{dist_info}/RECORD", record.encode()))
@@ -144,7 +151,12 @@ def build_torch_wheels(
         )
         files = dict(sources, **{"torch/_build.py": build})
         out[key] = build_wheel(
-            "torch", full_version, files, out_dir, summary="pvegpu simulation: torch double"
+            "torch",
+            full_version,
+            files,
+            out_dir,
+            summary="pvegpu simulation: torch double",
+            entry_points=TORCH_ENTRY_POINTS,
         )
     return out
 

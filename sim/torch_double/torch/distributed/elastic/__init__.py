@@ -1,0 +1,1 @@
+"""torch.distributed.elastic double: the local agent's worker processes (multiprocessing/api.py)."""
