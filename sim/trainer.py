@@ -3,7 +3,8 @@ train.py): it records each start (``started-<pid>`` in its checkpoint dir: the t
 the python it runs with) and, on SIGTERM, takes ``checkpoint_s`` seconds (a file in its checkpoint
 dir; 0 without it) to write ``checkpoint-<pid>``, marking ``stopping-<pid>`` first, then exits 0:
 a real trainer's graceful stop, whose length a test chooses (longer than the 30 s a SIGKILL used
-to come after). Its GPUs are registered on the node by its node pid (SimNode.register_gpu_process),
+to come after). With ``--exit-at-start N`` it exits N before it records a start: a run that
+crashes while it loads (a unit's restarts). Its GPUs are registered on the node by its node pid (SimNode.register_gpu_process),
 so the node's nvidia-smi lists it while it lives.
 
 Under a launcher (torchrun: ``LOCAL_RANK`` in its environment) it takes its GPU as a DDP worker
@@ -33,6 +34,8 @@ except ImportError:  # on the host (tests/sim)
 ckpt = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
 os.makedirs(ckpt, exist_ok=True)
 pid = os.getpid()
+if "--exit-at-start" in sys.argv:  # a run that crashes while it loads (a unit's restarts)
+    sys.exit(int(sys.argv[sys.argv.index("--exit-at-start") + 1]))
 local_rank = os.environ.get("LOCAL_RANK")
 if local_rank is not None and torch is not None:
     # a DDP worker's first steps: its own GPU current, then a tensor there (the CUDA context)

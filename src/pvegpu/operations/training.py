@@ -47,7 +47,7 @@ from ..settings import Settings
 from .container_fact import container_state, remember
 from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
-from .training_gate import running_here, wait_for
+from .training_gate import neighbours_here, running_here, wait_for
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
@@ -321,6 +321,8 @@ def unit_running(settings: Settings):
     # second trainer on the same GPUs and checkpoints, nor one at the next boot; a training
     # pvegpu did not start is no leftover: nothing is cleared
     foreign = others(running_here(host, unit=unit)) if enable or start else []
+    if start and not foreign:  # another container's or the node's process on a training GPU
+        foreign = neighbours_here(host, settings.gpus.training)
     if foreign:
         if settings.policy.restart_training and foreign[0].kind == TRAINING:
             yield fail(

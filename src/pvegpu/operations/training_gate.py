@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pyinfra import logger
 
-from ..plan.running_training import Trainer, match_of
+from ..plan.running_training import Trainer, match_of, neighbours
 from ..run import adoption, node_read
 from ..run.run_context import run_context
 
@@ -58,6 +58,17 @@ def running_here(host, vmid=None, unit: str | None = None) -> list[Trainer]:
         unit = f"{s.training.unit_name}.service" if s is not None else ""
     match = match_of(s.training, s.python_env) if s is not None else None
     return adoption.running_in(node, ct, current_read(host, node, int(ct)), unit, match)
+
+
+def neighbours_here(host, gpus) -> list[Trainer]:
+    """GPU processes of other containers or of the node on the node GPUs ``gpus`` of ``host``'s
+    container (a container host's operation), as of now (:func:`running_here`'s read)."""
+    if getattr(host, "state", None) is None:
+        return []
+    node, ct = _node_and_vmid(host, None)
+    if node is None or ct is None:
+        return []
+    return neighbours(int(ct), current_read(host, node, int(ct)) or {}, gpus)
 
 
 def wait_for(host, vmid, change: str, trainers: list[Trainer]) -> None:

@@ -39,6 +39,7 @@ HAND = "started by hand"
 TRAINING = "training"
 GPU_PROCESS = "gpu process"
 UNKNOWN = "unknown"
+NEIGHBOUR = "neighbour"  # a GPU process of another container or the node, on a training GPU
 #: unit states in which a unit that is not ours counts as a training without a process seen
 TRANSITIONAL = ("activating", "deactivating", "reloading")
 
@@ -96,6 +97,7 @@ class Trainer:
         """
         return {
             GPU_PROCESS: "a GPU process",
+            NEIGHBOUR: "a GPU process outside this container",
             UNKNOWN: "a training that may run",
         }.get(self.kind, "the running training")
 
@@ -113,6 +115,11 @@ class Trainer:
             )
         if self.kind == UNKNOWN:
             return "check that, then run the deploy again (nothing is changed under it)"
+        if self.kind == NEIGHBOUR:
+            return (
+                "pvegpu never stops what another container or the node runs: free the GPU (or "
+                "give this container other training GPUs) and run the deploy again"
+            )
         return "rerun with --data restart_training=true to apply them"
 
 
@@ -331,6 +338,36 @@ def running_training(
     if active in RUNNING and not any(t.ours for t in found):
         found.append(Trainer(None, unit, unit, ours=True, unit=unit))
     return found
+
+
+def neighbours(vmid: int, node: dict, gpus) -> list[Trainer]:
+    """GPU processes of another container or of the node on the node GPUs ``gpus`` (the
+    container's training GPUs): pvegpu's unit never starts beside one (one trainer per GPU), and
+    never stops one (it is not this container's). Each is a :data:`NEIGHBOUR` named by its
+    owner; the node's compute-apps unreadable: one :data:`UNKNOWN`.
+
+    >>> node = {"gpus": [{"index": 2, "uuid": "GPU-c"}], "compute_apps": [
+    ...     {"pid": 7, "gpu_uuid": "GPU-c", "argv": ["python", "t.py"],
+    ...      "cgroup": "0::/lxc/201/ns/system.slice/train.service"}]}
+    >>> [t.named for t in neighbours(200, node, [2])]
+    ['pid 7, under CT 201 (train.service)']
+    """
+    if node.get("compute_apps") is None:
+        return [Trainer(None, "?", "?", kind=UNKNOWN, reason=unreadable(vmid, {}, node)[-1])]
+    index = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
+    found: dict[int, Trainer] = {}
+    for app in node.get("compute_apps") or []:
+        gpu = index.get(app.get("gpu_uuid"))
+        if gpu not in set(gpus) or container_path(app.get("cgroup") or "", vmid) is not None:
+            continue
+        m = re.search(r"/lxc(?:\.payload)?[./](\d+)(/.*|$)", app.get("cgroup") or "")
+        owner = f"CT {m.group(1)} ({started_by(m.group(2))})" if m else "the node"
+        pid = int(app["pid"])
+        have = found.get(pid)
+        gpus_of = tuple(sorted({*(have.gpus if have else ()), gpu}))
+        command = _command(app.get("argv"), app.get("name") or "?")
+        found[pid] = Trainer(pid, command, owner, gpus=gpus_of, kind=NEIGHBOUR)
+    return [found[p] for p in sorted(found)]
 
 
 def others(trainers: list[Trainer]) -> list[Trainer]:
