@@ -109,7 +109,7 @@ def stop_all(site) -> None:
     """End every process these tests started (by pid), and wait until none is left."""
     site.node.run(["rm", "-f", HOLD])
     for pid in training_pids(site):
-        site.ct("kill", "-9", str(pid))
+        site.ct("sh", "-c", f"kill -9 {pid}")
     wait_for("the trainings to end", lambda: training_pids(site), done=lambda p: p == [])
 
 
@@ -245,7 +245,7 @@ def test_the_users_unit_between_restarts_is_a_training(handmade):
         after = site.ct(
             "systemctl", "show", "-p", "ActiveState,SubState,NRestarts", "train.service"
         )
-        assert after.stdout.split()[:2] == state, after.stdout
+        assert set(state) <= set(after.stdout.split()), after.stdout
     finally:
         site.ct("systemctl", "disable", "--now", "train.service")
         site.ct("rm", "-f", "/etc/systemd/system/train.service")
@@ -276,8 +276,9 @@ def test_an_unreadable_container_view_is_a_training_that_may_run(handmade):
 
 
 def test_a_neighbours_training_on_a_shared_gpu_keeps_it(handmade):
-    """CT 201's training on GPU 2 (the node sees its cgroup): CT 200's deploy may go on (no
-    training of its own runs), but never starts its unit on that GPU nor makes a context there."""
+    """CT 201's training on GPU 2 (the node sees its cgroup): CT 200's deploy stops at the
+    verification with that fact, never starts its unit on that GPU nor makes a context there
+    (the unit's start would wait for it too: tests/unit/test_training_identity.py)."""
     site = handmade
     pid = site.node.spawn_gpu_process(
         2,
@@ -288,12 +289,16 @@ def test_a_neighbours_training_on_a_shared_gpu_keeps_it(handmade):
     try:
         before = contexts_on(site, [2])
         run = site.deploy()
-        assert run.rc == 0, run.output[-6000:]
-        assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
+        # the verification stops the deploy with the fact: another container's process holds a
+        # training GPU of CT 200 (pvegpu never stops it); nothing starts beside it
+        assert run.rc != 0
         assert (
-            f"the start of dflash-train.service waits for a GPU process outside this container "
-            f"(pid {pid}, under CT 201 (train.service))" in run.output
+            f"GPU 2 (target) free: expected no compute process but the training unit's; found "
+            f"pid {pid} in CT 201" in run.output
         ), run.output[-6000:]
+        assert "pvegpu never stops another container's work" in run.output
+        assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
+        assert contexts_on(site, [2]) == before, run.output[-4000:]
         check = site.pyinfra("verify.py")
         assert contexts_on(site, [2]) == before, check.output[-4000:]
         assert site.node.run(["test", "-d", f"/proc/{pid}"]).returncode == 0

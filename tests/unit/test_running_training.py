@@ -294,3 +294,24 @@ def test_the_venv_switch_waits_and_the_build_beside_is_kept(monkeypatch):
     commands = " ".join(str(c) for c in training.live_build_and_unit._inner(settings=s))
     assert "mv -T /root/venv " not in commands and "/root/venv.pvegpu-tmp" not in commands
     assert waits == [(f"the switch of /root/venv to {build}", 4242)]
+
+
+def test_the_unit_never_starts_beside_another_containers_process_on_its_gpus(monkeypatch):
+    from pvegpu.operations import training
+    from pvegpu.plan.running_training import NEIGHBOUR
+
+    waits = gate(monkeypatch, training, [])
+    asked = []
+    neighbour = Trainer(7, "python t.py", "CT 201 (train.service)", gpus=(2,), kind=NEIGHBOUR)
+    monkeypatch.setattr(
+        training, "neighbours_here", lambda host, gpus: asked.append(gpus) or [neighbour]
+    )
+    monkeypatch.setattr(
+        training, "container_state", lambda: {"unit_active": "inactive", "unit_enabled": "enabled"}
+    )
+    for consent in (False, True):
+        waits.clear()
+        s = settings_with(restart_training=consent)
+        assert [str(c) for c in training.unit_running._inner(settings=s)] == []
+        assert waits == [(f"the start of {UNIT}", 7)]
+    assert asked[0] == s.gpus.training
