@@ -312,3 +312,21 @@ def test_a_locked_container_or_a_full_root_disk_is_refused():
     assert line.startswith("n1: CT 200 has 19.0 GiB free on its root disk, a deploy needs 20 GiB")
     ct["live"]["root_free_kib"] = 20 * 1024 * 1024
     assert node_problems(settings(), node(containers={"200": ct}), "n1", [200])[0] == []
+
+
+def test_a_bare_size_ct_rootfs_is_checked_on_the_storage_pct_would_use():
+    """pct create takes a bare size as a new volume on --storage, default 'local' (pve-container
+    API2/LXC.pm create_vm), which holds no container directories on a fresh install."""
+    ok = {
+        "rootdir": {"local-lvm": {"type": "lvmthin", "status": "active", "avail_kib": 2**31}},
+        "vztmpl": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}},
+    }
+    (line,) = node_problems(settings(ct_rootfs="128"), node(storages=ok), "n1", [200])[0]
+    assert "ct_rootfs='128' (a size alone: pct puts it on storage 'local')" in line
+    assert "set ct_rootfs, e.g. ct_rootfs=local-lvm:128" in line
+    small = node_problems(settings(ct_rootfs="8"), node(storages=ok), "n1", [200])[0]
+    assert any(
+        "gives CT 200 a 8 GiB root disk" in x and "ct_rootfs=local:128" not in x for x in small
+    ), small
+    local = {**ok, "rootdir": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}}}
+    assert node_problems(settings(ct_rootfs="128"), node(storages=local), "n1", [200])[0] == []

@@ -109,13 +109,23 @@ def disk_problem(
     )
 
 
+#: The storage `pct create` puts a bare-size volume on: its ``--storage``, default ``local``
+#: (pve-container API2/LXC.pm create_vm); pvegpu passes no ``--storage``.
+BARE_SIZE_STORAGE = "local"
+
+
 def rootfs_parts(rootfs: str) -> tuple[str | None, float | None]:
-    """(storage, GiB) of a ``ct_rootfs`` like ``local-lvm:128`` (pct's new-volume syntax).
+    """(storage, GiB) of a ``ct_rootfs`` like ``local-lvm:128`` (pct's new-volume syntax); a
+    size alone is a new volume on ``BARE_SIZE_STORAGE``.
 
     >>> rootfs_parts("local-zfs:64"), rootfs_parts("local-lvm:vm-200-disk-0,size=8G")
     (('local-zfs', 64.0), ('local-lvm', None))
+    >>> rootfs_parts("32")
+    ('local', 32.0)
     """
     volume = rootfs.split(",")[0]
+    if re.fullmatch(r"\d+(\.\d+)?", volume):
+        return BARE_SIZE_STORAGE, float(volume)
     m = re.match(r"^([a-z][a-z0-9\-_.]*[a-z0-9]):(.*)$", volume, re.I)
     if not m:
         return None, None
@@ -145,6 +155,10 @@ def storage_problems(
     problems = []
     rootdir, vztmpl = storages.get("rootdir"), storages.get("vztmpl")
     storage, size = rootfs_parts(rootfs)
+    bare = storage is not None and not rootfs.split(",")[0].startswith(f"{storage}:")
+    given = f"ct_rootfs={rootfs!r}" + (
+        f" (a size alone: pct puts it on storage '{storage}')" if bare else ""
+    )
     if rootdir is not None and storage is not None:
         found = rootdir.get(storage)
         if found is None:
@@ -152,7 +166,7 @@ def storage_problems(
             example = f", e.g. ct_rootfs={sorted(rootdir)[0]}:{int(size or 128)}" if rootdir else ""
             problems.append(
                 f"{node}: CT {vmid} is to be created on storage '{storage}' "
-                f"(ct_rootfs={rootfs!r}), which does not exist or holds no container directories "
+                f"({given}), which does not exist or holds no container directories "
                 f"(rootdir) on the node; storages for containers: {names}: set ct_rootfs{example}"
             )
         elif found.get("status") != "active":
@@ -168,8 +182,9 @@ def storage_problems(
             )
     if size is not None and size < need_gib(min_free_gib):
         problems.append(
-            f"{node}: ct_rootfs={rootfs!r} gives CT {vmid} a {size:g} GiB root disk, a deploy "
-            f"needs {need_text(min_free_gib)}: set a larger size, e.g. ct_rootfs={storage}:128"
+            f"{node}: {given} gives CT {vmid} a {size:g} GiB root disk, a deploy "
+            f"needs {need_text(min_free_gib)}: set a larger size, e.g. "
+            f"ct_rootfs={'128' if bare else f'{storage}:128'}"
         )
     tmpl_storage = template_volid.split(":")[0] if ":" in template_volid else None
     if vztmpl is not None and tmpl_storage is not None and tmpl_storage not in vztmpl:
