@@ -397,7 +397,7 @@ class SimNode:
         `pvesm`'s and `pct create`'s storages ([{name, type, content, total_kib, used_kib,
         avail_kib, enabled, active}]; None: a fresh install's local + local-lvm, see
         sim/pvelxc.py DEFAULT_STORAGES). fabric_state/fabric_status: what nvidia-smi's
-        `fabric.state`/`fabric.status` print for every GPU (None: `[N/A]`, a GPU without an
+        `fabric.state`/`fabric.status` print for every GPU (None: `N/A`, a GPU without an
         NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success")."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:

@@ -256,7 +256,7 @@ def fabric(state, status="N/A"):
 def test_a_fabric_needs_fabric_manager_enabled_active_and_every_gpu_registered():
     s = settings()
     fm_unit = {"path": f"/lib/systemd/system/{FM}", "enabled": True, "active": "active"}
-    assert node_problems(s, node(fabric=fabric("[N/A]", "[N/A]")), "n1")[0] == []
+    assert node_problems(s, node(fabric=fabric("N/A", "N/A")), "n1")[0] == []
     done = node(fabric=fabric("Completed", "Success"), units={FM: fm_unit})
     assert node_problems(s, done, "n1")[0] == []
     (line,) = node_problems(s, node(fabric=fabric("Not Started")), "n1")[0]
