@@ -330,3 +330,25 @@ def test_a_bare_size_ct_rootfs_is_checked_on_the_storage_pct_would_use():
     ), small
     local = {**ok, "rootdir": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}}}
     assert node_problems(settings(ct_rootfs="128"), node(storages=local), "n1", [200])[0] == []
+
+
+def test_fabric_manager_on_pre_hopper_boards_at_the_drivers_version_and_elsewhere():
+    """Pre-Hopper NVSwitch boards print N/A for fabric.state: the nvswitch module's devices
+    say so; Fabric Manager must be the driver's exact version; GPUs all registered without a
+    local unit (Fabric Manager elsewhere) are a warning, not a refusal."""
+    s = settings()
+    fm_unit = {"path": f"/lib/systemd/system/{FM}", "enabled": True, "active": "active"}
+    a100 = node(fabric=fabric("N/A", "N/A"), nvswitches=["0000:05:00.0", "0000:06:00.0"])
+    (line,) = node_problems(s, a100, "n1")[0]
+    assert line.startswith("n1: the node has 2 NVSwitch device(s) (/proc/driver/nvidia-nvswitch)")
+    assert "nvidia-fabricmanager.service is not installed" in line
+    assert node_problems(s, {**a100, "units": {FM: fm_unit}}, "n1")[0] == []
+    done = fabric("Completed", "Success")
+    other = node(fabric=done, units={FM: fm_unit}, fabricmanager_version="580.82.07")
+    (line,) = node_problems(s, other, "n1")[0]
+    assert line.startswith("n1: Fabric Manager 580.82.07 is not the NVIDIA driver 580.95.05:")
+    same = node(fabric=done, units={FM: fm_unit}, fabricmanager_version="580.95.05")
+    assert node_problems(s, same, "n1")[0] == []
+    problems, warnings = node_problems(s, node(fabric=done), "n1")
+    assert problems == []
+    assert any("every GPU registered, but no nvidia-fabricmanager.service" in w for w in warnings)

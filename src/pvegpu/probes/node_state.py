@@ -190,6 +190,31 @@ def fabric():
     return rows
 
 
+# Pre-Hopper NVSwitch boards (HGX A100/V100) need Fabric Manager too but print N/A for
+# fabric.state: the NVSwitches themselves are listed by the nvidia-nvswitch module
+# (open-gpu-kernel-modules kernel-open/nvidia/procfs_nvswitch.c: devices/<dddd:bb:dd.f>/).
+NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
+# fabric.state of a GPU that registers with a fabric (pvegpu.plan.boot.FABRIC_STATES)
+FABRIC_STATES = ("Not Started", "In Progress", "Completed")
+# `nv-fabricmanager --version` prints "Fabric Manager version is : 535.161.08"
+FM_VERSION = ["nv-fabricmanager", "--version"]
+
+
+def nvswitches():
+    """The node's NVSwitch devices (PCI addresses), [] without the nvswitch module."""
+    try:
+        return sorted(os.listdir(NVSWITCH_DIR))
+    except OSError:
+        return []
+
+
+def fabricmanager_version():
+    """Fabric Manager's version (it must equal the driver's), None when not installed."""
+    code, out, _ = run(FM_VERSION)
+    found = re.search(r"Fabric Manager version is\s*:\s*(\S+)", out) if code == 0 else None
+    return found.group(1) if found else None
+
+
 # First line of the nvidia-persistenced unit pvegpu renders (its template)
 PERSISTENCED_MARKER = "# Rendered by pvegpu from templates/nvidia-persistenced.service.j2"
 
@@ -469,9 +494,15 @@ doc = {
     else [],
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
     "fabric": fabric() if gpu_rows else [],
+    "nvswitches": nvswitches(),
     "storages": storages(contents),
     "persistenced": persistenced(A.get("persistenced_unit")),
 }
+doc["fabricmanager_version"] = (
+    fabricmanager_version()
+    if doc["nvswitches"] or any(r["state"] in FABRIC_STATES for r in doc["fabric"])
+    else None
+)
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
     doc["installer"] = candidate if os.path.isfile(candidate) else None

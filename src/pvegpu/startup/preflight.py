@@ -85,7 +85,9 @@ def node_problems(
     left_alone = boot.persistenced_left_alone(state)
     if left_alone:
         warnings.append(f"{node}: {left_alone}")
-    problems += fabric_problems(state, node)
+    fabric, fabric_notes = fabric_problems(state, node)
+    problems += fabric
+    warnings += fabric_notes
     devn = devn_problem(settings, state, node)
     if devn:
         problems.append(devn)

@@ -196,31 +196,63 @@ def storage_problems(
     return problems
 
 
-def fabric_problems(state: dict, node: str) -> list[str]:
-    """NVSwitch boards need NVIDIA Fabric Manager before CUDA works: when a GPU reports a fabric
-    state, its unit must be enabled and active and each GPU's registration completed.
+FM_INSTALL = (
+    "install NVIDIA Fabric Manager for the driver (package nvidia-fabricmanager-<driver branch>), "
+    "then `systemctl enable --now nvidia-fabricmanager`"
+)
+
+
+def fabric_problems(state: dict, node: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of an NVSwitch board: NVIDIA Fabric Manager must run, at the
+    driver's exact version, before CUDA works. A fabric shows in the GPUs' fabric.state (Hopper
+    on) or, on pre-Hopper boards (HGX A100/V100: fabric.state N/A), in the NVSwitch devices the
+    nvswitch module lists. GPUs that all completed registration without a local Fabric Manager
+    unit (it runs elsewhere, e.g. in a service VM) are a warning, not a refusal.
 
     >>> gpus = [{"uuid": "GPU-1", "state": "Not Started", "status": "N/A"}]
     >>> fabric_problems({"fabric": gpus, "units": {}}, "n1")  # doctest: +NORMALIZE_WHITESPACE
-    ['n1: the GPUs are on an NVSwitch fabric (fabric.state Not Started) but
+    (['n1: the GPUs are on an NVSwitch fabric (fabric.state Not Started) but
     nvidia-fabricmanager.service is not installed: install NVIDIA Fabric Manager for the driver
     (package nvidia-fabricmanager-<driver branch>), then `systemctl enable --now
-    nvidia-fabricmanager`']
+    nvidia-fabricmanager`'], [])
     >>> fabric_problems({"fabric": [{"uuid": "GPU-1", "state": "N/A", "status": "N/A"}]}, "n1")
-    []
+    ([], [])
     """
     rows = [r for r in state.get("fabric") or [] if r.get("state") in boot.FABRIC_STATES]
-    if not rows:
-        return []
+    switches = state.get("nvswitches") or []
+    if not rows and not switches:
+        return [], []
     states = ", ".join(sorted({r["state"] for r in rows}))
+    fabric = (
+        f"the GPUs are on an NVSwitch fabric (fabric.state {states})"
+        if rows
+        else f"the node has {len(switches)} NVSwitch device(s) (/proc/driver/nvidia-nvswitch)"
+    )
+    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
     unit = (state.get("units") or {}).get(boot.FABRICMANAGER_UNIT) or {}
-    fabric = f"the GPUs are on an NVSwitch fabric (fabric.state {states})"
     if not unit.get("path"):
+        if rows and not pending:
+            return [], [
+                f"{node}: {fabric}, every GPU registered, but no {boot.FABRICMANAGER_UNIT} on "
+                "the node: Fabric Manager runs elsewhere; after a reboot the GPUs need it again "
+                "before CUDA works"
+            ]
         return [
-            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is not installed: install NVIDIA "
-            "Fabric Manager for the driver (package nvidia-fabricmanager-<driver branch>), then "
-            "`systemctl enable --now nvidia-fabricmanager`"
-        ]
+            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is not installed: {FM_INSTALL}"
+        ], []
+    return fabric_unit_problems(state, node, fabric, unit, pending), []
+
+
+def fabric_unit_problems(state: dict, node: str, fabric: str, unit: dict, pending) -> list[str]:
+    """An installed Fabric Manager: enabled and active, at the driver's version, every GPU
+    registered (``pending``: the GPUs that are not).
+
+    >>> u = {"path": "/lib/systemd/system/nvidia-fabricmanager.service", "enabled": True,
+    ...      "active": "active"}
+    >>> fabric_unit_problems({"driver_version": "580.95.05", "fabricmanager_version":
+    ...     "580.82.07"}, "n1", "f", u, [])[0][:75]
+    'n1: Fabric Manager 580.82.07 is not the NVIDIA driver 580.95.05: it starts '
+    """
     if unit.get("active") != "active" or not unit.get("enabled"):
         found = (
             f"{unit.get('active') or 'inactive'}, {'' if unit.get('enabled') else 'not '}enabled"
@@ -230,7 +262,14 @@ def fabric_problems(state: dict, node: str) -> list[str]:
             "`systemctl enable --now nvidia-fabricmanager` (CUDA fails until it registers the "
             "GPUs), then run again"
         ]
-    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
+    fm, driver = state.get("fabricmanager_version"), state.get("driver_version")
+    if fm and driver and fm != driver:
+        return [
+            f"{node}: Fabric Manager {fm} is not the NVIDIA driver {driver}: it starts only with "
+            f"the driver's exact version; install nvidia-fabricmanager {driver} (package "
+            f"nvidia-fabricmanager-{driver.split('.')[0]}), then `systemctl restart "
+            "nvidia-fabricmanager`"
+        ]
     if pending:
         r = pending[0]
         return [
