@@ -84,6 +84,7 @@ class ContainerEntry(TypedDict, total=False):
     # bytes its cgroup uses (pvegpu.plan.running_training)
     processes: list[dict[str, Any]]
     memory_current: int | None
+    memory_cgroup: str | None  # "v2" or "v1": the hierarchy memory_current was read from
 
 
 class NodeStateDoc(TypedDict, total=False):

@@ -359,7 +359,7 @@ def container(vmid, detail, unit, view=None):
     info["status"] = status
     if detail == "full" and status == "running":
         info["processes"] = container_processes(vmid, A.get("training_script"))
-        info["memory_current"] = memory_current(vmid)
+        info["memory_current"], info["memory_cgroup"] = memory_current(vmid)
     return info
 
 
@@ -394,17 +394,18 @@ def container_processes(vmid, script):
 
 
 def memory_current(vmid):
-    """Bytes the container's cgroup uses now: cgroup v2 ``memory.current``, else (a node booted
-    with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the memory controller;
-    both count page cache, as the limit does. None when neither can be read."""
-    for path in (
-        f"/sys/fs/cgroup/lxc/{vmid}/memory.current",
-        f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes",
+    """(bytes the container's cgroup uses now, "v2" or "v1"): cgroup v2 ``memory.current``, else
+    (a node booted with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the
+    memory controller; both count page cache, as the limit does. (None, None) when neither can
+    be read. The hierarchy matters: a limit below use OOM-kills on v2, fails (EBUSY) on v1."""
+    for path, version in (
+        (f"/sys/fs/cgroup/lxc/{vmid}/memory.current", "v2"),
+        (f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes", "v1"),
     ):
         text = read(path)
         if text and text.strip().isdigit():
-            return int(text.strip())
-    return None
+            return int(text.strip()), version
+    return None, None
 
 
 def file_digest(path):

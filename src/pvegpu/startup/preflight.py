@@ -185,7 +185,9 @@ def container_problems(
         if line:
             problems.append(line)
     config = ct.get("config", {})
-    below = memory_below_use(vmid, settings.container.memory_mib, ct.get("memory_current"))
+    below = memory_below_use(
+        vmid, settings.container.memory_mib, ct.get("memory_current"), ct.get("memory_cgroup")
+    )
     if below:
         problems.append(f"{node}: {below}")
     unpriv = config.get("unprivileged", "0") == "1"
