@@ -120,16 +120,24 @@ class Run:
         return text
 
 
+LIBCUDA = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+
+
+def first_bytes(path: str, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""
+
+
 def detect(r: Run) -> tuple[bool, bool, str]:
     """(a GPU answers, it is the simulator's, the line to print)."""
     listed = r.sh("nvidia-smi-L", ["nvidia-smi", "-L"])
     if listed["rc"] != 0 or "GPU " not in listed["stdout"]:
         why = (listed["stderr"] or listed["stdout"]).strip().splitlines()[:1] or ["no output"]
         return False, False, f"not a real GPU: nvidia-smi -L says {why[0]!r}"
-    lib = Path("/usr/lib/x86_64-linux-gnu/libcuda.so.1")
-    simulated = Path("/proc/driver/nvidia/sim").is_dir() or (
-        lib.exists() and lib.read_bytes()[:9] == b"SIMULATED"
-    )
+    simulated = Path("/proc/driver/nvidia/sim").is_dir() or first_bytes(LIBCUDA, 9) == b"SIMULATED"
     if simulated:
         return True, True, "not a real GPU: the simulator's doubles answer (this checks the bench)"
     return True, False, "a real NVIDIA GPU answers"
