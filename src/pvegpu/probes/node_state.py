@@ -473,6 +473,8 @@ start_early(PVEVERSION, SMI_GPUS, SMI_APPS, *filter(None, [is_active_argv(unit_f
 start_early(SMI_FABRIC, *(pvesm_status_argv(c) for c in contents))
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
+fabric_rows, switches = fabric() if gpu_rows else [], nvswitches()
+on_fabric = bool(switches) or any(r["state"] in FABRIC_STATES for r in fabric_rows)
 doc = {
     **pve_versions(),
     "driver_version": drv,
@@ -494,16 +496,12 @@ doc = {
     if os.path.isdir("/var/lib/vz/template/cache")
     else [],
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
-    "fabric": fabric() if gpu_rows else [],
-    "nvswitches": nvswitches(),
+    "fabric": fabric_rows,
+    "nvswitches": switches,
+    "fabricmanager_version": fabricmanager_version() if on_fabric else None,
     "storages": storages(contents),
     "persistenced": persistenced(A.get("persistenced_unit")),
 }
-doc["fabricmanager_version"] = (
-    fabricmanager_version()
-    if doc["nvswitches"] or any(r["state"] in FABRIC_STATES for r in doc["fabric"])
-    else None
-)
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
     doc["installer"] = candidate if os.path.isfile(candidate) else None
