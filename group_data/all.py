@@ -145,12 +145,15 @@ min_free_gib = 20
 ssh_keepalive_s = 30
 # Proxies for the package and torch indexes, passed explicitly to uv and to pvegpu's own index
 # checks in the container and on the controller (`pct exec` starts from an empty environment):
-# e.g. "http://10.0.0.1:3128"; None: none. no_proxy: hosts reached directly ("localhost,.lan").
+# e.g. "http://10.0.0.1:3128"; None: none. no_proxy: hosts reached directly, as uv reads NO_PROXY:
+# names with their subdomains, addresses, CIDR blocks, "*" ("localhost,.lan,10.0.0.0/8").
 http_proxy = None
 https_proxy = None
 no_proxy = None
 # A PEM bundle on this machine (the controller) with the CA(s) the indexes' TLS certificates
 # chain to, for a mirror with an internal CA: copied into the container and given to uv and the
-# index checks as SSL_CERT_FILE (it replaces the built-in roots, so it must hold every CA the
-# indexes need). None: uv's bundled Mozilla roots (Python: the system store).
+# index checks as SSL_CERT_FILE. It replaces uv's roots for every index, so it must hold every CA
+# the indexes need: beside a public index (PyPI, download.pytorch.org), append the public roots
+# (e.g. /etc/ssl/certs/ca-certificates.crt); pvegpu's checks trust exactly what uv trusts, so a
+# missing root fails them before any build. None: uv's bundled Mozilla roots.
 index_ca_bundle = None

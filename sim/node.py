@@ -152,6 +152,7 @@ CONFIG_KEYS = (
     "storages",
     "fabric_state",
     "fabric_status",
+    "nvswitches",
 )
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
@@ -384,6 +385,7 @@ class SimNode:
         storages=None,
         fabric_state=None,
         fabric_status=None,
+        nvswitches=0,
     ):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major); pve_container overrides the pve-container that
@@ -397,8 +399,10 @@ class SimNode:
         `pvesm`'s and `pct create`'s storages ([{name, type, content, total_kib, used_kib,
         avail_kib, enabled, active}]; None: a fresh install's local + local-lvm, see
         sim/pvelxc.py DEFAULT_STORAGES). fabric_state/fabric_status: what nvidia-smi's
-        `fabric.state`/`fabric.status` print for every GPU (None: `[N/A]`, a GPU without an
-        NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success")."""
+        `fabric.state`/`fabric.status` print for every GPU (None: `N/A`, a GPU without an
+        NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success").
+        nvswitches: how many NVSwitch devices the nvidia-nvswitch module lists in
+        /proc/driver/nvidia-nvswitch/devices/ (an HGX board; 0: none)."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
@@ -456,6 +460,7 @@ class SimNode:
             "storages": storages,
             "fabric_state": fabric_state,
             "fabric_status": fabric_status,
+            "nvswitches": int(nvswitches),
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None

@@ -138,6 +138,21 @@ def gpu_information(g, bus, driver, gsp_firmware=True):
     )
 
 
+def nvswitch_procfs(count):
+    """/proc/driver/nvidia-nvswitch/devices/<dddd:bb:dd.f>/information of ``count`` NVSwitches,
+    as the nvidia-nvswitch module prints it (open-gpu-kernel-modules procfs_nvswitch.c
+    nv_procfs_read_device_info); nothing at all without NVSwitches."""
+    base = "/proc/driver/nvidia-nvswitch"
+    shutil.rmtree(base, ignore_errors=True)
+    for i in range(count):
+        bus = f"0000:{0x05 + i:02x}:00.0"
+        _write(
+            f"{base}/devices/{bus}/information",
+            f"BIOS Version: 96.10.6d.00.01\nUUID: SWX-{i:08x}-5ac1-7c2d-9e3f-5eed0000000{i % 10}\n"
+            f"Physical location ID: {i:04x}\n",
+        )
+
+
 def load_cfg():
     with open(NODE_JSON) as f:
         return json.load(f)
@@ -254,6 +269,8 @@ def apply(boot=False):
         if os.path.exists(pdn + "/sim") and _mounted(pdn + "/sim"):
             os.system(f"umount {pdn}/sim")
         shutil.rmtree(pdn, ignore_errors=True)
+
+    nvswitch_procfs(int(cfg.get("nvswitches") or 0) if loaded else 0)
 
     # --- node driver userspace (a real driver upgrade replaces it together with the module) ---
     ver = cfg["driver_version"]

@@ -23,16 +23,17 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def private_ca(directory, ip: str) -> tuple[str, str, str]:
+def private_ca(directory, ip: str, name: str = "pvegpu sim private CA") -> tuple[str, str, str]:
     """(CA certificate, server certificate chain, server key) files in ``directory``; the server
-    certificate names ``ip`` (subjectAltName IP, as rustls and Python require)."""
+    certificate names ``ip`` (subjectAltName IP, as rustls and Python require); ``name`` is the
+    CA's subject (two CAs of one name are one issuer to OpenSSL's lookup)."""
     d = Path(directory)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
         x509.CertificateBuilder()
-        .subject_name(_name("pvegpu sim private CA"))
-        .issuer_name(_name("pvegpu sim private CA"))
+        .subject_name(_name(name))
+        .issuer_name(_name(name))
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))

@@ -49,7 +49,9 @@ def make_fake_nvidia_root(
     nv = root / "proc/driver/nvidia"
     for d in (dev, lib, nv / "sim"):
         d.mkdir(parents=True, exist_ok=True)
-    for p in list(dev.glob("nvidia*")) + list(lib.glob("libcuda.so*")):
+    for p in (
+        list(dev.glob("nvidia*")) + list(lib.glob("libcuda.so*")) + list(lib.glob("libnvidia-ml*"))
+    ):
         p.unlink()
     if ctl:
         (dev / "nvidiactl").touch()
@@ -62,6 +64,9 @@ def make_fake_nvidia_root(
         version = driver if libcuda == "same" else libcuda
         (lib / f"libcuda.so.{version}").write_bytes(b"")
         (lib / "libcuda.so.1").symlink_to(f"libcuda.so.{version}")
+        # NVML, installed with libcuda by the driver (torch.cuda.device_count() asks it first)
+        (lib / f"libnvidia-ml.so.{version}").write_bytes(b"")
+        (lib / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{version}")
     (nv / "version").write_text(
         f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Tue Sep 23 09:55:41 UTC 2025\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"

@@ -84,6 +84,7 @@ class ContainerEntry(TypedDict, total=False):
     # bytes its cgroup uses (pvegpu.plan.running_training)
     processes: list[dict[str, Any]]
     memory_current: int | None
+    memory_cgroup: str | None  # "v2" or "v1": the hierarchy memory_current was read from
 
 
 class NodeStateDoc(TypedDict, total=False):
@@ -111,6 +112,8 @@ class NodeStateDoc(TypedDict, total=False):
     # status, avail_kib}}, None when pvesm failed; only when a container is to be created). A node
     # without python3 answers {"python3_missing": true} instead (NodeState's shell guard).
     fabric: list[dict[str, str]]
+    nvswitches: list[str]  # /proc/driver/nvidia-nvswitch/devices/ entries (PCI addresses)
+    fabricmanager_version: str | None  # `nv-fabricmanager --version`, read on a fabric only
     storages: dict[str, dict[str, dict[str, Any]] | None]
     # nvidia-persistenced: daemons outside systemd, and whether the unit at our path is ours
     persistenced: dict[str, Any]

@@ -66,7 +66,16 @@ def test_a_node_a_new_container_cannot_live_on_is_refused_before_any_change(site
         "127.0.0.1: the GPUs are on an NVSwitch fabric (fabric.state Not "
         "Started) but nvidia-fabricmanager.service is not installed",
     )
-    node.configure(fabric_state=None, fabric_status=None)
+    # a pre-Hopper NVSwitch board (HGX A100: fabric.state N/A), its NVSwitches in the
+    # nvswitch module's /proc/driver/nvidia-nvswitch/devices/
+    node.configure(fabric_state=None, fabric_status=None, nvswitches=2)
+    refused_without_change(
+        site,
+        [],
+        "127.0.0.1: the node has 2 NVSwitch device(s) (/proc/driver/nvidia-nvswitch) but "
+        "nvidia-fabricmanager.service is not installed",
+    )
+    node.configure(nvswitches=0)
     # no python3 on the node
     node.run(["mv", "/usr/bin/python3", "/usr/bin/python3.pvegpu-test"], check=True)
     try:
@@ -170,15 +179,35 @@ FM_UNIT = (
 )
 
 
+def fabric_manager_version(node, version):
+    """A stand-in for NVIDIA's nv-fabricmanager (`--version` as the real one prints it)."""
+    node.run(
+        ["sh", "-c", "cat > /usr/bin/nv-fabricmanager && chmod 755 /usr/bin/nv-fabricmanager"],
+        input=f"#!/bin/sh\necho 'Fabric Manager version is : {version}'\n",
+        check=True,
+    )
+
+
 def test_an_nvswitch_board_with_fabric_manager_running_converges_with_it_before_guests(site):
     node = site.node
-    node.configure(fabric_state="Completed", fabric_status="Success")
+    node.configure(fabric_state="Completed", fabric_status="Success", nvswitches=4)
     node.run(
         ["sh", "-c", "cat > /lib/systemd/system/nvidia-fabricmanager.service"],
         input=FM_UNIT,
         check=True,
     )
     node.run(["systemctl", "enable", "--now", "nvidia-fabricmanager.service"], check=True)
+    # Fabric Manager starts only with the driver's exact version
+    fabric_manager_version(node, "580.82.07")
+    before = node.tree_digest()
+    run = node_stage(site)
+    assert run.rc != 0 and "Traceback" not in run.output, run.output[-3000:]
+    assert (
+        "127.0.0.1: Fabric Manager 580.82.07 is not the NVIDIA driver 580.95.05: it starts only "
+        "with the driver's exact version" in run.output
+    ), run.output[-3000:]
+    assert node.tree_digest() == before
+    fabric_manager_version(node, "580.95.05")
     run = node_stage(site)
     assert run.rc == 0, run.output[-3000:]
     uvm = node.read("/etc/systemd/system/nvidia-uvm-init.service").splitlines()
@@ -186,3 +215,5 @@ def test_an_nvswitch_board_with_fabric_manager_running_converges_with_it_before_
         "After=nvidia-fabricmanager.service" in uvm and "Wants=nvidia-fabricmanager.service" in uvm
     )
     assert "Before=pve-guests.service" in uvm
+    # it waits, bounded, until every GPU has registered with the fabric
+    assert any("--query-gpu=fabric.state" in line for line in uvm)

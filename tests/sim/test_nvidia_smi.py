@@ -184,3 +184,16 @@ def test_a_container_sees_the_gpu_behind_the_minor_it_was_given(reverse):
         2,
         'Field "minor_number" is not a valid field to query.\n\n',
     )
+
+
+def test_the_help_lists_name_every_real_field_once_with_its_aliases(reverse):
+    """`--help-query-gpu`/`--help-query-compute-apps`: the title line, then each field quoted,
+    its aliases after ` or ` (`"name" or "gpu_name"`); the double has no descriptions."""
+    for kind, real in (("gpu", REAL_GPU), ("compute-apps", REAL_APPS)):
+        r = smi(reverse, f"--help-query-{kind}")
+        assert r.returncode == 0
+        lines = r.stdout.splitlines()
+        assert lines[0] == f'List of valid properties to query for the switch "--query-{kind}":'
+        names = [n for ln in lines if ln.startswith('"') for n in ln.replace('"', "").split(" or ")]
+        assert sorted(names) == sorted(real)
+    assert '"name" or "gpu_name"' in smi(reverse, "--help-query-gpu").stdout.splitlines()

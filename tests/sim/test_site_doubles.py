@@ -79,8 +79,14 @@ def test_pvesm_status_prints_print_status_s_table(node):
         # --content: enabled storages holding any of the listed types only
         iso = node.run(["pvesm", "status", "--content", "iso,vztmpl"]).stdout.splitlines()
         assert [line.split()[0] for line in iso[1:]] == ["local"]
+        # API2/Storage/Status.pm index: raise_param_exc({ storage => "No such storage." }) for
+        # a storage storage_info did not list (unknown, or without the --content asked for)
+        no_such = "400 Parameter verification failed.\nstorage: No such storage.\n"
         bad = node.run(["pvesm", "status", "--storage", "local-lvm"])
-        assert (bad.returncode, bad.stderr) == (255, "storage 'local-lvm' does not exist\n")
+        assert (bad.returncode, bad.stderr.startswith(no_such)) == (255, True), bad.stderr
+        assert "pvesm status  [OPTIONS]" in bad.stderr
+        other = node.run(["pvesm", "status", "--storage", "local", "--content", "rootdir"])
+        assert (other.returncode, other.stderr.startswith(no_such)) == (255, True), other.stderr
     finally:
         node.configure(storages=None)
 
@@ -93,6 +99,12 @@ def test_pct_create_needs_an_existing_storage_for_container_directories(node):
         wrong = node.run(["pct", "create", "301", T8, "--rootfs", "local:8"])
         assert wrong.returncode == 255
         assert "storage: storage 'local' does not support container directories" in wrong.stderr
+        # a bare size is a new volume on --storage, whose default is 'local' (create_vm)
+        bare = node.run(["pct", "create", "301", T8, "--rootfs", "8"])
+        assert bare.returncode == 255
+        assert "storage: storage 'local' does not support container directories" in bare.stderr
+        bare_iso = node.run(["pct", "create", "301", T8, "--rootfs", "0.5", "--storage", "local"])
+        assert "storage 'local' does not support container directories" in bare_iso.stderr
         assert node.run(["test", "-e", "/etc/pve/lxc/301.conf"]).returncode == 1
     finally:
         node.configure(storages=None)
@@ -115,7 +127,9 @@ def test_pct_refuses_changes_to_a_locked_container_like_check_lock(node):
 
 def test_nvidia_smi_prints_the_fabric_as_configured(node):
     query = ["nvidia-smi", "--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader"]
-    assert node.run(query).stdout == "0, [N/A], [N/A]\n1, [N/A], [N/A]\n"
+    # no NVSwitch fabric: a bare N/A (the real captures of a GeForce and an L40S), not the
+    # [N/A] nvidia-smi prints for a value it cannot give
+    assert node.run(query).stdout == "0, N/A, N/A\n1, N/A, N/A\n"
     node.configure(fabric_state="In Progress", fabric_status="N/A")
     try:
         assert node.run(query).stdout == "0, In Progress, N/A\n1, In Progress, N/A\n"

@@ -51,6 +51,8 @@ def test_rendered_node_units_pass_systemd_analyze_verify(tmp_path):
     units = {
         "nvidia-uvm-init.service": render_uvm_unit(range(8), nvidia_modprobe=tool),
         "nvidia-persistenced.service": render_persistenced_unit(nvidia_persistenced=tool),
+        # an NVSwitch board's (its fabric wait: the shell quoting, $$ and %% as systemd reads)
+        "nvidia-uvm-fabric.service": render_uvm_unit(range(8), nvidia_modprobe=tool, fabric=True),
     }
     for name, text in units.items():
         (tmp_path / name).write_text(text)
@@ -81,3 +83,36 @@ def test_uvm_unit_on_an_nvswitch_board_pulls_in_fabric_manager_before_guests():
     assert "Wants=nvidia-fabricmanager.service" in fabric
     assert fabric.index("Wants=nvidia-fabricmanager.service") < fabric.index("[Service]")
     assert "Before=pve-guests.service" in fabric
+
+
+def fabric_wait(tmp_path, states: list[str], wait_s: int):
+    """The rendered unit's fabric wait, run by sh as systemd would (``$$`` is ``$``, ``%%`` is
+    ``%``), against an nvidia-smi that answers ``states`` in turn (then the last one)."""
+    smi = tmp_path / "nvidia-smi"
+    calls = tmp_path / "calls"
+    smi.write_text(
+        f"#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n"
+        + "case $n in\n"
+        + "".join(f"  {i}) printf '{s}\\n{s}\\n';;\n" for i, s in enumerate(states[:-1]))
+        + f"  *) printf '{states[-1]}\\n{states[-1]}\\n';;\nesac\n"
+    )
+    smi.chmod(0o755)
+    unit = render_uvm_unit(range(2), fabric=True, nvidia_smi=str(smi), fabric_wait_s=wait_s)
+    (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=/bin/sh -c ")]
+    script = line.removeprefix("ExecStart=/bin/sh -c ").strip("'").replace("$$", "$")
+    run = subprocess.run(
+        ["sh", "-c", script.replace("%%", "%")], capture_output=True, text=True, timeout=60
+    )
+    return run, int(calls.read_text())
+
+
+def test_on_a_fabric_the_boot_unit_waits_bounded_until_every_gpu_registered(tmp_path):
+    """Fabric Manager's unit is up before the GPUs have registered with the fabric (CUDA error
+    802 until then): the boot unit waits for fabric.state Completed on every GPU, bounded."""
+    run, calls = fabric_wait(tmp_path, ["Not Started", "In Progress", "Completed"], 30)
+    assert (run.returncode, calls) == (0, 3), run.stderr
+    (tmp_path / "calls").unlink()
+    run, calls = fabric_wait(tmp_path, ["In Progress"], 1)
+    assert run.returncode == 1 and calls >= 1
+    assert run.stderr.startswith("NVIDIA GPUs not registered with the NVSwitch fabric after 1 s")
+    assert "fabric.state" not in render_uvm_unit(range(8))  # no fabric: no wait

@@ -79,6 +79,7 @@ def test_remove_tree_refuses_before_touching_anything(tmp_path):
 def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
     # Compared as whole texts, not split at "def": under mutmut guard.py holds many copies.
     guard = resources.files("pvegpu").joinpath("guard.py").read_text()
+    netrules = resources.files("pvegpu").joinpath("netrules.py").read_text()
     for name in ("install_uv", "verification"):
         probe = resources.files("pvegpu.probes").joinpath(f"{name}.py").read_text()
         probe = PRELUDE_IMPORT.sub("", probe)
@@ -88,7 +89,9 @@ def test_the_probes_that_delete_carry_the_guard_and_it_refuses_there(tmp_path):
             + "\n"
             for p in PRELUDES.get(name, ())
         )
-        assert probe_source(name) == PRELUDE + "\n" + guard + "\n" + before + probe, name
+        # one that reaches an index gets uv's proxy and CA rules first (pvegpu/netrules.py)
+        rules = netrules + "\n" if "site_urlopen(" in probe else ""
+        assert probe_source(name) == PRELUDE + "\n" + rules + guard + "\n" + before + probe, name
         assert "def remove_tree(" in guard and "shutil.rmtree(" not in probe, name
     # The guard's source runs on its own, as prepended to a probe, and refuses /.
     code = probe_source("install_uv").split("\nversion, index, home")[0] + "\nremove_tree('/')\n"

@@ -259,7 +259,7 @@ def fabric(state, status="N/A"):
 def test_a_fabric_needs_fabric_manager_enabled_active_and_every_gpu_registered():
     s = settings()
     fm_unit = {"path": f"/lib/systemd/system/{FM}", "enabled": True, "active": "active"}
-    assert node_problems(s, node(fabric=fabric("[N/A]", "[N/A]")), "n1")[0] == []
+    assert node_problems(s, node(fabric=fabric("N/A", "N/A")), "n1")[0] == []
     done = node(fabric=fabric("Completed", "Success"), units={FM: fm_unit})
     assert node_problems(s, done, "n1")[0] == []
     (line,) = node_problems(s, node(fabric=fabric("Not Started")), "n1")[0]
@@ -315,3 +315,43 @@ def test_a_locked_container_or_a_full_root_disk_is_refused():
     assert line.startswith("n1: CT 200 has 19.0 GiB free on its root disk, a deploy needs 20 GiB")
     ct["live"]["root_free_kib"] = 20 * 1024 * 1024
     assert node_problems(settings(), node(containers={"200": ct}), "n1", [200])[0] == []
+
+
+def test_a_bare_size_ct_rootfs_is_checked_on_the_storage_pct_would_use():
+    """pct create takes a bare size as a new volume on --storage, default 'local' (pve-container
+    API2/LXC.pm create_vm), which holds no container directories on a fresh install."""
+    ok = {
+        "rootdir": {"local-lvm": {"type": "lvmthin", "status": "active", "avail_kib": 2**31}},
+        "vztmpl": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}},
+    }
+    (line,) = node_problems(settings(ct_rootfs="128"), node(storages=ok), "n1", [200])[0]
+    assert "ct_rootfs='128' (a size alone: pct puts it on storage 'local')" in line
+    assert "set ct_rootfs, e.g. ct_rootfs=local-lvm:128" in line
+    small = node_problems(settings(ct_rootfs="8"), node(storages=ok), "n1", [200])[0]
+    assert any(
+        "gives CT 200 a 8 GiB root disk" in x and "ct_rootfs=local:128" not in x for x in small
+    ), small
+    local = {**ok, "rootdir": {"local": {"type": "dir", "status": "active", "avail_kib": 2**31}}}
+    assert node_problems(settings(ct_rootfs="128"), node(storages=local), "n1", [200])[0] == []
+
+
+def test_fabric_manager_on_pre_hopper_boards_at_the_drivers_version_and_elsewhere():
+    """Pre-Hopper NVSwitch boards print N/A for fabric.state: the nvswitch module's devices
+    say so; Fabric Manager must be the driver's exact version; GPUs all registered without a
+    local unit (Fabric Manager elsewhere) are a warning, not a refusal."""
+    s = settings()
+    fm_unit = {"path": f"/lib/systemd/system/{FM}", "enabled": True, "active": "active"}
+    a100 = node(fabric=fabric("N/A", "N/A"), nvswitches=["0000:05:00.0", "0000:06:00.0"])
+    (line,) = node_problems(s, a100, "n1")[0]
+    assert line.startswith("n1: the node has 2 NVSwitch device(s) (/proc/driver/nvidia-nvswitch)")
+    assert "nvidia-fabricmanager.service is not installed" in line
+    assert node_problems(s, {**a100, "units": {FM: fm_unit}}, "n1")[0] == []
+    done = fabric("Completed", "Success")
+    other = node(fabric=done, units={FM: fm_unit}, fabricmanager_version="580.82.07")
+    (line,) = node_problems(s, other, "n1")[0]
+    assert line.startswith("n1: Fabric Manager 580.82.07 is not the NVIDIA driver 580.95.05:")
+    same = node(fabric=done, units={FM: fm_unit}, fabricmanager_version="580.95.05")
+    assert node_problems(s, same, "n1")[0] == []
+    problems, warnings = node_problems(s, node(fabric=done), "n1")
+    assert problems == []
+    assert any("every GPU registered, but no nvidia-fabricmanager.service" in w for w in warnings)

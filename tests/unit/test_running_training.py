@@ -51,6 +51,15 @@ def test_memory_below_use_names_both_figures_and_the_fix():
     assert memory_below_use(200, 1024, None) is None
 
 
+def test_memory_below_use_on_cgroup_v1_fails_with_ebusy_and_kills_nothing():
+    """cgroup v1 (memcontrol-v1 mem_cgroup_resize_max) reclaims, then refuses a limit below use
+    with EBUSY; only v2's memory.max OOM-kills to fit."""
+    v1 = memory_below_use(200, 65536, 100 * 1024**3, "v1")
+    assert "ct_memory_mib=65536 would make `pct set` fail" in v1 and "EBUSY" in v1
+    assert "OOM" not in v1 and "ct_memory_mib >= 102400" in v1
+    assert "OOM-kill" in memory_below_use(200, 65536, 100 * 1024**3, "v2")
+
+
 NODE = {f"/dev/nvidia{i}": {"major": 195, "minor": i} for i in range(2)}
 NODE.update(
     {

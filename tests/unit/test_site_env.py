@@ -4,6 +4,8 @@ their command lines (pvegpu.plan.uv_commands.site_env)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pvegpu.locks.credentials import site_opener
@@ -33,7 +35,7 @@ def test_uv_and_the_reach_check_get_the_proxy_and_the_ca_bundle(tmp_path):
         assert "no_proxy=localhost NO_PROXY=localhost" in text
         assert f"SSL_CERT_FILE={CA_BUNDLE}" in text
     plain = Settings.from_data(defaults())
-    assert "PROXY" not in uv_env(plain) and "SSL_CERT_FILE" not in reach_command(plain)
+    assert "PROXY" not in uv_env(plain) and "SSL_CERT_FILE=" not in reach_command(plain)
 
 
 def test_bad_proxy_and_ca_values_are_refused_with_the_fix(tmp_path):
@@ -119,3 +121,73 @@ def test_the_controllers_index_check_reaches_a_no_proxy_index_directly(
     assert index_problem(settings(tmp_path, **over, no_proxy=no_proxy)) is None
     through_proxy = index_problem(settings(tmp_path, **over, no_proxy="localhost,127.0.0.2/32"))
     assert through_proxy.startswith("package_index_url=") and "not reachable" in through_proxy
+
+
+def container_reach(env: dict, *urls: str):
+    """The container-side reach check (the probe's source, as `reach_command` sends it) run here
+    with only ``env`` (and PATH): (exit status, stderr)."""
+    from pvegpu.facts.probe import probe_source
+
+    args = [f"{k}={u}" for k, u in zip(("package_index_url", "torch_index_base"), urls)]
+    import subprocess
+
+    run = subprocess.run(
+        ["python3", "-c", probe_source("reach_indexes"), *args],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return run.returncode, run.stderr
+
+
+@pytest.mark.parametrize("no_proxy", ["127.0.0.0/8", "localhost,127.0.0.1/32", "*"])
+def test_the_container_side_checks_read_no_proxy_as_uv_does(loopback_index, no_proxy):
+    """uv reads NO_PROXY with CIDR blocks; urllib's own bypass matches names only, so a CIDR
+    entry would send the container's reach check (and the uv install) to a proxy uv never uses."""
+    index, closed = loopback_index
+    proxy = f"http://127.0.0.1:{closed}"
+    env = {"http_proxy": proxy, "HTTP_PROXY": proxy, "no_proxy": no_proxy, "NO_PROXY": no_proxy}
+    assert container_reach(env, index + "/simple", index + "/whl") == (0, "")
+    rc, err = container_reach(
+        {**env, "no_proxy": "127.0.0.2/32", "NO_PROXY": "127.0.0.2/32"},
+        index + "/simple",
+        index + "/whl",
+    )
+    assert rc == 1 and "is not reachable from the container" in err
+
+
+def test_the_container_side_checks_trust_only_the_bundle_uv_trusts(tmp_path):
+    """uv takes SSL_CERT_FILE as its only roots; OpenSSL's defaults, which urllib loads, add the
+    system's certificate directory (SSL_CERT_DIR). A mirror whose CA is only in the system store
+    must fail the container's check exactly as it fails uv."""
+    import subprocess
+
+    from sim.index import PackageIndex
+
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "other").mkdir()
+    mirror_ca, cert, key = private_ca(tmp_path / "mirror", "127.0.0.1")
+    other_ca, _, _ = private_ca(tmp_path / "other", "127.0.0.1", "another private CA")
+    system = tmp_path / "system-certs"  # the mirror's CA as a system root (hashed name)
+    system.mkdir()
+    digest = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", mirror_ca],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (system / f"{digest}.0").write_text(Path(mirror_ca).read_text())
+    index = PackageIndex(tls=(cert, key)).start()
+    try:
+        url = index.url + "/simple"
+        trusted = container_reach(
+            {"SSL_CERT_FILE": mirror_ca, "SSL_CERT_DIR": "/nonexistent"}, url, url
+        )
+        assert trusted == (0, "")
+        rc, err = container_reach(
+            {"SSL_CERT_FILE": other_ca, "SSL_CERT_DIR": str(system)}, url, url
+        )
+        assert rc == 1 and "CERTIFICATE_VERIFY_FAILED" in err, err
+    finally:
+        index.stop()

@@ -580,3 +580,19 @@ def test_a_container_without_the_compile_toolchain_fails_verification(toolchain,
     assert [p.check for p in v.problems] == ["torch.compile toolchain"]
     assert f"found {found}; fix: run deploy.py (it installs gcc" in v.problems[0].line()
     assert run().ok  # gcc and Python.h: no problem
+
+
+def test_a_triton_that_links_with_lcuda_needs_the_libcuda_so_link():
+    """Triton compiles a launcher for every new kernel signature while the training runs; before
+    triton-lang/triton pull 8668 (3.6) it links them with -lcuda, which needs libcuda.so."""
+    ct = ct_facts()
+    ct["libs"] = {"libcuda.so.1": "libcuda.so.580.95.05", "libcuda.so": None}
+    ct["packages"] = {**ct["packages"], "triton": {"version": "3.5.1", "requires": []}}
+    # (triton is not in the test's lock: "venv packages" says so too)
+    (tool,) = [p for p in run(ct=ct).problems if p.check == "torch.compile toolchain"]
+    assert "ln -s libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so" in tool.line()
+    ct["packages"]["triton"]["version"] = "3.6.0"  # links -l:libcuda.so.1
+    assert not [p for p in run(ct=ct).problems if p.check == "torch.compile toolchain"]
+    ct["libs"]["libcuda.so"] = "libcuda.so.580.95.05"  # the .run's link
+    ct["packages"]["triton"]["version"] = "3.5.1"
+    assert not [p for p in run(ct=ct).problems if p.check == "torch.compile toolchain"]

@@ -46,6 +46,8 @@ STUB = textwrap.dedent('''
     cuda.is_available = _is_available
     cuda.init = lambda: None
     cuda.device_count = lambda: 2 if MODE != "noinit" else 0
+    # cudaGetDeviceCount (torch.cuda.device_count() asks NVML first)
+    _C = types.SimpleNamespace(_cuda_getDeviceCount=lambda: 2 if MODE != "noinit" else 0)
     cuda.get_arch_list = lambda: ["sm_80", "sm_90"]
     cuda.get_device_properties = _Props
     def _mem_get_info(i):  # makes a context on device i (recorded in $STUB_CALLS)

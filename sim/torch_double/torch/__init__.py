@@ -3,7 +3,7 @@ verification reads. Every CUDA answer is computed from what this process can rea
 nodes, libcuda, /proc/driver/nvidia); see torch/_sim.py. Never published; built by sim/wheels.py.
 """
 
-from . import _build, _dynamo, backends, compiler, cuda, fx, nn, version
+from . import _C, _build, _dynamo, backends, compiler, cuda, fx, nn, version
 from ._dynamo import compile
 from ._tensor import (
     Size,

@@ -295,11 +295,52 @@ def probe() -> CudaState:
         return CudaState(MSG_MISMATCH, [])
     if not os.path.exists(path("dev", "nvidia-uvm")) or _uvm_major_stale():
         return CudaState(MSG_UNKNOWN, [])
-    devices = _apply_visible_devices(physical_gpus())
+    devices = _apply_visible_devices([g for g in physical_gpus() if not cuda_unusable(g)])
     if not devices:
         # cudaErrorNoDevice: torch reports zero devices without a warning.
         return CudaState(MSG_NO_GPUS, [], silent=True)
     return CudaState(None, devices)
+
+
+def cuda_unusable(gpu: dict) -> bool:
+    """A GPU NVML lists but CUDA does not enumerate (torch.json ``cuda_unusable``: node indexes or
+    UUIDs), as one in an Xid error state that needs a reset: torch.cuda.device_count(), which
+    asks NVML first, counts it; torch._C._cuda_getDeviceCount() (cudaGetDeviceCount) does not."""
+    marked = {str(x).lower() for x in torch_config().get("cuda_unusable") or []}
+    return str(gpu.get("index")) in marked or str(gpu.get("uuid", "")).lower() in marked
+
+
+def nvml_count() -> int:
+    """What torch's ``_device_count_nvml()`` returns: NVML's device count here
+    (``nvmlDeviceGetCount_v2``: every GPU this process can open, whether CUDA can use it or not),
+    trimmed as torch trims it by ``CUDA_VISIBLE_DEVICES``; -1 when NVML cannot start (no
+    libnvidia-ml.so.1, or one that is not the kernel module's version), and torch falls back to
+    cudaGetDeviceCount."""
+    lib = os.path.realpath(path("usr", "lib", "x86_64-linux-gnu", "libnvidia-ml.so.1"))
+    m = re.fullmatch(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)", os.path.basename(lib))
+    module = kernel_module_version()
+    if not os.path.isfile(lib) or not m or module is None or m.group(1) != module:
+        return -1  # nvmlInit: no library, or "Driver/library version mismatch"
+    if not os.path.exists(path("dev", "nvidiactl")):
+        return -1  # nvmlInit talks to the driver through /dev/nvidiactl
+    gpus = physical_gpus()
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return len(gpus)
+    if spec.startswith("GPU-"):
+        return len(_apply_visible_devices(gpus))
+    count = 0
+    for item in spec.split(","):  # torch's _parse_visible_devices, then the trim to NVML's count
+        digits = re.match(r"\s*(\d+)", item)
+        if not digits or int(digits.group(1)) >= len(gpus):
+            break
+        count += 1
+    return count
+
+
+def has_context(gpu: dict) -> bool:
+    """Whether this process has made ``gpu``'s primary context (cuDevicePrimaryCtxGetState)."""
+    return gpu.get("index") in _opened
 
 
 def _uvm_major_stale() -> bool:

@@ -12,7 +12,10 @@ Real Triton (triton-lang/triton ``python/triton/runtime/build.py`` ``_build``; c
 - the command: ``[cc, src, "-O3", "-shared", "-fPIC", "-o", so, -l..., -L..., -I...]`` through
   ``subprocess.check_call`` (a failing compiler: ``CalledProcessError``);
 - the built module is kept in Triton's cache (``$TRITON_CACHE_DIR``, default ``~/.triton/cache``)
-  under the sha256 of its source, so a later process loads it without compiling.
+  under the sha256 of its source, so a later process loads it without compiling;
+- every kernel it launches gets a launcher of its own, generated for the kernel's signature and
+  compiled the same way when first used (``driver.py`` ``make_launcher``): a new input shape or
+  dtype compiles at run time, long after the first compile, so the compiler must stay.
 
 inductor wraps what its backend raises: ``torch._dynamo.exc.BackendCompilerFailed`` with
 ``backend='inductor' raised:\\n<Type>: <message>``. The double does all of this for real (the
@@ -36,8 +39,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cuda_utils", NULL, -
 PyMODINIT_FUNC PyInit_cuda_utils(void) { return PyModule_Create(&module); }
 """
 
+LAUNCHER = """#include <Python.h>
+/* the launcher of one kernel signature: {signature} */
+static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "__triton_launcher", NULL, -1, NULL}};
+PyMODINIT_FUNC PyInit___triton_launcher(void) {{ return PyModule_Create(&module); }}
+"""
+
 _lock = threading.Lock()
-_loaded = None
+_loaded: dict = {}
 
 
 def find_compiler() -> str:
@@ -77,26 +86,35 @@ def cache_dir() -> str:
     )
 
 
-def cuda_utils():
-    """The driver's C helper module: from Triton's cache, else compiled now (once a process)."""
-    global _loaded
+def compile_module_from_src(src: str, name: str):
+    """The C module ``name`` of ``src``: from Triton's cache, else compiled now (once a process)."""
+    key = hashlib.sha256(src.encode()).hexdigest()
     with _lock:
-        if _loaded is not None:
-            return _loaded
-        key = hashlib.sha256(SOURCE.encode()).hexdigest()
-        cached = os.path.join(cache_dir(), key, f"{NAME}.so")
+        if key in _loaded:
+            return _loaded[key]
+        cached = os.path.join(cache_dir(), key, f"{name}.so")
         if not os.path.exists(cached):
             with tempfile.TemporaryDirectory() as tmp:
-                src = os.path.join(tmp, "main.c")
-                with open(src, "w") as f:
-                    f.write(SOURCE)
-                so = build(NAME, src, tmp)
+                path = os.path.join(tmp, "main.c")
+                with open(path, "w") as f:
+                    f.write(src)
+                so = build(name, path, tmp)
                 os.makedirs(os.path.dirname(cached), exist_ok=True)
                 part = f"{cached}.tmp{os.getpid()}"
                 shutil.copyfile(so, part)
                 os.replace(part, cached)
-        spec = importlib.util.spec_from_file_location(NAME, cached)
+        spec = importlib.util.spec_from_file_location(name, cached)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        _loaded = module
+        _loaded[key] = module
         return module
+
+
+def cuda_utils():
+    """The driver's C helper module (CudaUtils)."""
+    return compile_module_from_src(SOURCE, NAME)
+
+
+def launcher(signature: str):
+    """The launcher of a kernel of ``signature`` (CudaLauncher: make_launcher's source)."""
+    return compile_module_from_src(LAUNCHER.format(signature=signature), "__triton_launcher")

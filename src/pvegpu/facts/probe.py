@@ -31,7 +31,8 @@ def probe_source(name: str) -> str:
     """The probe's source as sent: the shared prelude (pvegpu/probes/prelude.py: ``run``,
     ``start_early``, ``read``, ``mtime``, ``digest``) in front, in place of the probe's import of
     it, then its ``PRELUDES``; a probe that deletes (calls ``remove_tree``) also gets the delete
-    guard's source (pvegpu/guard.py, plain Python). pvegpu is not installed where probes run.
+    guard's source (pvegpu/guard.py, plain Python), one that reaches an index (``site_urlopen``)
+    pvegpu/netrules.py. pvegpu is not installed where probes run.
 
     >>> "def run(" in probe_source("pollution") and "import pvegpu" not in probe_source("pollution")
     True
@@ -43,6 +44,8 @@ def probe_source(name: str) -> str:
     )
     if "remove_tree(" in text:
         text = resources.files("pvegpu").joinpath("guard.py").read_text() + "\n" + text
+    if "site_urlopen(" in text:  # uv's proxy and CA rules (pvegpu/netrules.py, plain Python)
+        text = resources.files("pvegpu").joinpath("netrules.py").read_text() + "\n" + text
     return probes.joinpath("prelude.py").read_text() + "\n" + text
 
 

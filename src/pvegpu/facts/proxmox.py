@@ -48,7 +48,9 @@ class NodeState(ProbeFact):
       running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
       its cgroup uses, cgroup v2, else None); ``live["build_present"]``: ``build_dir`` (the
       selected venv build) exists in it;
-    - ``fabric`` (each GPU's NVSwitch fabric state and status), ``storages`` (`pvesm status
+    - ``fabric`` (each GPU's NVSwitch fabric state and status), ``nvswitches`` (the NVSwitch
+      devices /proc/driver/nvidia-nvswitch lists), ``fabricmanager_version`` (on a fabric only),
+      ``storages`` (`pvesm status
       --content <c>` for each of ``storage_contents`` when a container is missing or
       ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read);
     - ``persistenced``: ``outside_pids`` (nvidia-persistenced daemons not run by its unit) and

@@ -10,6 +10,7 @@ import base64
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from ..netrules import uv_opener
 from ..settings import Settings, TorchSettings
 
 
@@ -74,53 +75,10 @@ def credential_conflict(settings: Settings) -> str | None:
     return None
 
 
-def bypasses_proxy(host: str, no_proxy: str | None) -> bool:
-    """Whether ``host`` (``name[:port]``, ``[v6]:port``) is reached directly under ``no_proxy``,
-    as uv reads NO_PROXY: ``*``, a name with its subdomains (``.lan`` or ``lan``), an address,
-    or a CIDR block.
-
-    >>> [bypasses_proxy(h, "localhost,.lan,127.0.0.0/16") for h in
-    ...  ("localhost:8080", "mirror.lan", "127.0.1.3:3141", "pypi.org", "127.1.0.1", "xlan")]
-    [True, True, True, False, False, False]
-    >>> bypasses_proxy("[::1]:8080", "::1/128"), bypasses_proxy("a.b", "*")
-    (True, True)
-    >>> bypasses_proxy("a", None)
-    False
-    """
-    import ipaddress
-
-    if host.startswith("["):  # [v6] or [v6]:port
-        name = host[1:].split("]", 1)[0]
-    elif host.count(":") == 1:  # name:port (a bare v6 address has more colons)
-        name = host.rsplit(":", 1)[0]
-    else:
-        name = host
-    name = name.lower().rstrip(".")
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        address = None
-    for entry in (e.strip().lower() for e in (no_proxy or "").split(",")):
-        if entry == "*":
-            return True
-        if address is not None and entry:
-            try:
-                if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
-                    return True
-            except ValueError:
-                pass
-            continue
-        domain = entry.lstrip(".")
-        if domain and (name == domain or name.endswith("." + domain)):
-            return True
-    return False
-
-
 def site_opener(settings: Settings):
     """A urllib opener with the site's proxies (``http_proxy``, ``https_proxy``, ``no_proxy``;
-    this machine's own environment where they are unset) and ``index_ca_bundle`` as the CA file
-    when set."""
-    import ssl
+    this machine's own environment where they are unset) and ``index_ca_bundle`` as the only CA
+    file when set: uv's rules (pvegpu.netrules), so this check passes where uv gets through."""
     import urllib.request
 
     proxies = urllib.request.getproxies()
@@ -129,21 +87,7 @@ def site_opener(settings: Settings):
         if value:
             proxies[scheme] = value
     no_proxy = site.no_proxy or proxies.get("no")
-    proxies.pop("no", None)  # not a scheme: ProxyHandler would make a no_open() of it
-
-    class SiteProxyHandler(urllib.request.ProxyHandler):
-        # urllib's own handler asks only this process's environment which hosts bypass the
-        # proxy (proxy_bypass_environment), never the mapping it was given: the site's
-        # no_proxy is checked here
-        def proxy_open(self, req, proxy, type):
-            if req.host and bypasses_proxy(req.host, no_proxy):
-                return None
-            return super().proxy_open(req, proxy, type)
-
-    context = ssl.create_default_context(cafile=site.index_ca_bundle or None)
-    return urllib.request.build_opener(
-        SiteProxyHandler(proxies), urllib.request.HTTPSHandler(context=context)
-    )
+    return uv_opener(proxies, no_proxy, site.index_ca_bundle)
 
 
 def index_problem(settings: Settings, urlopen=None) -> str | None:

@@ -292,19 +292,29 @@ def without(args: list[str], keys: list[str]) -> list[str]:
     return [x for flag, value in pairs if flag[2:] not in keys for x in (flag, value)]
 
 
-def memory_below_use(vmid: int, memory_mib: int, used: int | None) -> str | None:
-    """The refusal of a memory limit under what the container uses now (cgroup v2 writes
-    memory.max without a check: the kernel would reclaim, then OOM-kill inside it).
+def memory_below_use(
+    vmid: int, memory_mib: int, used: int | None, cgroup: str | None = "v2"
+) -> str | None:
+    """The refusal of a memory limit under what the container uses now: cgroup v2 takes
+    memory.max without a check, then the kernel reclaims and OOM-kills inside the container;
+    cgroup v1 (``cgroup="v1"``) reclaims what it can and then refuses the limit (EBUSY), so
+    `pct set` fails.
 
     >>> memory_below_use(200, 1024, 3 * 1024 ** 3)[:60]
     'CT 200 uses 3072 MiB of memory now: ct_memory_mib=1024 would'
     """
     if used is None or memory_mib * MIB >= used:
         return None
+    effect = (
+        "make `pct set` fail (cgroup v1 refuses a limit below use, EBUSY, after reclaiming "
+        "what it can)"
+        if cgroup == "v1"
+        else "have the kernel reclaim and OOM-kill in it"
+    )
     return (
         f"CT {vmid} uses {used // MIB} MiB of memory now: ct_memory_mib={memory_mib} would "
-        f"have the kernel reclaim and OOM-kill in it; set ct_memory_mib >= {-(-used // MIB)} "
-        "(or free memory in the container first)"
+        f"{effect}; set ct_memory_mib >= {-(-used // MIB)} (or free memory in the container "
+        "first)"
     )
 
 
@@ -336,7 +346,9 @@ def container_present(
         lower = lowered(ct.get("config", {}), args)
         if "memory" in lower:
             _, full = node_state(vmid, "full")
-            refusal = memory_below_use(vmid, container.memory_mib, full.get("memory_current"))
+            refusal = memory_below_use(
+                vmid, container.memory_mib, full.get("memory_current"), full.get("memory_cgroup")
+            )
             if refusal:
                 yield fail(refusal)
                 return

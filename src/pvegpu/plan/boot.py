@@ -66,20 +66,36 @@ def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
 
 
 def on_fabric(state: dict) -> bool:
-    """Whether the node's GPUs report an NVSwitch fabric (the node read's ``fabric``).
+    """Whether the node is an NVSwitch board: its GPUs report a fabric (the node read's
+    ``fabric``), or the nvswitch module lists NVSwitches (``nvswitches``: pre-Hopper boards
+    print N/A for fabric.state).
 
     >>> on_fabric({"fabric": [{"state": "Completed"}]}), on_fabric({"fabric": [{"state": "N/A"}]})
     (True, False)
+    >>> on_fabric({"fabric": [{"state": "N/A"}], "nvswitches": ["0000:05:00.0"]})
+    True
     """
-    return any(r.get("state") in FABRIC_STATES for r in state.get("fabric") or [])
+    rows = state.get("fabric") or []
+    return bool(state.get("nvswitches")) or any(r.get("state") in FABRIC_STATES for r in rows)
+
+
+#: How long the boot unit waits, at most, for the GPUs to register with the NVSwitch fabric
+#: (Fabric Manager typically takes well under a minute; the unit fails after this).
+FABRIC_WAIT_S = 300
 
 
 def render_uvm_unit(
-    gpu_minors, nvidia_modprobe="/usr/bin/nvidia-modprobe", extras=(), fabric=False
+    gpu_minors,
+    nvidia_modprobe="/usr/bin/nvidia-modprobe",
+    extras=(),
+    fabric=False,
+    nvidia_smi="/usr/bin/nvidia-smi",
+    fabric_wait_s=FABRIC_WAIT_S,
 ) -> str:
     """The boot unit making the device nodes before pve-guests; on an NVSwitch board
-    (``fabric``) also ordered after, and pulling in, nvidia-fabricmanager.service, so Fabric
-    Manager runs before Proxmox starts its guests."""
+    (``fabric``) also ordered after, and pulling in, nvidia-fabricmanager.service, and waiting
+    (at most ``fabric_wait_s``) until every GPU has registered with the fabric: Fabric
+    Manager's unit is up before the GPUs are, and CUDA fails until then."""
     minors = sorted(set(gpu_minors))
     nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
     return (
@@ -90,6 +106,8 @@ def render_uvm_unit(
             commands=uvm_init_commands(minors, extras),
             gpu_nodes=nodes,
             fabric=fabric,
+            nvidia_smi=nvidia_smi,
+            fabric_wait_s=int(fabric_wait_s),
         )
     )
 

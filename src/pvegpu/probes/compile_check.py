@@ -60,7 +60,8 @@ except Exception as e:  # noqa: BLE001
 seq = int(ARGS.get("seq") or 256)
 gpus = ARGS.get("gpus")
 if gpus is None:
-    gpus = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    # cudaGetDeviceCount: torch.cuda.device_count() asks NVML first (GPUs CUDA may not have)
+    gpus = list(range(torch._C._cuda_getDeviceCount())) if torch.cuda.is_available() else []
 out["gpus"] = gpus
 out["torch"] = torch.__version__
 if not gpus:

@@ -5,6 +5,7 @@
 #                     "hashes": {"<wheel file name>": "<sha256>"}, "link": "/usr/local/bin/uv",
 #                     "netrc": "<path>" or null}
 # The index URL carries no credentials: those are read from the netrc (basic auth), never argv.
+# Proxies and trusted roots follow uv's rules (site_urlopen, pvegpu/netrules.py, sent in front).
 # It reads <index>/uv/ (PEP 503), picks the wheel of this machine (manylinux for glibc, else
 # musllinux) whose sha256 the project's uv.lock pins (or, for a version uv.lock does not know, the
 # index's #sha256), checks the download against it, and unpacks uv-<ver>.data/scripts/{uv,uvx}
@@ -70,7 +71,7 @@ def request(url):
 version, index, home = A["version"], A["index"].rstrip("/"), A["home"]
 page = f"{index}/uv/"
 try:
-    with urllib.request.urlopen(request(page), timeout=60) as r:
+    with site_urlopen(request(page), timeout=60) as r:  # noqa: F821 (pvegpu/netrules.py)
         body = r.read().decode("utf-8", "replace")
         page = r.geturl()
 except Exception as e:  # noqa: BLE001 - any failure is one line
@@ -106,7 +107,7 @@ try:
     wheel = os.path.join(tmp, name)
     h = hashlib.sha256()
     try:
-        with urllib.request.urlopen(request(url), timeout=300) as r, open(wheel, "wb") as f:
+        with site_urlopen(request(url), timeout=300) as r, open(wheel, "wb") as f:  # noqa: F821
             for chunk in iter(lambda: r.read(1 << 20), b""):
                 h.update(chunk)
                 f.write(chunk)

@@ -193,6 +193,31 @@ def fabric():
     return rows
 
 
+# Pre-Hopper NVSwitch boards (HGX A100/V100) need Fabric Manager too but print N/A for
+# fabric.state: the NVSwitches themselves are listed by the nvidia-nvswitch module
+# (open-gpu-kernel-modules kernel-open/nvidia/procfs_nvswitch.c: devices/<dddd:bb:dd.f>/).
+NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
+# fabric.state of a GPU that registers with a fabric (pvegpu.plan.boot.FABRIC_STATES)
+FABRIC_STATES = ("Not Started", "In Progress", "Completed")
+# `nv-fabricmanager --version` prints "Fabric Manager version is : 535.161.08"
+FM_VERSION = ["nv-fabricmanager", "--version"]
+
+
+def nvswitches():
+    """The node's NVSwitch devices (PCI addresses), [] without the nvswitch module."""
+    try:
+        return sorted(os.listdir(NVSWITCH_DIR))
+    except OSError:
+        return []
+
+
+def fabricmanager_version():
+    """Fabric Manager's version (it must equal the driver's), None when not installed."""
+    code, out, _ = run(FM_VERSION)
+    found = re.search(r"Fabric Manager version is\s*:\s*(\S+)", out) if code == 0 else None
+    return found.group(1) if found else None
+
+
 # First line of the nvidia-persistenced unit pvegpu renders (its template)
 PERSISTENCED_MARKER = "# Rendered by pvegpu from templates/nvidia-persistenced.service.j2"
 
@@ -337,7 +362,7 @@ def container(vmid, detail, unit, view=None):
     info["status"] = status
     if detail == "full" and status == "running":
         info["processes"], info["processes_error"] = container_processes_or_error(vmid)
-        info["memory_current"] = memory_current(vmid)
+        info["memory_current"], info["memory_cgroup"] = memory_current(vmid)
     return info
 
 
@@ -404,17 +429,18 @@ def container_processes_or_error(vmid):
 
 
 def memory_current(vmid):
-    """Bytes the container's cgroup uses now: cgroup v2 ``memory.current``, else (a node booted
-    with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the memory controller;
-    both count page cache, as the limit does. None when neither can be read."""
-    for path in (
-        f"/sys/fs/cgroup/lxc/{vmid}/memory.current",
-        f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes",
+    """(bytes the container's cgroup uses now, "v2" or "v1"): cgroup v2 ``memory.current``, else
+    (a node booted with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the
+    memory controller; both count page cache, as the limit does. (None, None) when neither can
+    be read. The hierarchy matters: a limit below use OOM-kills on v2, fails (EBUSY) on v1."""
+    for path, version in (
+        (f"/sys/fs/cgroup/lxc/{vmid}/memory.current", "v2"),
+        (f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes", "v1"),
     ):
         text = read(path)
         if text and text.strip().isdigit():
-            return int(text.strip())
-    return None
+            return int(text.strip()), version
+    return None, None
 
 
 def file_digest(path):
@@ -482,6 +508,8 @@ start_early(PVEVERSION, SMI_GPUS, SMI_APPS, *filter(None, [is_active_argv(unit_f
 start_early(SMI_FABRIC, *(pvesm_status_argv(c) for c in contents))
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
+fabric_rows, switches = fabric() if gpu_rows else [], nvswitches()
+on_fabric = bool(switches) or any(r["state"] in FABRIC_STATES for r in fabric_rows)
 doc = {
     **pve_versions(),
     "driver_version": drv,
@@ -504,7 +532,9 @@ doc = {
     if os.path.isdir("/var/lib/vz/template/cache")
     else [],
     "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
-    "fabric": fabric() if gpu_rows else [],
+    "fabric": fabric_rows,
+    "nvswitches": switches,
+    "fabricmanager_version": fabricmanager_version() if on_fabric else None,
     "storages": storages(contents),
     "persistenced": persistenced(A.get("persistenced_unit")),
 }

@@ -65,7 +65,9 @@ doc["arch_list"] = []
 if available:
     try:
         torch.cuda.init()
-        doc["device_count"] = torch.cuda.device_count()
+        # CUDA's own count (cudaGetDeviceCount): torch.cuda.device_count() asks NVML first, which
+        # counts GPUs CUDA does not enumerate, and a properties call for one of those fails
+        doc["device_count"] = torch._C._cuda_getDeviceCount()
         doc["arch_list"] = list(torch.cuda.get_arch_list())
     except Exception as e:  # noqa: BLE001
         doc["init_error"] = first_line(e)

@@ -204,7 +204,8 @@ doc = {
     "present": present,
     "module_text": (read("/proc/driver/nvidia/version") or "").strip().splitlines()[:1],
     "libs": {
-        name: resolved(os.path.join(LIBDIR, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")
+        name: resolved(os.path.join(LIBDIR, name))
+        for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so")  # .so: Triton's -lcuda
     },
     "smi": run_doc(SMI),
     "torch": None,

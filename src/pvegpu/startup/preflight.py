@@ -85,7 +85,9 @@ def node_problems(
     left_alone = boot.persistenced_left_alone(state)
     if left_alone:
         warnings.append(f"{node}: {left_alone}")
-    problems += fabric_problems(state, node)
+    fabric, fabric_notes = fabric_problems(state, node)
+    problems += fabric
+    warnings += fabric_notes
     devn = devn_problem(settings, state, node)
     if devn:
         problems.append(devn)
@@ -183,7 +185,9 @@ def container_problems(
         if line:
             problems.append(line)
     config = ct.get("config", {})
-    below = memory_below_use(vmid, settings.container.memory_mib, ct.get("memory_current"))
+    below = memory_below_use(
+        vmid, settings.container.memory_mib, ct.get("memory_current"), ct.get("memory_cgroup")
+    )
     if below:
         problems.append(f"{node}: {below}")
     unpriv = config.get("unprivileged", "0") == "1"

@@ -109,13 +109,23 @@ def disk_problem(
     )
 
 
+#: The storage `pct create` puts a bare-size volume on: its ``--storage``, default ``local``
+#: (pve-container API2/LXC.pm create_vm); pvegpu passes no ``--storage``.
+BARE_SIZE_STORAGE = "local"
+
+
 def rootfs_parts(rootfs: str) -> tuple[str | None, float | None]:
-    """(storage, GiB) of a ``ct_rootfs`` like ``local-lvm:128`` (pct's new-volume syntax).
+    """(storage, GiB) of a ``ct_rootfs`` like ``local-lvm:128`` (pct's new-volume syntax); a
+    size alone is a new volume on ``BARE_SIZE_STORAGE``.
 
     >>> rootfs_parts("local-zfs:64"), rootfs_parts("local-lvm:vm-200-disk-0,size=8G")
     (('local-zfs', 64.0), ('local-lvm', None))
+    >>> rootfs_parts("32")
+    ('local', 32.0)
     """
     volume = rootfs.split(",")[0]
+    if re.fullmatch(r"\d+(\.\d+)?", volume):
+        return BARE_SIZE_STORAGE, float(volume)
     m = re.match(r"^([a-z][a-z0-9\-_.]*[a-z0-9]):(.*)$", volume, re.I)
     if not m:
         return None, None
@@ -145,6 +155,10 @@ def storage_problems(
     problems = []
     rootdir, vztmpl = storages.get("rootdir"), storages.get("vztmpl")
     storage, size = rootfs_parts(rootfs)
+    bare = storage is not None and not rootfs.split(",")[0].startswith(f"{storage}:")
+    given = f"ct_rootfs={rootfs!r}" + (
+        f" (a size alone: pct puts it on storage '{storage}')" if bare else ""
+    )
     if rootdir is not None and storage is not None:
         found = rootdir.get(storage)
         if found is None:
@@ -152,7 +166,7 @@ def storage_problems(
             example = f", e.g. ct_rootfs={sorted(rootdir)[0]}:{int(size or 128)}" if rootdir else ""
             problems.append(
                 f"{node}: CT {vmid} is to be created on storage '{storage}' "
-                f"(ct_rootfs={rootfs!r}), which does not exist or holds no container directories "
+                f"({given}), which does not exist or holds no container directories "
                 f"(rootdir) on the node; storages for containers: {names}: set ct_rootfs{example}"
             )
         elif found.get("status") != "active":
@@ -168,8 +182,9 @@ def storage_problems(
             )
     if size is not None and size < need_gib(min_free_gib):
         problems.append(
-            f"{node}: ct_rootfs={rootfs!r} gives CT {vmid} a {size:g} GiB root disk, a deploy "
-            f"needs {need_text(min_free_gib)}: set a larger size, e.g. ct_rootfs={storage}:128"
+            f"{node}: {given} gives CT {vmid} a {size:g} GiB root disk, a deploy "
+            f"needs {need_text(min_free_gib)}: set a larger size, e.g. "
+            f"ct_rootfs={'128' if bare else f'{storage}:128'}"
         )
     tmpl_storage = template_volid.split(":")[0] if ":" in template_volid else None
     if vztmpl is not None and tmpl_storage is not None and tmpl_storage not in vztmpl:
@@ -181,31 +196,63 @@ def storage_problems(
     return problems
 
 
-def fabric_problems(state: dict, node: str) -> list[str]:
-    """NVSwitch boards need NVIDIA Fabric Manager before CUDA works: when a GPU reports a fabric
-    state, its unit must be enabled and active and each GPU's registration completed.
+FM_INSTALL = (
+    "install NVIDIA Fabric Manager for the driver (package nvidia-fabricmanager-<driver branch>), "
+    "then `systemctl enable --now nvidia-fabricmanager`"
+)
+
+
+def fabric_problems(state: dict, node: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of an NVSwitch board: NVIDIA Fabric Manager must run, at the
+    driver's exact version, before CUDA works. A fabric shows in the GPUs' fabric.state (Hopper
+    on) or, on pre-Hopper boards (HGX A100/V100: fabric.state N/A), in the NVSwitch devices the
+    nvswitch module lists. GPUs that all completed registration without a local Fabric Manager
+    unit (it runs elsewhere, e.g. in a service VM) are a warning, not a refusal.
 
     >>> gpus = [{"uuid": "GPU-1", "state": "Not Started", "status": "N/A"}]
     >>> fabric_problems({"fabric": gpus, "units": {}}, "n1")  # doctest: +NORMALIZE_WHITESPACE
-    ['n1: the GPUs are on an NVSwitch fabric (fabric.state Not Started) but
+    (['n1: the GPUs are on an NVSwitch fabric (fabric.state Not Started) but
     nvidia-fabricmanager.service is not installed: install NVIDIA Fabric Manager for the driver
     (package nvidia-fabricmanager-<driver branch>), then `systemctl enable --now
-    nvidia-fabricmanager`']
+    nvidia-fabricmanager`'], [])
     >>> fabric_problems({"fabric": [{"uuid": "GPU-1", "state": "N/A", "status": "N/A"}]}, "n1")
-    []
+    ([], [])
     """
     rows = [r for r in state.get("fabric") or [] if r.get("state") in boot.FABRIC_STATES]
-    if not rows:
-        return []
+    switches = state.get("nvswitches") or []
+    if not rows and not switches:
+        return [], []
     states = ", ".join(sorted({r["state"] for r in rows}))
+    fabric = (
+        f"the GPUs are on an NVSwitch fabric (fabric.state {states})"
+        if rows
+        else f"the node has {len(switches)} NVSwitch device(s) (/proc/driver/nvidia-nvswitch)"
+    )
+    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
     unit = (state.get("units") or {}).get(boot.FABRICMANAGER_UNIT) or {}
-    fabric = f"the GPUs are on an NVSwitch fabric (fabric.state {states})"
     if not unit.get("path"):
+        if rows and not pending:
+            return [], [
+                f"{node}: {fabric}, every GPU registered, but no {boot.FABRICMANAGER_UNIT} on "
+                "the node: Fabric Manager runs elsewhere; after a reboot the GPUs need it again "
+                "before CUDA works"
+            ]
         return [
-            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is not installed: install NVIDIA "
-            "Fabric Manager for the driver (package nvidia-fabricmanager-<driver branch>), then "
-            "`systemctl enable --now nvidia-fabricmanager`"
-        ]
+            f"{node}: {fabric} but {boot.FABRICMANAGER_UNIT} is not installed: {FM_INSTALL}"
+        ], []
+    return fabric_unit_problems(state, node, fabric, unit, pending), []
+
+
+def fabric_unit_problems(state: dict, node: str, fabric: str, unit: dict, pending) -> list[str]:
+    """An installed Fabric Manager: enabled and active, at the driver's version, every GPU
+    registered (``pending``: the GPUs that are not).
+
+    >>> u = {"path": "/lib/systemd/system/nvidia-fabricmanager.service", "enabled": True,
+    ...      "active": "active"}
+    >>> fabric_unit_problems({"driver_version": "580.95.05", "fabricmanager_version":
+    ...     "580.82.07"}, "n1", "f", u, [])[0][:75]
+    'n1: Fabric Manager 580.82.07 is not the NVIDIA driver 580.95.05: it starts '
+    """
     if unit.get("active") != "active" or not unit.get("enabled"):
         found = (
             f"{unit.get('active') or 'inactive'}, {'' if unit.get('enabled') else 'not '}enabled"
@@ -215,7 +262,14 @@ def fabric_problems(state: dict, node: str) -> list[str]:
             "`systemctl enable --now nvidia-fabricmanager` (CUDA fails until it registers the "
             "GPUs), then run again"
         ]
-    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
+    fm, driver = state.get("fabricmanager_version"), state.get("driver_version")
+    if fm and driver and fm != driver:
+        return [
+            f"{node}: Fabric Manager {fm} is not the NVIDIA driver {driver}: it starts only with "
+            f"the driver's exact version; install nvidia-fabricmanager {driver} (package "
+            f"nvidia-fabricmanager-{driver.split('.')[0]}), then `systemctl restart "
+            "nvidia-fabricmanager`"
+        ]
     if pending:
         r = pending[0]
         return [

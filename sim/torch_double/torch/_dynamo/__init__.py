@@ -116,11 +116,30 @@ def _inductor_cuda_backend() -> None:
         raise exc.BackendCompilerFailed(_inductor, e) from e
 
 
+def _signature(args, kwargs) -> str:
+    """The kernels' signature as dynamo guards it: each tensor argument's shape and dtype."""
+    parts = []
+    for a in list(args) + list(kwargs.values()):
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            parts.append(f"{tuple(a.shape)}:{a.dtype}")
+    return ",".join(parts)
+
+
+def _inductor_launcher(signature: str) -> None:
+    """A new signature compiles new kernels, and Triton a launcher for each (see torch._triton),
+    at run time; a failure there is the backend's, as the first compile's."""
+    try:
+        _triton.launcher(signature)
+    except Exception as e:
+        raise exc.BackendCompilerFailed(_inductor, e) from e
+
+
 class _Optimized:
     def __init__(self, fn, options):
         self._orig_mod = fn
         self._options = options
         self._compiled = False
+        self._signatures: set = set()
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, obj, objtype=None):
@@ -161,6 +180,10 @@ class _Optimized:
                         self._trace()
                     finally:
                         _fx._is_fx_tracing_flag = False
+        signature = _signature(args, kwargs)
+        if signature not in self._signatures:
+            _inductor_launcher(signature)
+            self._signatures.add(signature)
         _local.compiling = getattr(_local, "compiling", 0) + 1
         try:
             return self._orig_mod(*args, **kwargs)

@@ -24,9 +24,15 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    state = _sim.probe()
-    _warn(state)
-    return len(state.devices)
+    """NVML's count first (torch/cuda/__init__.py: ``_device_count_nvml()``, which counts GPUs
+    CUDA may not have), cudaGetDeviceCount only when NVML cannot say."""
+    from .. import _C
+
+    nvml = _sim.nvml_count()
+    if nvml >= 0:
+        return nvml
+    _warn(_sim.probe())
+    return _C._cuda_getDeviceCount()
 
 
 def is_initialized() -> bool:
@@ -121,7 +127,17 @@ class _CudaDeviceProperties:
 
 
 def get_device_properties(device=None) -> _CudaDeviceProperties:
-    return _CudaDeviceProperties(_gpu(device))
+    """torch's check is against device_count() (NVML's); then at::cuda::getDeviceProperties
+    asserts the ordinal is one CUDA has."""
+    from .. import _C
+
+    state = _lazy_init()
+    index = _device_index(device)
+    if index < 0 or index >= device_count():
+        raise AssertionError("Invalid device id")
+    if index >= len(state.devices):
+        raise _C.device_assert(index)
+    return _CudaDeviceProperties(state.devices[index])
 
 
 def get_device_name(device=None) -> str:

@@ -1,0 +1,85 @@
+"""bench/gpu_reality.py keeps working: it runs on a simulated node as on a GPU machine (the node's
+python3 without pyinfra, the nvidia-smi double, /proc and /dev of the simulated driver, the torch
+double on PYTHONPATH), says "not a real GPU", exits 0 and writes its report; without any GPU it
+says so and exits 0 too."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.fixtures import _factory
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench" / "gpu_reality.py"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    make, finish = _factory(tmp_path_factory)
+    try:
+        yield make(gpus=2, ct_init="exec")
+    finally:
+        finish()
+
+
+def test_the_bench_runs_against_the_simulator_and_reports(node, wheelhouse):
+    wheel = Path(wheelhouse.torch["cu130"]).read_bytes()
+    node.run(
+        ["sh", "-c", "base64 -d > /root/torch.whl"],
+        input=base64.b64encode(wheel).decode(),
+        check=True,
+    )
+    node.torch_config(register_contexts=True)  # a context lists as a compute process
+    try:
+        run = node.run(
+            [
+                "python3",
+                str(BENCH),
+                "--out",
+                "/root/gr",
+                "--env",
+                "PYTHONPATH=/root/torch.whl",
+                "--env",
+                "PYTHONDONTWRITEBYTECODE=1",
+            ],
+            env={"PYTHONDONTWRITEBYTECODE": "1"},
+            timeout=300,
+        )
+    finally:
+        node.torch_config()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("not a real GPU: the simulator's doubles answer"), run.stdout
+    report = json.loads(node.read("/root/gr/report.json"))
+    assert (report["simulated"], report["real_gpu"]) == (True, False)
+    steps = report["steps"]
+    assert not [n for n, s in steps.items() if isinstance(s, dict) and s.get("error")], steps
+    checks = {c["name"]: c for c in report["checks"]}
+    assert not [n for n, c in checks.items() if c["ok"] is False], report["checks"]
+    # the no-context path makes none; the context path's size is the double's context_mib
+    assert checks["no-context path"]["ok"] is True
+    sizes = steps["contexts"]["context"]["sizes"]
+    assert [s["apps_used_mib"] for s in sizes] == [500, 500]
+    assert checks["held GPU"]["ok"] is True
+    assert steps["compile"]["cold"]["ok"] and steps["compile"]["warm"]["ok"]
+    assert steps["node"]["driver_version"] == node.cfg["driver_version"]
+    assert "| device counts |" in node.read("/root/gr/report.md")
+    assert node.run(["test", "-s", "/root/gr/raw/nvidia-smi-help-query-gpu.txt"]).returncode == 0
+
+
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/nonexistent"},
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("not a real GPU: nvidia-smi -L says")
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["real_gpu"] is False
