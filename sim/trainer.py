@@ -4,8 +4,8 @@ the python it runs with) and, on SIGTERM, takes ``checkpoint_s`` seconds (a file
 dir; 0 without it) to write ``checkpoint-<pid>``, marking ``stopping-<pid>`` first, then exits 0:
 a real trainer's graceful stop, whose length a test chooses (longer than the 30 s a SIGKILL used
 to come after). With ``--exit-at-start N`` it exits N before it records a start: a run that
-crashes while it loads (a unit's restarts). Its GPUs are registered on the node by its node pid (SimNode.register_gpu_process),
-so the node's nvidia-smi lists it while it lives.
+crashes while it loads (a unit's restarts). Its GPUs are registered on the node by its node pid
+(SimNode.register_gpu_process), so the node's nvidia-smi lists it while it lives.
 
 Under a launcher (torchrun: ``LOCAL_RANK`` in its environment) it takes its GPU as a DDP worker
 does, before it records its start: ``torch.cuda.set_device(local_rank)`` and a first allocation
