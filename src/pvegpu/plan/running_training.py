@@ -358,13 +358,15 @@ def neighbours(vmid: int, node: dict, gpus) -> list[Trainer]:
     found: dict[int, Trainer] = {}
     for app in node.get("compute_apps") or []:
         gpu = index.get(app.get("gpu_uuid"))
-        if gpu not in set(gpus) or container_path(app.get("cgroup") or "", vmid) is not None:
+        if gpu is None or gpu not in set(gpus):
+            continue
+        if container_path(app.get("cgroup") or "", vmid) is not None:
             continue
         m = re.search(r"/lxc(?:\.payload)?[./](\d+)(/.*|$)", app.get("cgroup") or "")
         owner = f"CT {m.group(1)} ({started_by(m.group(2))})" if m else "the node"
         pid = int(app["pid"])
         have = found.get(pid)
-        gpus_of = tuple(sorted({*(have.gpus if have else ()), gpu}))
+        gpus_of = tuple(sorted({*(have.gpus if have else ()), int(gpu)}))
         command = _command(app.get("argv"), app.get("name") or "?")
         found[pid] = Trainer(pid, command, owner, gpus=gpus_of, kind=NEIGHBOUR)
     return [found[p] for p in sorted(found)]
