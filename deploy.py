@@ -35,6 +35,15 @@ if "training_cts" in host.groups:
     if s.verification.level == "compile" and s.policy.restart_training:
         local.include("tasks/stop_for_compile.py")
     local.include("tasks/verify.py")
+barrier(name="New builds verified")
+
+# restart_training=true: a training pvegpu did not start is stopped only now, once the new build
+# is verified (a failed build or verification leaves it running), then the changes that waited
+if "pve_hosts" in host.groups and s.policy.restart_training:
+    local.include("tasks/takeover.py")
+barrier(name="Trainings taken over")
+
+if "training_cts" in host.groups:
     local.include("tasks/training_unit.py")
     # last: a restarted unit no longer uses the builds rebuild=venv replaced
     local.include("tasks/rebuild_cleanup.py")

@@ -87,7 +87,8 @@ data_dir_ct = "/data"
 # None, "venv" (build the selected venv from scratch beside the live one, switch, then delete the
 # old builds) or "container" (destroy and re-create the CT).
 rebuild = None
-# A deploy never restarts a running training service unless this is True.
+# A deploy never restarts a running training service unless this is True: with it, a training
+# pvegpu did not start is stopped gracefully (its checkpoint first) once the new build verified.
 restart_training = False
 # One deploy at a time per node (an flock on the node): how many seconds a deploy waits for
 # another one to finish before it refuses, naming the holder.
@@ -100,6 +101,14 @@ progress_interval_s = 10
 # every other key that is not a setting above nor pyinfra's own (ssh_*, _sudo, ...) stops the run
 # as a likely typo. Keys starting with x_ are always yours: no need to list them.
 extra_data_keys = []
+# Change a container pvegpu did not create (no "pvegpu" tag): without it the deploy shows the
+# plan (every change, old -> new) and changes nothing there. Once adopted, it carries the tag.
+adopt = False
+# Let rebuild=container destroy the container's storage-backed mount points (mpN volumes, not
+# bind mounts) along with it; without it such a rebuild is refused.
+destroy_volumes = False
+# rebuild, restart_training, adopt and destroy_volumes are one-run decisions: give them with
+# --data only (set here or in a fleet file they are refused, so they never repeat by accident).
 
 # --- verification -------------------------------------------------------------------------------
 # "basic" or "compile" (adds the concurrent torch.compile check, one thread per GPU).

@@ -2,20 +2,12 @@
 # carry exactly the node's driver userspace.
 from pyinfra import host
 
-from pvegpu.operations import proxmox, takeover
+from pvegpu.operations import proxmox
 from pvegpu.startup.deploy_context import container_settings
 
 for vmid in host.data.get("pve_ct_ids") or []:
     s = container_settings(host, vmid)  # the fleet file may give a container its own settings
     ct = s.container
-    # first: a training pvegpu did not start is stopped (restart_training=true) before anything
-    # changes under it; without consent nothing below touches it (the changes wait)
-    takeover.training_taken_over(
-        name=f"Take over the training running in CT {vmid} (only with restart_training=true)",
-        vmid=vmid,
-        policy=s.policy,
-        training=s.training,
-    )
     proxmox.container_present(
         name=f"Create CT {vmid} when missing; keep {ct.data_dir_node} mounted at "
         f"{ct.data_dir_ct} and protection on",

@@ -3,14 +3,11 @@
 from pyinfra import host
 
 from pvegpu.operations import rebuild
-from pvegpu.startup.deploy_context import settings
-
-s = settings(host)
+from pvegpu.startup.deploy_context import container_settings
 
 for vmid in host.data.get("pve_ct_ids") or []:
     rebuild.container_destroyed(
         name=f"Destroy CT {vmid} for rebuild=container",
         vmid=vmid,
-        policy=s.policy,
-        training=s.training,
+        settings=container_settings(host, vmid),
     )

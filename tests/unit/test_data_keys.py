@@ -142,3 +142,34 @@ def test_key_line_without_a_source():
     assert key_line("keep_venv", None, ["keep_venvs"]) == (
         "keep_venv: not a setting; did you mean keep_venvs?"
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "source"),
+    [
+        ("all_data", "rebuild", "container", "group_data/all.py"),
+        ("pve_hosts", "restart_training", True, "group_data/pve_hosts.py"),
+        ("node_data", "adopt", True, "the fleet file or inventory"),
+        ("all_data", "destroy_volumes", "true", "group_data/all.py"),
+    ],
+)
+def test_a_one_run_decision_outside_data_is_refused_naming_where_it_is(where, key, value, source):
+    from pvegpu.startup.data_keys import one_run_lines
+
+    inv = inventory(**{where: {key: value}})
+    assert one_run_lines(list(inv)) == [
+        f"{key}={value} ({source}): a one-run decision, taken from --data only; remove it "
+        f"there and pass --data {key}={value} to the run that needs it"
+    ]
+    with pytest.raises(SettingsError, match=f"{key}={value} \\({source}\\)"):
+        load_all(list(inv))
+
+
+def test_one_run_decisions_from_data_or_off_elsewhere_pass():
+    from pvegpu.startup.data_keys import one_run_lines
+
+    inv = inventory(
+        override={"rebuild": "venv", "restart_training": True, "adopt": True},
+        pve_hosts={"restart_training": False, "rebuild": None},
+    )
+    assert one_run_lines(list(inv)) == []

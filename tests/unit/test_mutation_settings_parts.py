@@ -126,6 +126,9 @@ def test_read_part_reads_every_field_and_names_each_missing_one():
         "--data progress_interval_s=...",
         "extra_data_keys is not set: define it in group_data/all.py or pass "
         "--data extra_data_keys=...",
+        "adopt is not set: define it in group_data/all.py or pass --data adopt=...",
+        "destroy_volumes is not set: define it in group_data/all.py or pass "
+        "--data destroy_volumes=...",
     ]
     values, errors = read_part(VerificationSettings, {"verify_level": 3}.get)
     assert (values, errors) == ({"level": "3", "report": None}, [])
@@ -171,6 +174,8 @@ def test_items_are_each_field_with_its_value_in_order():
         ("lock_wait_s", 5),
         ("progress_interval_s", 10),
         ("extra_keys", ()),
+        ("adopt", False),
+        ("destroy_volumes", False),
     ]
 
 

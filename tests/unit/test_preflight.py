@@ -54,6 +54,7 @@ def running_ct(uvm_major_in_ct=509, unit="active", libcuda="580.95.05"):
         )
     }
     config["unprivileged"] = "0"
+    config["tags"] = "pvegpu"  # made by pvegpu
     devices = dict(NODE)
     devices["/dev/nvidia-uvm"] = {"major": uvm_major_in_ct, "minor": 0}
     devices["/dev/nvidia-uvm-tools"] = {"major": uvm_major_in_ct, "minor": 1}

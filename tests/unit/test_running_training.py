@@ -185,7 +185,9 @@ def gate(monkeypatch, module, trainers):
     monkeypatch.setattr(module, "host", SimpleNamespace(name="ct200"))
     monkeypatch.setattr(module, "running_here", lambda host, *a, **k: trainers)
     monkeypatch.setattr(
-        module, "wait_for", lambda host, vmid, change, found: waits.append((change, found[0].pid))
+        module,
+        "wait_for",
+        lambda host, vmid, change, found, *consent: waits.append((change, found[0].pid)),
     )
     return waits
 
@@ -231,6 +233,7 @@ def test_container_resources_wait_under_a_training_pvegpu_did_not_start(monkeypa
             "memory": "131072",
             "swap": "512",
             "mp0": "/tank/dflash,mp=/data",
+            "tags": "pvegpu",
         },
     }
     monkeypatch.setattr(
@@ -266,6 +269,7 @@ def test_under_our_own_unit_only_a_lowering_waits(monkeypatch):
             "onboot": "1",
             "protection": "1",
             "mp0": "/tank/dflash,mp=/data",
+            "tags": "pvegpu",
         },
     }
     monkeypatch.setattr(

@@ -16,6 +16,7 @@ from pyinfra.api import StringCommand, operation
 
 from ..digests import text_digest
 from ..plan import boot
+from ..plan.adoption import TAG, tags_of, tags_with_ours
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import (
     install_kmod_script,
@@ -24,13 +25,14 @@ from ..plan.installer_tools import (
     plan_tools,
 )
 from ..plan.passthrough import (
+    graceful_shutdown,
     hotplug_failure,
     hotplug_shell,
     plan_passthrough,
     restart_blocker,
     set_calls,
 )
-from ..plan.running_training import blocking
+from ..plan.running_training import others
 from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
@@ -105,6 +107,10 @@ def create_args(container: ContainerSettings, vmid: int, template: str) -> list[
         "1" if container.protection else "0",
         "--ostype",
         "debian",
+        # pvegpu's mark (shown beside the name in the web UI): a container without it was not
+        # made by pvegpu, which then changes it only with --data adopt=true
+        "--tags",
+        TAG,
     ]
 
 
@@ -343,6 +349,8 @@ def container_present(
         yield StringCommand("mkdir", "-p", shlex.quote(container.data_dir_node))
     if ct.get("exists"):
         args = settings_args(ct.get("config", {}), container)
+        if TAG not in tags_of(ct.get("config") or {}):  # adopted (or made before the tag)
+            args += ["--tags", tags_with_ours((ct.get("config") or {}).get("tags"))]
         lower = lowered(ct.get("config", {}), args)
         if "memory" in lower:
             _, full = node_state(vmid, "full")
@@ -357,13 +365,15 @@ def container_present(
         # under a training pvegpu did not start (or a state that could not be read), its
         # resources stay as its owner set them until the takeover; under our own unit, only a
         # lowering waits (a raised limit is safe)
-        blockers = blocking(trainers, consent)
+        # before the takeover (restart_training=true: once the new build is verified) every
+        # training pvegpu did not start holds them; they are applied after it, in this run
+        blockers = others(trainers)
         held = resized(args) if blockers else lower if trainers and not consent else []
         for key in held:
             flag = args.index(f"--{key}")
             what = "lowers" if key in lower else "changes"
             change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
-            wait_for(host, vmid, change, blockers or trainers)
+            wait_for(host, vmid, change, blockers or trainers, consent)
         args = without(args, held)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
@@ -411,9 +421,10 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
     if reasons:
         trainers = running_here(host, vmid, unit_file(training))
         blocker = restart_blocker(vmid, unit_file(training), ct.get("live"), reasons, trainers)
-        blockers = blocking(trainers, policy.restart_training)
+        blockers = others(trainers)
         if blocker and blockers:
-            wait_for(host, vmid, f"the restart of CT {vmid} ({'; '.join(reasons)})", blockers)
+            change = f"the restart of CT {vmid} ({'; '.join(reasons)})"
+            wait_for(host, vmid, change, blockers, policy.restart_training)
             return
         if blocker and not policy.restart_training:
             yield fail(blocker)
@@ -430,9 +441,9 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
     hotplug = bool(plan.hotplug)
     for args in set_calls(plan.set_args, hotplug):
         if hotplug:
-            yield StringCommand(
-                hotplug_shell(vmid, args, hotplug_blocker(vmid, args, ct, policy, training))
-            )
+            blocker = hotplug_blocker(vmid, args, ct, policy, training)
+            down = graceful_shutdown(vmid, unit_file(training), training.stop_timeout_s)
+            yield StringCommand(hotplug_shell(vmid, args, blocker, down))
         else:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
     if hotplug:
@@ -441,9 +452,16 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         )  # answers at once unless a failed hot-plug restarted the container
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
+        limit = training.stop_timeout_s + 60
+        # pvegpu's unit stopped first under its own TimeoutStopSec (its checkpoint), never a
+        # forced stop: a container that does not shut down in time fails this step
         yield with_progress(
-            StringCommand("pct", "shutdown", str(vmid), "--timeout", "120", "--forceStop", "1"),
-            waiting_for(f"CT {vmid} to shut down", policy.progress_interval_s, "120 s"),
+            StringCommand(graceful_shutdown(vmid, unit_file(training), training.stop_timeout_s)),
+            waiting_for(
+                f"CT {vmid} to shut down (its training unit stopped first)",
+                policy.progress_interval_s,
+                f"{limit} s",
+            ),
         )
     if reasons or not plan.running:
         # `pct start` fails on a running container: the status was read first (ct_detail=full).
@@ -487,9 +505,9 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     # python3.X a running training's interpreter has open, so it waits like a reinstall
     trainers = running_here(host, vmid)
     consent = bool(policy and policy.restart_training)
-    blockers = blocking(trainers, consent) or ([] if consent else trainers)
+    blockers = others(trainers) or ([] if consent else trainers)
     if blockers:
-        wait_for(host, vmid, f"apt-get install {' '.join(packages)}", blockers)
+        wait_for(host, vmid, f"apt-get install {' '.join(packages)}", blockers, consent)
         return
     yield note(
         f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
@@ -536,9 +554,10 @@ def driver_userspace(
     # never under one whose state could not be read or a GPU process
     trainers = running_here(host, vmid)
     consent = bool(policy and policy.restart_training)
-    blockers = blocking(trainers, consent) or ([] if consent else trainers)
+    blockers = others(trainers) or ([] if consent else trainers)
     if blockers:
-        wait_for(host, vmid, f"the NVIDIA userspace reinstall ({', '.join(wrong)})", blockers)
+        change = f"the NVIDIA userspace reinstall ({', '.join(wrong)})"
+        wait_for(host, vmid, change, blockers, consent)
         return
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:

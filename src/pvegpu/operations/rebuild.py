@@ -10,45 +10,27 @@ Both refuse while the training unit runs, unless ``restart_training=true``.
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from ..facts.pollution import Pollution
 from ..guard import delete_command, delete_refusal
 from ..locks import desired_pins
+from ..plan.adoption import purge_lines
+from ..plan.passthrough import graceful_shutdown
 from ..plan.pollution_report import pollution_lines
-from ..plan.running_training import TRAINING, Trainer, blocking
+from ..plan.running_training import TRAINING, Trainer, blocking, held_by_pid, others
 from ..plan.unit import RUNNING, unit_file
 from ..plan.uv_commands import uv_bin
 from ..plan.venvs import LOCK_FILE, prune_plan
-from ..settings import PythonEnvSettings, RunPolicy, TorchSettings, TrainingSettings
+from ..settings import PythonEnvSettings, RunPolicy, Settings, TorchSettings, TrainingSettings
 from .container_fact import BASELINE, container_state, remember
-from .training_gate import running_here
+from .progress import waiting_for, with_progress
+from .takeover import stop_commands
+from .training_gate import current_read, running_here
 from .util import fail, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
-
-
-def refuse_while_training(policy: RunPolicy, training: TrainingSettings, runner: str) -> str:
-    """Shell guard failing with one clear line when the training unit is active (none with
-    ``restart_training``).
-
-    ``runner`` is "" inside the container, or "pct exec <vmid> --" on the node.
-    """
-    if policy.restart_training:
-        return ""
-    unit = unit_file(training)
-    refusal = (
-        f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
-        "--data restart_training=true"
-    )
-    return (
-        f"if {runner} systemctl is-active --quiet {unit}; then echo "
-        f"{shlex.quote(refusal)}"
-        " >&2; exit 1; fi; "
-    )
 
 
 def refusal_line(policy: RunPolicy, trainer: Trainer) -> str:
@@ -160,34 +142,56 @@ def old_builds_removed(policy: RunPolicy, torch: TorchSettings, python_env: Pyth
 
 
 @operation()
-def container_destroyed(vmid: int, policy: RunPolicy, training: TrainingSettings):
-    """With ``rebuild=container`` (``policy``), destroy the container so the container stage
-    re-creates it; refused while its training unit (``training.unit_name``) runs, unless
-    ``restart_training``.
-
-    Protection is lifted here and only here; `pct destroy --purge` leaves bind-mount sources
-    (the data dir) alone. A bind mount makes `pct snapshot` impossible, and a rollback would roll
-    back storage-backed data too, so no snapshot is taken.
+def container_destroyed(vmid: int, settings: Settings):
+    """With ``rebuild=container``, destroy the container so the container stage re-creates it;
+    refused while a training runs there (ours or another), unless ``restart_training``: then
+    every training pvegpu did not start is stopped as the takeover stops it, pvegpu's unit is
+    stopped under its own TimeoutStopSec, the container shut down with a timeout longer than
+    that (never `pct stop`, never ``--forceStop``), its protection lifted (here and only here)
+    and `pct destroy --purge` run, which also takes what the plan listed (backup jobs naming it,
+    replication, HA, the firewall file; storage-backed volumes only with ``destroy_volumes``,
+    checked by the preflight). The data dir is a bind mount and survives. A bind mount makes
+    `pct snapshot` impossible, and a rollback would roll back storage-backed data too, so no
+    snapshot is taken.
 
     .. code:: python
 
-        rebuild.container_destroyed(name="Destroy CT 200 for rebuild", vmid=200,
-                                    policy=s.policy, training=s.training)
+        rebuild.container_destroyed(name="Destroy CT 200 for rebuild", vmid=200, settings=s)
     """
+    policy, training = settings.policy, settings.training
     if policy.rebuild != "container":
         return
-    foreign = blocking(running_here(host, vmid, unit_file(training)), policy.restart_training)
-    if foreign:
-        yield fail(refusal_line(policy, foreign[0]))
+    unit = unit_file(training)
+    trainers = running_here(host, vmid, unit)
+    refused = blocking(trainers, policy.restart_training)
+    if refused:
+        yield fail(refusal_line(policy, refused[0]))
         return
-    runner = f"pct exec {vmid} --"
-    guard = refuse_while_training(policy, training, runner)
-    yield StringCommand(
-        f"if pct status {vmid} >/dev/null 2>&1; then "
-        f"if pct status {vmid} | grep -q running; then {guard}"
-        f"pct stop {vmid}; fi; "
-        f"pct set {vmid} --protection 0 && pct destroy {vmid} --purge; fi"
-    )
+    if any(t.ours for t in trainers) and not policy.restart_training:
+        yield fail(
+            f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
+            "--data restart_training=true"
+        )
+        return
+    doc = current_read(host, host.name, vmid) or {}
+    ct = (doc.get("containers") or {}).get(str(vmid)) or {}
+    if not ct.get("exists"):
+        return
+    for line in purge_lines(ct, vmid):
+        notice(f"rebuild=container: {line}")
+    held, _ = held_by_pid(vmid, doc)
+    for t in others(trainers):
+        yield from stop_commands(vmid, t, settings, ct.get("processes") or [], held)
+    if ct.get("status") == "running":
+        yield with_progress(
+            StringCommand(graceful_shutdown(vmid, unit, training.stop_timeout_s)),
+            waiting_for(
+                f"CT {vmid} to shut down (its training unit stopped first)",
+                policy.progress_interval_s,
+                f"{training.stop_timeout_s + 60} s",
+            ),
+        )
+    yield StringCommand(f"pct set {vmid} --protection 0 && pct destroy {vmid} --purge")
 
 
 @operation()

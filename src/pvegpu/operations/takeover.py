@@ -1,82 +1,155 @@
-"""The takeover of a training pvegpu did not start, with ``restart_training=true`` only, before
-any other change to its container (issue: first contact with a node that already trains):
+"""The takeover of the trainings pvegpu did not start, with ``restart_training=true`` only, on the
+container's node, after the new build was made and verified and right before pvegpu's unit
+starts (deploy.py: the verify stage, then this, then the container changes that waited for it,
+then the venv switch and the unit):
 
-1. a users' own unit: `systemctl stop` (systemd honours the unit's own TimeoutStopSec), then
-   `systemctl disable`, named in the output, so the next boot cannot start two trainers;
-2. a training started by hand: SIGTERM to its process group, up to ``training_stop_timeout_s``
-   (the same value as pvegpu's unit's TimeoutStopSec) for its checkpoint, then SIGKILL;
+1. each recognised training (:mod:`pvegpu.plan.running_training`, asked again now) stopped
+   gracefully and whole by the node's stop probe (probes/training_stop.py, roles from
+   :mod:`pvegpu.plan.takeover`): launchers held, workers continued and sent SIGTERM, up to
+   ``training_stop_timeout_s`` for their checkpoints; a unit that is the training stopped and
+   disabled in one `systemctl disable --now` under its own TimeoutStopSec; a unit that only
+   started one (cron, ssh, a login) is never touched;
+2. whatever would start a training at boot (an enabled unit or timer, an ``@reboot`` cron line)
+   disabled, so the next boot cannot run two trainers;
+3. a read afterwards: if anything of a training still runs, or a process of the container holds
+   a training GPU, the run stops there with one line and changes nothing else.
 
-then the container stage's waiting changes, the venv switch and pvegpu's unit start go ahead.
+A GPU process that is no training (a Jupyter kernel), a neighbour's, or a state that could not be
+read is never stopped: the takeover refuses, and pvegpu's unit does not start.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..plan.running_training import HAND, other_units, others, stop_by_hand_script
+from ..facts.probe import probe_command
+from ..plan.adoption import disable_starters_script, starter_names
+from ..plan.running_training import TRAINING, held_by_pid, match_of, others
+from ..plan.takeover import restart_hint, stop_args
 from ..plan.unit import unit_file
-from ..settings import RunPolicy, TrainingSettings
+from ..run.run_context import run_context
+from ..settings import Settings
 from .progress import unit_stop_detail, waiting_for, with_progress
 from .training import LEFTOVER_LOG
-from .training_gate import running_here
-from .util import note
+from .training_gate import current_read, running_here
+from .util import fail, note
+
+
+def verified_here(state, node: str, vmid: int) -> bool | None:
+    """Whether this run verified CT ``vmid``'s new build (None: not known yet, a preview)."""
+    verdict = run_context(state).verdicts.get(f"@pct/{node}/{vmid}")
+    if verdict is None:
+        return None if not state.is_executing else False
+    return bool(verdict.ok)
 
 
 @operation()
-def training_taken_over(vmid: int, policy: RunPolicy, training: TrainingSettings):
+def training_taken_over(vmid: int, settings: Settings):
     """Stop (gracefully) and retire every training in CT ``vmid`` that pvegpu's unit did not
-    start, when ``policy.restart_training``; nothing otherwise (the changes wait, see
-    :mod:`pvegpu.operations.training_gate`).
+    start, and what would start one at boot, when ``restart_training``; once the new build is
+    verified (see the module's docstring).
 
     .. code:: python
 
-        takeover.training_taken_over(name="Take over CT 200's training", vmid=200,
-                                     policy=s.policy, training=s.training)
+        takeover.training_taken_over(name="Take over CT 200's training", vmid=200, settings=s)
     """
-    unit = unit_file(training)
-    foreign = others(running_here(host, vmid, unit))
-    if not foreign or not policy.restart_training:
+    if not settings.policy.restart_training:
         return
-    for name in other_units(foreign):
-        pids = ", ".join(str(t.pid) for t in foreign if t.started_by == name)
-        yield note(
-            f"CT {vmid}: stopping {name} (pid {pids}; its own TimeoutStopSec) and disabling it: "
-            f"{unit} takes the training over (restart_training=true)"
+    unit = unit_file(settings.training)
+    foreign = others(running_here(host, vmid, unit))
+    doc = current_read(host, host.name, vmid) or {}
+    ct = (doc.get("containers") or {}).get(str(vmid)) or {}
+    match = match_of(settings.training, settings.python_env)
+    units, crons = starter_names(ct, match, unit)
+    if not (foreign or units or crons):
+        return
+    if verified_here(host.state, host.name, vmid) is False:
+        host.log_styled(
+            f"CT {vmid}: no takeover: its new build was not verified in this run (its lines "
+            "say why); what runs there keeps running",
+            fg="yellow",
+            log_func=logger.warning,
         )
-        q = shlex.quote(name)
-        # `systemctl stop` blocks while the training writes its checkpoint: say how long it has
-        # waited and what systemd reports (the unit's own TimeoutStopSec), every interval
-        yield with_progress(
-            StringCommand(f"pct exec {vmid} -- systemctl stop {q}"),
-            waiting_for(
-                f"{name} in CT {vmid} to stop (a training writes its checkpoint)",
-                policy.progress_interval_s,
-                poll=f"pct exec {vmid} -- systemctl show -p SubState,TimeoutStopUSec {q}",
-                detail=unit_stop_detail,
-            ),
+        return
+    refused = [t for t in foreign if t.kind != TRAINING]
+    if refused:
+        t = refused[0]
+        yield fail(
+            f"CT {vmid}: no takeover: {t.what} ({t.named}: {t.command}) is there and pvegpu "
+            f"never stops it; {t.fix}"
         )
-        yield StringCommand(f"pct exec {vmid} -- systemctl disable {q}")
+        return
+    held, _ = held_by_pid(vmid, doc)
+    procs = ct.get("processes") or []
+    hints = run_context(host.state).taken_over.setdefault(host.name, [])
     for t in foreign:
-        if t.started_by != HAND or t.pid is None:
-            continue
+        yield from stop_commands(vmid, t, settings, procs, held)
+        cwd = next((p.get("cwd") for p in procs if p.get("pid") == t.pid), None)
+        hints.append(restart_hint(vmid, t, cwd))
+    if units or crons:
         yield note(
-            f"CT {vmid}: stopping the training started by hand (pid {t.pid}: {t.command}): "
-            f"SIGTERM, up to {training.stop_timeout_s} s to checkpoint, then SIGKILL"
+            f"CT {vmid}: disabling what would start a second trainer at boot: "
+            + ", ".join([*units, *(f"{c['file']}: {c['line']}" for c in crons)])
         )
-        script = stop_by_hand_script(
-            t, training.script, training.stop_timeout_s, vmid=vmid, log=LEFTOVER_LOG
+        script = disable_starters_script(units, crons)
+        yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
+    yield nothing_left(vmid, unit)
+
+
+def stop_commands(vmid: int, t, settings: Settings, procs: list[dict], held: dict):
+    """The note and the node's stop probe for one training ``t``, with progress lines."""
+    timeout = settings.training.stop_timeout_s
+    args = stop_args(vmid, t, procs, held, settings.training.script, timeout, LEFTOVER_LOG)
+    launchers = [m["pid"] for m in args["members"] if m["role"] == "launcher"]
+    held_line = f"launchers held (pid {', '.join(map(str, launchers))}), " if launchers else ""
+    how = (
+        f"then systemctl disable --now {t.unit} (its own TimeoutStopSec)"
+        if t.unit
+        else f"up to {timeout} s to checkpoint, then SIGKILL"
+    )
+    yield note(
+        f"CT {vmid}: stopping {t.what} ({t.named}: {t.command}) for {unit_file(settings.training)}"
+        f" (restart_training=true): {held_line}SIGCONT and SIGTERM to its workers, {how}"
+    )
+    poll = {}
+    if t.unit:
+        poll = {
+            "poll": f"pct exec {vmid} -- systemctl show -p SubState,TimeoutStopUSec "
+            f"{shlex.quote(t.unit)}",
+            "detail": unit_stop_detail,
+        }
+    yield with_progress(
+        StringCommand(probe_command("training_stop", args)),
+        waiting_for(
+            f"{t.named} in CT {vmid} to checkpoint and exit",
+            settings.policy.progress_interval_s,
+            f"{timeout} s, then SIGKILL" if not t.unit else None,
+            **poll,
+        ),
+    )
+
+
+def nothing_left(vmid: int, unit: str) -> FunctionCommand:
+    """A command that reads the container again and fails, with one line, when anything
+    pvegpu's unit does not run is still there (a training, a GPU process, an unreadable state)."""
+
+    def check(state, host):
+        left = others(running_here(host, vmid, unit, fresh=True))
+        if not left:
+            return True
+        host.log_styled(
+            f"CT {vmid}: after the takeover {left[0].what} ({left[0].named}) is still there: "
+            f"{unit} is not started and nothing else changes; check the container, then run "
+            "the deploy again",
+            fg="red",
+            log_func=logger.error,
         )
-        yield with_progress(
-            StringCommand(script),
-            waiting_for(
-                f"the training started by hand in CT {vmid} (pid {t.pid}) to checkpoint and exit",
-                policy.progress_interval_s,
-                f"{training.stop_timeout_s} s, then SIGKILL",
-            ),
-        )
+        return False
+
+    return FunctionCommand(check, (), {})
 
 
 __all__ = ["training_taken_over"]

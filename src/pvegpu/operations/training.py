@@ -27,7 +27,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.exceptions import FactProcessError
 
 from ..facts.probe import parse_probe_output, probe_command
-from ..plan.running_training import TRAINING, others
+from ..plan.running_training import BOOT, TRAINING, Trainer, others
 from ..plan.unit import (
     RUNNING,
     build_env_path,
@@ -47,7 +47,7 @@ from ..settings import Settings
 from .container_fact import container_state, remember
 from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
-from .training_gate import neighbours_here, running_here, wait_for
+from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
 from .util import fail, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
@@ -323,6 +323,14 @@ def unit_running(settings: Settings):
     foreign = others(running_here(host, unit=unit)) if enable or start else []
     if start and not foreign:  # another container's or the node's process on a training GPU
         foreign = neighbours_here(host, settings.gpus.training)
+    starters = boot_starters_here(host, unit) if enable and not foreign else []
+    if starters:  # never enabled beside what would start a second trainer at boot
+        if settings.policy.restart_training:
+            yield fail(f"{unit} not enabled: {starters[0]} still starts a training at boot")
+            return
+        boot = Trainer(None, starters[0], starters[0], kind=BOOT)
+        wait_for(host, None, f"systemctl enable {unit}", [boot])
+        enable = False
     if foreign:
         if settings.policy.restart_training and foreign[0].kind == TRAINING:
             yield fail(
@@ -339,7 +347,7 @@ def unit_running(settings: Settings):
     if running_old and not settings.policy.restart_training:
         yield fail(renamed_unit_line(settings, host.name, running_old))
         return
-    if state.get("unit_enabled") != "enabled":
+    if enable:
         yield f"systemctl enable {shlex.quote(unit)}"
     yield from old_units_retired(settings, state)
     active, reasons = start_state(settings, state)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from pyinfra import logger
 
-from ..plan.running_training import Trainer, match_of, neighbours
+from ..plan.adoption import boot_starters
+from ..plan.running_training import TRAINING, Trainer, match_of, neighbours
 from ..run import adoption, node_read
 from ..run.run_context import run_context
 
@@ -30,23 +31,26 @@ def _node_and_vmid(host, vmid) -> tuple[str | None, int | None]:
     return host.data.get("pct_node"), host.data.get("pct_vmid")
 
 
-def current_read(host, node: str, vmid: int) -> dict | None:
+def current_read(host, node: str, vmid: int, fresh: bool = False) -> dict | None:
     """The node read that holds container ``vmid`` in full as of now: the run's last one when
-    nothing ran since, else a new one (None: no node host, or the read failed)."""
+    nothing ran since (``fresh``: never), else a new one (None: no node host, or the read
+    failed)."""
     entry = node_read.last_read(host.state, node)
-    if entry is not None and entry.request.ct_detail == "full" and vmid in entry.request.vmids:
-        return entry.doc
+    full = entry is not None and entry.request.ct_detail == "full"
+    if not fresh and full and vmid in entry.request.vmids:  # type: ignore[union-attr]
+        return entry.doc  # type: ignore[union-attr]
     inventory = getattr(host, "inventory", None)
     node_host = inventory.get_host(node, None) if inventory is not None else None
     if node_host is None:
         return None
     args = run_context(host.state).node_args.get(node)
-    return node_read.node_state(node_host, [vmid], "full", args) or None
+    return node_read.node_state(node_host, [vmid], "full", args, fresh=fresh) or None
 
 
-def running_here(host, vmid=None, unit: str | None = None) -> list[Trainer]:
+def running_here(host, vmid=None, unit: str | None = None, fresh: bool = False) -> list[Trainer]:
     """The trainings running in CT ``vmid`` (a node host's operation) or in ``host`` (a
-    container host's), as of now (see the module's docstring); [] outside a run."""
+    container host's), as of now (see the module's docstring; ``fresh``: read again whatever
+    the cache holds); [] outside a run."""
     if getattr(host, "state", None) is None:
         return []
     node, ct = _node_and_vmid(host, vmid)
@@ -57,7 +61,7 @@ def running_here(host, vmid=None, unit: str | None = None) -> list[Trainer]:
     if unit is None:
         unit = f"{s.training.unit_name}.service" if s is not None else ""
     match = match_of(s.training, s.python_env) if s is not None else None
-    return adoption.running_in(node, ct, current_read(host, node, int(ct)), unit, match)
+    return adoption.running_in(node, ct, current_read(host, node, int(ct), fresh), unit, match)
 
 
 def neighbours_here(host, gpus) -> list[Trainer]:
@@ -71,9 +75,35 @@ def neighbours_here(host, gpus) -> list[Trainer]:
     return neighbours(int(ct), current_read(host, node, int(ct)) or {}, gpus)
 
 
-def wait_for(host, vmid, change: str, trainers: list[Trainer]) -> None:
+def boot_starters_here(host, unit: str) -> list[str]:
+    """What would start a training at boot in ``host``'s container besides pvegpu's ``unit``
+    (an enabled unit or timer, an @reboot cron line), as of now."""
+    if getattr(host, "state", None) is None:
+        return []
+    node, ct = _node_and_vmid(host, None)
+    if node is None or ct is None:
+        return []
+    doc = current_read(host, node, int(ct)) or {}
+    entry = (doc.get("containers") or {}).get(str(ct)) or {}
+    s = (run_context(host.state).settings or {}).get(host.name)
+    match = match_of(s.training, s.python_env) if s is not None else {}
+    return boot_starters(entry, match, unit)
+
+
+def wait_for(host, vmid, change: str, trainers: list[Trainer], consent: bool = False) -> None:
     """Record and print that ``change`` waits for the first of ``trainers`` (no command: a
-    change that waits is no change, so the run stays converged)."""
+    change that waits is no change, so the run stays converged). With ``consent``
+    (restart_training=true) and only trainings to wait for, it is deferred instead: the takeover
+    stops them once the new build is verified, and the change is applied after it in this run
+    (nothing recorded for the summary)."""
     node, ct = _node_and_vmid(host, vmid)
+    if consent and all(t.kind == TRAINING for t in trainers):
+        t = trainers[0]
+        line = (
+            f"CT {ct}: {change} is deferred until {t.what} ({t.named}) is taken over "
+            "(restart_training=true: once the new build is verified, in this run)"
+        )
+        host.log_styled(line, fg="yellow", log_func=logger.warning)
+        return
     line = adoption.record_wait(host.state, node or host.name, ct, change, trainers[0])
     host.log_styled(line, fg="yellow", log_func=logger.warning)

@@ -196,12 +196,35 @@ def set_calls(set_args: list[str], hotplug: bool) -> list[list[str]]:
     return [set_args[i : i + 2] for i in range(0, len(set_args), 2)]
 
 
-def hotplug_shell(vmid: int, args: list[str], blocker: str | None) -> str:
+def graceful_shutdown(vmid: int, unit: str, stop_timeout_s: int) -> str:
+    """The shell line that shuts container ``vmid`` down without cutting a checkpoint: pvegpu's
+    training ``unit``, if in any running state (``deactivating`` included: a stop in progress is
+    joined), stopped first with `systemctl stop` (its own TimeoutStopSec), then `pct shutdown`
+    with a timeout longer than that and no ``--forceStop``: a container that does not stop in
+    time fails the step (pct: "container did not stop") rather than being killed.
+
+    >>> line = graceful_shutdown(200, "t.service", 900)
+    >>> "pct exec 200 -- systemctl stop t.service" in line, line.endswith("--timeout 960")
+    (True, True)
+    >>> "forceStop" in line or "pct stop" in line
+    False
+    """
+    u = shlex.quote(unit)
+    return (
+        f"case $(pct exec {vmid} -- systemctl show -p ActiveState --value {u} 2>/dev/null) in "
+        f"active|activating|reloading|deactivating) pct exec {vmid} -- systemctl stop {u} "
+        f"|| exit 1;; esac; pct shutdown {vmid} --timeout {stop_timeout_s + 60}"
+    )
+
+
+def hotplug_shell(
+    vmid: int, args: list[str], blocker: str | None, shutdown: str | None = None
+) -> str:
     """One devN hot-plug (`pct set <vmid> --devN <path>`) as a shell line that treats a failed
     hot-plug as "restart needed", never as done: pct then wrote nothing and the device is not in
-    the container, so the container is shut down, the entry set (a stopped container takes it
-    into its config) and started; where a restart is not allowed (``blocker``: the training
-    runs), the host fails with that line instead.
+    the container, so the container is shut down (``shutdown``: :func:`graceful_shutdown`), the
+    entry set (a stopped container takes it into its config) and started; where a restart is not
+    allowed (``blocker``: the training runs), the host fails with that line instead.
 
     >>> print(hotplug_shell(200, ["--dev5", "/dev/nvidia5"], None)[:46])
     pct set 200 --dev5 /dev/nvidia5 || { echo 'hot
@@ -212,7 +235,8 @@ def hotplug_shell(vmid: int, args: list[str], blocker: str | None) -> str:
     if blocker is not None:
         return f"{call} || {{ echo {shlex.quote(blocker)} >&2; exit 1; }}"
     said = f"{hotplug_failure(args)}: restarting CT {vmid} to pass it through"
-    restart = f"pct shutdown {vmid} --timeout 120 --forceStop 1 && {call} && pct start {vmid}"
+    down = f"{{ {shutdown}; }}" if shutdown else f"pct shutdown {vmid} --timeout 960"
+    restart = f"{down} && {call} && pct start {vmid}"
     return f"{call} || {{ echo {shlex.quote(said)} >&2; {restart}; }}"
 
 

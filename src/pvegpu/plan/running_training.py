@@ -40,6 +40,7 @@ TRAINING = "training"
 GPU_PROCESS = "gpu process"
 UNKNOWN = "unknown"
 NEIGHBOUR = "neighbour"  # a GPU process of another container or the node, on a training GPU
+BOOT = "boot"  # not running: what would start a training at boot (an enabled unit, a cron line)
 #: unit states in which a unit that is not ours counts as a training without a process seen
 TRANSITIONAL = ("activating", "deactivating", "reloading")
 
@@ -83,6 +84,8 @@ class Trainer:
         """
         if self.kind == UNKNOWN:
             return f"state unknown: {self.reason}"
+        if self.kind == BOOT:
+            return self.started_by
         if self.pid is None:
             return f"{self.started_by} {self.state or 'running'}"
         more = f", {len(self.members)} processes" if len(self.members) > 1 else ""
@@ -98,6 +101,7 @@ class Trainer:
         return {
             GPU_PROCESS: "a GPU process",
             NEIGHBOUR: "a GPU process outside this container",
+            BOOT: "what would start a second trainer at boot",
             UNKNOWN: "a training that may run",
         }.get(self.kind, "the running training")
 
@@ -120,6 +124,8 @@ class Trainer:
                 "pvegpu never stops what another container or the node runs: free the GPU (or "
                 "give this container other training GPUs) and run the deploy again"
             )
+        if self.kind == BOOT:
+            return "rerun with --data restart_training=true: the takeover disables it"
         return "rerun with --data restart_training=true to apply them"
 
 

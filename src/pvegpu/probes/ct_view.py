@@ -52,6 +52,7 @@ for f in /etc/crontab /etc/cron.d/* /var/spool/cron/crontabs/*; do
   [ -f "$f" ] && grep -s '^[[:space:]]*@reboot' "$f" | sed "s|^|cron $f |"; done
 echo "df $(df -Pk / 2>/dev/null | tail -n 1)"
 [ -d %(build)s ] && echo "build yes"
+[ -d /opt/pvegpu ] && echo "pvegpu-dir yes"
 echo "end"
 """
 # The folded reads run side by side, each beside the view: each one is a shell function (its
@@ -239,6 +240,8 @@ def container_view(proc):
         "units": [],
         "units_error": None,
         "crons": [],
+        # pvegpu's own directory: a container an earlier pvegpu made before the tag existed
+        "pvegpu_dir": False,
     }
     sd_lines = []
     for line in view_lines:
@@ -272,6 +275,8 @@ def container_view(proc):
             view["toolchain"]["python_h"] = found.strip() == "yes"
         elif tag == "build":
             view["build_present"] = rest.strip() == "yes"
+        elif tag == "pvegpu-dir":
+            view["pvegpu_dir"] = rest.strip() == "yes"
         elif tag == "df":  # POSIX df -P: ... Available Capacity Mounted-on
             parts = rest.split()
             if len(parts) >= 6 and parts[-3].isdigit():

@@ -345,6 +345,8 @@ def container(vmid, detail, unit, view=None):
         "live": None,
         "libcuda": None,
     }
+    if A.get("recreate"):  # rebuild=container: what goes with it
+        info["purge"] = purge_refs(vmid)
     status = None
     if detail == "full":
         if view is None:
@@ -364,6 +366,42 @@ def container(vmid, detail, unit, view=None):
         info["processes"], info["processes_error"] = container_processes_or_error(vmid)
         info["memory_current"], info["memory_cgroup"] = memory_current(vmid)
     return info
+
+
+def cfg_sections(text):
+    """[(header, [body line, ...])] of a Proxmox section config (jobs.cfg, replication.cfg,
+    ha/resources.cfg: a "type: id" line, then indented "key value" lines)."""
+    found = []
+    for line in (text or "").splitlines():
+        if line and not line[0].isspace() and ":" in line:
+            found.append((line.strip(), []))
+        elif found and line.strip():
+            found[-1][1].append(line.strip())
+    return found
+
+
+def purge_refs(vmid):
+    """What `pct destroy --purge` takes along besides the container (admin guide, pct:
+    "Destroying a container"): backup jobs that list it, its replication jobs, its HA resource,
+    and (always) its firewall file."""
+    jobs = []
+    for header, body in cfg_sections(read("/etc/pve/jobs.cfg")):
+        for line in body:
+            key, _, value = line.partition(" ")
+            if key == "vmid" and str(vmid) in [v.strip() for v in value.split(",")]:
+                jobs.append(header.split(":", 1)[1].strip())
+    replication = [
+        h.split(":", 1)[1].strip()
+        for h, _ in cfg_sections(read("/etc/pve/replication.cfg"))
+        if re.fullmatch(rf"{vmid}-\d+", h.split(":", 1)[1].strip())
+    ]
+    ha = any(h == f"ct: {vmid}" for h, _ in cfg_sections(read("/etc/pve/ha/resources.cfg")))
+    return {
+        "backup_jobs": jobs,
+        "replication": replication,
+        "ha": ha,
+        "firewall": os.path.exists(f"/etc/pve/firewall/{vmid}.fw"),
+    }
 
 
 LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"

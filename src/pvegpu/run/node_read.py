@@ -52,28 +52,36 @@ def covers(have: Request, want: Request) -> bool:
 
 
 def node_state(
-    node_host, vmids=(), ct_detail: str = "none", args: dict | None = None, paths=(), ct_reads=None
+    node_host,
+    vmids=(),
+    ct_detail: str = "none",
+    args: dict | None = None,
+    paths=(),
+    ct_reads=None,
+    fresh: bool = False,
 ) -> dict:
     """The node's ``NodeState`` document, from this run's fact cache (its last read, when it is
     current, see :func:`current`, and covers the request), else read now (``args``: the probe's
     other arguments; None: any earlier read will do, and a fresh read uses the probe's defaults;
     ``paths``: node paths whose kind the document must hold, under ``path_kinds``; ``ct_reads``:
     container commands to run in each container's exec of a fresh read, see
-    :mod:`pvegpu.run.ct_reads`)."""
+    :mod:`pvegpu.run.ct_reads`; ``fresh``: read now whatever the cache holds, e.g. inside an
+    operation whose own commands changed what runs)."""
     state, name = node_host.state, node_host.name
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
     run = run_context(state)
     # one read of a node at a time: a host that asks while another's read runs waits for it
     with run.node_read_locks.setdefault(name, Semaphore()):
-        return _node_state(node_host, want, args, ct_reads)
+        return _node_state(node_host, want, args, ct_reads, fresh)
 
 
-def _node_state(node_host, want: Request, args: dict | None, ct_reads) -> dict:
+def _node_state(node_host, want: Request, args: dict | None, ct_reads, fresh=False) -> dict:
     state, name = node_host.state, node_host.name
     facts, key = run_context(state).facts, ("node", name)
     entry = facts.entries.get(key)
-    if entry is not None and covers(entry.request, want) and current(state, entry, want, name):
-        return entry.doc
+    cached = entry is not None and covers(entry.request, want)
+    if not fresh and cached and current(state, entry, want, name):  # type: ignore[arg-type]
+        return entry.doc  # type: ignore[union-attr]
     vmids, ct_detail, paths = want.vmids, want.ct_detail, want.paths
     # counted before the read: an operation that ends during it makes the next request read again
     point, node_point = executed_operations(state, name), node_changing_operations(state, name)

@@ -128,6 +128,9 @@ class RunContext:
     #: container host names whose training unit this run stopped for verify_level=compile (with
     #: restart_training=true): started again when the verification then fails
     stopped_for_compile: set[str] = field(default_factory=set)
+    #: {node name: [command, ...]}: what the takeover stopped on each node, as the one command
+    #: that starts it again (the last line of a run that fails after it names them)
+    taken_over: dict[str, list[str]] = field(default_factory=dict)
 
 
 _RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()

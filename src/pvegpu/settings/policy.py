@@ -1,4 +1,5 @@
-"""What a run may disrupt: rebuilds, restarting the training, waiting for another deploy.
+"""What a run may disrupt: rebuilds, restarting the training, adopting a container pvegpu did not
+make, waiting for another deploy.
 
 >>> RunPolicy("everything", False, 600, 10).problems()  # doctest: +NORMALIZE_WHITESPACE
 ["rebuild='everything' is unknown: use rebuild=venv or rebuild=container (or leave it unset)"]
@@ -15,15 +16,19 @@ REBUILDS = (None, "venv", "container")
 
 @dataclass(frozen=True)
 class RunPolicy(Part):
-    """``rebuild``, ``restart_training``, ``deploy_lock_wait_s``, ``progress_interval_s``
-    (group_data/all.py, "rebuild / restarts") and ``extra_data_keys`` (keys of the user's own
-    the run accepts in the data)."""
+    """``rebuild``, ``restart_training``, ``adopt``, ``destroy_volumes``, ``deploy_lock_wait_s``,
+    ``progress_interval_s`` (group_data/all.py, "rebuild / restarts") and ``extra_data_keys``
+    (keys of the user's own the run accepts in the data)."""
 
     rebuild: str | None = setting("rebuild", optional_text)
     restart_training: bool = setting("restart_training", flag)
     lock_wait_s: int = setting("deploy_lock_wait_s", integer)
     progress_interval_s: int = setting("progress_interval_s", integer)
     extra_keys: tuple[str, ...] = setting("extra_data_keys", text_list, default=())
+    #: one-run consents (``--data`` only, pvegpu.startup.data_keys.one_run_lines): change a
+    #: container pvegpu did not make; let rebuild=container destroy storage-backed volumes
+    adopt: bool = setting("adopt", flag, default=False)
+    destroy_volumes: bool = setting("destroy_volumes", flag, default=False)
 
     def problems(self) -> list[str]:
         errs = self.field_problems()

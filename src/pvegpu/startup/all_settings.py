@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..plan import unit  # looked up at call time: tests replace unit.unit_problems
 from ..settings import Settings, SettingsError
-from .data_keys import unknown_key_lines
+from .data_keys import one_run_lines, unknown_key_lines
 
 
 def load_all(hosts) -> dict[str, Settings]:
@@ -21,7 +21,7 @@ def load_all(hosts) -> dict[str, Settings]:
         settings = load_all(list(state.inventory))  # {host name: Settings}
     """
     result: dict = {}
-    errors: list[str] = unknown_key_lines(hosts)
+    errors: list[str] = unknown_key_lines(hosts) + one_run_lines(hosts)
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)

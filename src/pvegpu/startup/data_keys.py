@@ -88,6 +88,38 @@ def unknown_keys(host) -> list[tuple[str, str | None]]:
     return found
 
 
+#: Settings that decide one run only (destructive or consenting): taken from --data alone.
+ONE_RUN_KEYS = ("rebuild", "restart_training", "adopt", "destroy_volumes")
+
+
+def one_run_lines(hosts) -> list[str]:
+    """One line per one-run setting (:data:`ONE_RUN_KEYS`) set to anything but its off value in
+    a layer other than ``--data`` (a group_data file, the fleet file): left there, a ``rebuild:
+    container`` would destroy the container on every deploy. Each once, however many hosts.
+
+    .. code:: python
+
+        one_run_lines(list(state.inventory))
+        # ['rebuild=container (group_data/all.py): a one-run decision, ...']
+    """
+    lines: list[str] = []
+    for host in hosts:
+        for source, data in data_layers(host):
+            if source == "--data" or source is None:
+                continue
+            for key in ONE_RUN_KEYS:
+                value = data.get(key)
+                if value in (None, False, "", "false", "False", "0", 0):
+                    continue
+                line = (
+                    f"{key}={value} ({source}): a one-run decision, taken from --data only; "
+                    f"remove it there and pass --data {key}={value} to the run that needs it"
+                )
+                if line not in lines:
+                    lines.append(line)
+    return lines
+
+
 def unknown_key_lines(hosts) -> list[str]:
     """One line per unknown key (a key in data several hosts share, such as --data or the fleet
     file's node entry that its containers inherit, once, naming the hosts when it is theirs

@@ -15,6 +15,7 @@ from ..operations.folded_reads import preflight_reads
 from ..operations.proxmox import memory_below_use
 from ..output import summary
 from ..plan import boot
+from ..plan.adoption import is_ours, purge_lines, storage_volumes
 from ..plan.ct_template import default_template
 from ..plan.installer_tools import missing_installer_line, missing_tools_line, plan_tools
 from ..plan.passthrough import devn_supported, plan_passthrough, restart_blocker
@@ -151,12 +152,22 @@ def container_problems(
     warnings: list[str] = []
     ct = state.get("containers", {}).get(str(vmid), {})
     driver = state.get("driver_version")
+    if ct.get("exists") and not is_ours(ct) and not settings.policy.adopt:
+        problems.append(
+            f"{node}: CT {vmid} was not created by pvegpu (no 'pvegpu' tag): nothing is changed "
+            "in it without consent; read its adoption plan above, then run again with --data "
+            "adopt=true to adopt it"
+        )
     if not ct.get("exists") or settings.policy.rebuild == "container":  # (re-)created in this run
         volid = default_template(
             settings.container.template, state.get("pve_version"), state.get("templates", [])
         )
         template = volid.split("/")[-1]
         why = "is re-created (rebuild=container)" if ct.get("exists") else "is missing"
+        if ct.get("exists"):
+            p, w = destroy_problems(settings, ct, node, vmid)
+            problems += p
+            warnings += w
         if template not in state.get("templates", []):
             problems.append(
                 f"{node}: CT {vmid} {why} and its template {volid} is not on the "
@@ -222,6 +233,28 @@ def container_problems(
         action, missing = plan_tools(live.get("missing_tools"))
         if libcuda != target and action == "fail":  # the installer would abort: say so now
             problems.append(f"{node}: {missing_tools_line(vmid, missing)}")
+    return problems, warnings
+
+
+def destroy_problems(settings: Settings, ct: dict, node: str, vmid) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of rebuild=container on an existing CT: what `pct destroy --purge`
+    takes along (one warning each, so the preview shows it), and a refusal while it would
+    destroy a storage-backed mount point without ``--data destroy_volumes=true``.
+
+    >>> from pvegpu.settings import defaults
+    >>> ct = {"config": {"mp1": "local-lvm:vm-200-disk-1,mp=/scratch"}}
+    >>> destroy_problems(Settings.from_data(defaults()), ct, "n1", 200)[0][0][:60]
+    'n1: rebuild=container would destroy storage-backed mp1 (loca'
+    """
+    warnings = [f"{node}: rebuild=container: {line}" for line in purge_lines(ct, vmid)]
+    volumes = storage_volumes(ct)
+    problems = []
+    if volumes and not settings.policy.destroy_volumes:
+        problems.append(
+            f"{node}: rebuild=container would destroy storage-backed {', '.join(volumes)} of CT "
+            f"{vmid} with it (pct destroy deletes every volume of the container): copy its data "
+            "away first, or pass --data destroy_volumes=true to destroy it too"
+        )
     return problems, warnings
 
 

@@ -1,0 +1,115 @@
+"""How a recognised training is stopped with consent (``restart_training=true``), gracefully and
+whole: pure decisions over the group (:class:`pvegpu.plan.running_training.Trainer`) and the
+container's processes as the node read them.
+
+Every member gets a role:
+
+- ``launcher``: a process above the workers that would act on their exit: torchrun and friends
+  (they forward a signal and SIGKILL the workers a fixed 30 s later, or restart them), a shell
+  loop (``bash run.sh`` starts the trainer again). Held with SIGSTOP first, so it neither forwards,
+  kills nor restarts; ended last (SIGTERM, SIGCONT) once its workers are gone.
+- ``worker``: the topmost processes that hold a GPU or run the training script (a torchrun
+  worker, a plain ``python train.py``): SIGCONT (a trainer paused with ctrl-Z cannot checkpoint
+  while stopped), then SIGTERM, then up to ``training_stop_timeout_s`` for their checkpoints.
+- ``helper``: everything below a worker (DataLoader workers, compile workers): left to the
+  worker, which ends its own; what is left at the end gets SIGKILL with the rest.
+
+>>> procs = [{"pid": 2, "ppid": 1, "argv": ["torchrun", "t.py"], "start": 5},
+...          {"pid": 3, "ppid": 2, "argv": ["python", "-u", "t.py"], "start": 6},
+...          {"pid": 4, "ppid": 3, "argv": ["python", "-u", "t.py"], "start": 7}]
+>>> [(m["pid"], m["role"]) for m in roles((2, 3, 4), procs, {3: (0,)}, "/d/t.py", "/d")]
+[(2, 'launcher'), (3, 'worker'), (4, 'helper')]
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .process_tree import is_launcher, training_like
+
+
+def _seed(proc: dict, held: dict, script: str | None) -> bool:
+    return int(proc["pid"]) in held or training_like(proc, script)
+
+
+def roles(
+    members: tuple[int, ...], procs: list[dict], held: dict, script: str | None, cwd=None
+) -> list[dict]:
+    """[{pid, start, role}] of a group's ``members`` (node pids) that still run (``procs``: the
+    container's processes, ``held``: node pid -> GPUs, ``script``: the training script); a
+    member the read no longer lists is left out. ``cwd`` is unused (kept for callers)."""
+    by_pid = {int(p["pid"]): p for p in procs}
+    here = [m for m in members if m in by_pid]
+    seeds = {m for m in here if _seed(by_pid[m], held, script)}
+    below: dict[int, set[int]] = {m: set() for m in here}  # member -> seeds below it
+    for s in seeds:
+        parent = by_pid.get(int(by_pid[s].get("ppid") or 0))
+        seen = set()
+        while parent is not None and int(parent["pid"]) in below and parent["pid"] not in seen:
+            seen.add(parent["pid"])
+            below[int(parent["pid"])].add(s)
+            parent = by_pid.get(int(parent.get("ppid") or 0))
+    launchers = {
+        m for m in here if below[m] and (is_launcher(by_pid[m].get("argv") or []) or m not in seeds)
+    }
+    workers = set()
+    for s in seeds - launchers:
+        parent = by_pid.get(int(by_pid[s].get("ppid") or 0))
+        under_worker = False
+        while parent is not None and int(parent["pid"]) in below:
+            if int(parent["pid"]) in seeds - launchers:
+                under_worker = True
+                break
+            parent = by_pid.get(int(parent.get("ppid") or 0))
+        if not under_worker:
+            workers.add(s)
+    if not workers and here:  # nothing runs the script any more: the root is what to end
+        workers = {here[0]} - launchers or {here[0]}
+        launchers -= workers
+    found = []
+    for m in here:
+        role = "launcher" if m in launchers else "worker" if m in workers else "helper"
+        found.append({"pid": m, "start": by_pid[m].get("start"), "role": role})
+    return found
+
+
+def stop_args(
+    vmid: int, trainer, procs: list[dict], held: dict, script: str | None, timeout_s: int, log: str
+) -> dict:
+    """The arguments of the node's stop probe (probes/training_stop.py) for ``trainer``: its
+    members with their roles and start times (a reused pid is never signalled), the unit that is
+    it (stopped and disabled with one `systemctl disable --now` after its workers are done),
+    the time the workers have, and the node's signal log.
+
+    >>> from pvegpu.plan.running_training import Trainer
+    >>> t = Trainer(2, "python t.py", "train.service", members=(2,), unit="train.service")
+    >>> a = stop_args(200, t, [{"pid": 2, "ppid": 1, "argv": ["python", "t.py"], "start": 9}],
+    ...               {}, "/d/t.py", 900, "/var/log/x.log")
+    >>> a["unit"], a["members"], a["timeout_s"]
+    ('train.service', [{'pid': 2, 'start': 9, 'role': 'worker'}], 900)
+    """
+    return {
+        "vmid": vmid,
+        "members": roles(trainer.members, procs, held, script),
+        "unit": trainer.unit,
+        "timeout_s": timeout_s,
+        "log": log,
+        "gpus": list(trainer.gpus),
+        "command": trainer.command,
+    }
+
+
+def restart_hint(vmid: int, trainer, cwd: str | None) -> str:
+    """The one command that starts ``trainer`` again, for the last line of a run that stopped it
+    and then failed.
+
+    >>> from pvegpu.plan.running_training import Trainer, HAND
+    >>> restart_hint(200, Trainer(2, "torchrun t.py", HAND), "/data/dflash")
+    "pct exec 200 -- sh -c 'cd /data/dflash && nohup torchrun t.py >/dev/null 2>&1 &'"
+    >>> restart_hint(200, Trainer(2, "x", "t.service", unit="t.service"), None)
+    'pct exec 200 -- systemctl enable --now t.service'
+    """
+    if trainer.unit:
+        return f"pct exec {vmid} -- systemctl enable --now {trainer.unit}"
+    inner = f"cd {cwd or '/'} && nohup {trainer.command} >/dev/null 2>&1 &"
+    return f"pct exec {vmid} -- sh -c {shlex.quote(inner)}"
