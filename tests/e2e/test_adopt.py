@@ -218,10 +218,19 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     ):
         assert line in preview.output, preview.output[-6000:]
 
-    run = site.deploy()
+    # a container pvegpu did not create: a plain deploy shows the plan and changes nothing
+    refused = site.deploy()
+    assert refused.rc != 0, refused.output[-6000:]
+    assert (
+        "CT 200 was not created by pvegpu (no 'pvegpu' tag): nothing is changed in it without "
+        "consent" in refused.output
+    ), refused.output[-6000:]
+    assert snapshot(site, pid) == before
+    run = site.deploy("adopt=true")
     assert run.rc == 0, run.output[-6000:]
     after = snapshot(site, pid)
     assert after == before, run.output[-6000:]
+    assert "tags: pvegpu" in site.node.read("/etc/pve/lxc/200.conf")
     started_by = "started by hand" if how == "by hand" else "under train.service"
     summary = re.search(
         rf"pvegpu: {re.escape(site.node.host)}: converged; (\d+) changes wait "
@@ -263,23 +272,25 @@ def test_the_takeover_with_consent_lets_the_trainer_checkpoint_and_ends_with_one
     site.node.register_gpu_process(node_pid, 0, used_mib=2000)
     site.node.run(["sh", "-c", f"echo 40 > {CKPT_NODE}/checkpoint_s"], check=True)
 
-    run = site.deploy("restart_training=true", "progress_interval_s=5")
+    run = site.deploy("restart_training=true", "progress_interval_s=5", "adopt=true")
     assert run.rc == 0, run.output[-6000:]
     assert ckpt_files(site, "checkpoint") == [f"checkpoint-{pid}"], run.output[-6000:]
     # the 40 s checkpoint is not silent: progress lines while the stop waits for it
-    waiting = (
-        "waiting for train.service in CT 200 to stop (a training writes its checkpoint): "
+    named = (
+        f"pid {node_pid}, under train.service"
         if how == "users' unit"
-        else f"waiting for the training started by hand in CT 200 (pid {node_pid}) to "
-        "checkpoint and exit: "
+        else (f"pid {node_pid}, started by hand")
     )
-    assert waiting in run.output, run.output[-6000:]
+    assert f"waiting for {named} in CT 200 to checkpoint and exit: " in run.output, run.output[
+        -6000:
+    ]
+    assert f"CT 200: stopping the running training ({named}: " in run.output
     if how == "users' unit":
-        assert "stopping train.service" in run.output and "disabling it" in run.output
+        assert "systemctl disable --now train.service (its own TimeoutStopSec)" in run.output
         assert site.ct("systemctl", "is-enabled", "train.service").stdout.strip() == "disabled"
         assert site.ct("systemctl", "is-active", "train.service").stdout.strip() != "active"
     else:
-        assert f"stopping the training started by hand (pid {node_pid}" in run.output
+        assert "SIGCONT and SIGTERM to its workers, up to 900 s to checkpoint" in run.output
     assert "/root/venv is a venv made by hand (" in run.output
     aside = site.ct("sh", "-c", "ls -d /root/venv.pre-pvegpu.*").stdout.split()
     assert len(aside) == 1

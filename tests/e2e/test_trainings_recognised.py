@@ -42,7 +42,10 @@ def handmade(request, wheelhouse, tmp_path_factory):
     ):
         seed_training_code(node)
         data = site_data(index, tmp / "locks")
-        site = Site(node, index, [*data, "--data", "training_requirements=[]"])
+        # adopted once (it was made by hand): the tag lets later plain deploys change it
+        site = Site(
+            node, index, [*data, "--data", "training_requirements=[]", "--data", "adopt=true"]
+        )
         handmade_ct(site)
         # workers' CUDA contexts are listed as compute processes while they live (as NVML does)
         node.torch_config(register_contexts=True)

@@ -64,6 +64,7 @@ def training_taken_over(vmid: int, settings: Settings):
     ct = (doc.get("containers") or {}).get(str(vmid)) or {}
     match = match_of(settings.training, settings.python_env)
     units, crons = starter_names(ct, match, unit)
+    units = [u for u in units if u not in {t.unit for t in foreign}]  # disabled with their stop
     if not (foreign or units or crons):
         return
     if verified_here(host.state, host.name, vmid) is False:
@@ -104,15 +105,18 @@ def stop_commands(vmid: int, t, settings: Settings, procs: list[dict], held: dic
     timeout = settings.training.stop_timeout_s
     args = stop_args(vmid, t, procs, held, settings.training.script, timeout, LEFTOVER_LOG)
     launchers = [m["pid"] for m in args["members"] if m["role"] == "launcher"]
-    held_line = f"launchers held (pid {', '.join(map(str, launchers))}), " if launchers else ""
-    how = (
-        f"then systemctl disable --now {t.unit} (its own TimeoutStopSec)"
-        if t.unit
-        else f"up to {timeout} s to checkpoint, then SIGKILL"
-    )
+    steps = []
+    if launchers:
+        steps.append(f"its launchers held (SIGSTOP to pid {', '.join(map(str, launchers))})")
+    if launchers or not t.unit:
+        steps.append("SIGCONT and SIGTERM to its workers")
+    if t.unit:
+        steps.append(f"systemctl disable --now {t.unit} (its own TimeoutStopSec)")
+    else:
+        steps.append(f"up to {timeout} s to checkpoint, then SIGKILL")
     yield note(
         f"CT {vmid}: stopping {t.what} ({t.named}: {t.command}) for {unit_file(settings.training)}"
-        f" (restart_training=true): {held_line}SIGCONT and SIGTERM to its workers, {how}"
+        f" (restart_training=true): {', '.join(steps)}"
     )
     poll = {}
     if t.unit:
