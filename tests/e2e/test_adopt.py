@@ -207,14 +207,14 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     assert before["alive"] and before["trainers"] == [pid] and before["venv_is_dir"]
 
     # the preview (no -y) shows the adoption plan first and changes nothing
-    preview = site.deploy(yes=False)
+    preview = site.deploy("adopt=true", yes=False)
     assert f"CT 200 already trains (pid {node_pid}" in preview.output, preview.output[-6000:]
     for line in (
         "CT 200 cores: 16 -> 32: waits for --data restart_training=true",
         "CT 200 memory: 131072 -> 262144: waits for",
         "GPU passthrough: the container's own lines pass every device: kept",
         "/root/venv -> /root/venvs/torch-2.11.0-cu130",
-        "dflash-train.service: installed now; enabled and started after the takeover",
+        "dflash-train.service: installed now; enabled and started: waits for --data restart",
     ):
         assert line in preview.output, preview.output[-6000:]
 
