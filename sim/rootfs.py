@@ -43,6 +43,9 @@ PACKAGES = (
     "python3-venv",
     "ca-certificates",
     "kmod",
+    # the standard templates' cron (debian-12/13-standard): users start trainings from crontabs,
+    # and Debian's cron.service (KillMode=process) only starts them
+    "cron",
     "gcc",
     "libpython3-dev",
 )

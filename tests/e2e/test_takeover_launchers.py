@@ -1,0 +1,179 @@
+"""Consent never costs a checkpoint: with restart_training=true a training pvegpu did not start is
+stopped gracefully and whole, once the new build is verified, and pvegpu's unit then runs the only
+trainer. On one CT 200 made by hand and adopted (its venv, raw GPU lines, a data dir of its own):
+(a) torchrun with 8 workers whose checkpoint takes longer than torchrun's 30 s before SIGKILL,
+(b) a `bash run.sh` loop that would start the trainer again, (c) a trainer paused with ctrl-Z,
+(d) a trainer cron started (cron.service only started it: it stays enabled and running), each
+with the preview listing the plan first and changing nothing; (f) a build that fails after
+consent leaves the users' training running, untouched.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.__main__ import seed_training_code, site_data
+from sim.fixtures import check_host, skip_without_real_systemd
+from sim.index import PackageIndex
+from sim.node import SimNode
+from tests.e2e.conftest import Site
+from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, handmade_ct, wait_for
+from tests.e2e.test_trainings_recognised import (
+    TRAIN,
+    VENV_PY,
+    root_node_pid,
+    start,
+    stop_all,
+    training_pids,
+)
+
+UNIT = "dflash-train.service"
+
+
+@pytest.fixture(scope="module")
+def adopted(wheelhouse, tmp_path_factory):
+    """CT 200 made by hand, adopted by a first deploy (nothing trains yet): pvegpu's unit runs;
+    each test stops it, starts its own training and takes it over."""
+    skip_without_real_systemd()
+    check_host("systemd")
+    tmp = tmp_path_factory.mktemp("takeover")
+    with (
+        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi()) as index,
+        SimNode(tmp / "node", ct_init="systemd") as node,
+    ):
+        seed_training_code(node)
+        site = Site(
+            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+        )
+        handmade_ct(site)
+        node.torch_config(register_contexts=True)
+        first = site.deploy("adopt=true")
+        assert first.rc == 0, first.output[-6000:]
+        yield site
+
+
+@pytest.fixture
+def site(adopted):
+    """The adopted site with pvegpu's unit stopped and disabled, no checkpoint files, and
+    whatever a test started ended afterwards."""
+    adopted.ct("systemctl", "disable", "--now", UNIT)
+    adopted.node.run(["sh", "-c", f"rm -f {CKPT_NODE}/*"], check=True)
+    yield adopted
+    adopted.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"])
+    adopted.ct("systemctl", "disable", "--now", UNIT)
+    adopted.ct("sh", "-c", "crontab -r 2>/dev/null; true")
+    stop_all(adopted)
+
+
+def started(site) -> dict[int, dict]:
+    """Container pid -> what each trainer recorded at its start (its argv and rank variables)."""
+    found = {}
+    for name in ckpt_files(site, "started"):
+        text = site.node.read(f"{CKPT_NODE}/{name}").splitlines()
+        found[int(name.split("-")[1])] = json.loads(text[1]) if len(text) > 1 else {}
+    return found
+
+
+def unit_trainer(site) -> int:
+    out = site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+    return int(out or 0)
+
+
+def taken_over(site, plan_lines, *data):
+    """Preview first (the plan, nothing changed), then the consented deploy; -> its Run."""
+    before = training_pids(site)
+    preview = site.deploy("restart_training=true", *data, yes=False)
+    for line in plan_lines:
+        assert line in preview.output, preview.output[-6000:]
+    assert training_pids(site) == before, preview.output[-6000:]
+    run = site.deploy("restart_training=true", "progress_interval_s=5", *data)
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+def one_trainer_ours(site) -> None:
+    """Exactly one trainer afterwards: pvegpu's unit's (enabled), nothing else of the tests'."""
+    pid = wait_for("the unit's trainer", lambda: unit_trainer(site))
+    assert training_pids(site) == [pid]
+    assert site.ct("systemctl", "is-enabled", UNIT).stdout.strip() == "enabled"
+
+
+def test_a_torchrun_with_8_workers_lets_every_worker_checkpoint(site):
+    site.node.run(["sh", "-c", f"echo 40 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"/root/venv/bin/torchrun --nproc_per_node=8 --standalone {TRAIN}")
+    root = root_node_pid(site, "torchrun")
+    workers = wait_for("8 workers", lambda: started(site), done=lambda s: len(s) == 8)
+    assert sorted(int(w["LOCAL_RANK"]) for w in workers.values()) == list(range(8))
+    run = taken_over(
+        site,
+        [
+            f"CT 200 already trains (pid {root}, started by hand, 9 processes",
+            "stop the training started by hand (pid",
+        ],
+    )
+    # 40 s each, beyond torchrun's 30 s: every worker finished its checkpoint
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
+    assert f"its launchers held (SIGSTOP to pid {root})" in run.output, run.output[-6000:]
+    assert "waiting for pid " in run.output  # progress lines while the workers checkpoint
+    one_trainer_ours(site)
+
+
+def test_a_wrapper_loop_does_not_start_its_trainer_again(site):
+    site.node.run(
+        ["sh", "-c", "cat > /tank/dflash/dflash/run.sh"],
+        input=f"while true; do {VENV_PY} {TRAIN} --resume; sleep 1; done\n",
+        check=True,
+    )
+    site.node.run(["sh", "-c", f"echo 5 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, "bash run.sh")
+    root_node_pid(site, "run.sh")
+    (trainer,) = wait_for("the loop's trainer", lambda: started(site))
+    taken_over(site, ["stop the training started by hand (pid"])
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]
+    # the loop never started it again: the only later start is pvegpu's unit's
+    one_trainer_ours(site)
+    assert set(started(site)) == {trainer, unit_trainer(site)}
+
+
+def test_a_paused_trainer_is_continued_so_it_can_checkpoint(site):
+    site.node.run(["sh", "-c", f"echo 5 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"{VENV_PY} {TRAIN}")
+    (trainer,) = wait_for("the trainer", lambda: started(site))
+    site.ct("sh", "-c", f"kill -STOP {trainer}")  # ctrl-Z
+    assert site.ct("sh", "-c", f"grep -q '^State:.*T' /proc/{trainer}/status").returncode == 0
+    taken_over(site, ["stop the training started by hand (pid"])
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]
+    one_trainer_ours(site)
+
+
+def test_a_trainer_cron_started_is_stopped_and_cron_stays(site):
+    line = f"@reboot cd /data/dflash && {VENV_PY} {TRAIN}"
+    site.node.ct_run(200, ["sh", "-c", "crontab -"], input=line + "\n", check=True)
+    # cron runs @reboot jobs when it starts after a boot (Debian: /run/crond.reboot marks it)
+    site.ct("sh", "-c", "rm -f /run/crond.reboot && systemctl restart cron")
+    (trainer,) = wait_for("cron's trainer", lambda: started(site))
+    site.node.run(["sh", "-c", f"echo 5 > {CKPT_NODE}/checkpoint_s"], check=True)
+    run = taken_over(
+        site,
+        ["stop the training started under cron.service", "at boot: /var/spool/cron/crontabs/root:"],
+    )
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]
+    assert "systemctl disable --now cron" not in run.output
+    assert site.ct("systemctl", "is-enabled", "cron").stdout.strip() == "enabled"
+    assert site.ct("systemctl", "is-active", "cron").stdout.strip() == "active"
+    crontab = site.ct("crontab", "-l").stdout
+    assert f"# disabled by pvegpu (it would start a second trainer at boot): {line}" in crontab
+    one_trainer_ours(site)
+
+
+def test_a_failed_build_after_consent_leaves_the_training_running(site):
+    start(site, f"{VENV_PY} {TRAIN}")
+    root = root_node_pid(site, "train.py")
+    before = training_pids(site)
+    run = site.deploy("restart_training=true", 'training_requirements=["no-such-package==1.0"]')
+    assert run.rc != 0, run.output[-6000:]
+    assert training_pids(site) == before and ckpt_files(site, "stopping") == []
+    assert f"stopping the running training (pid {root}" not in run.output
+    assert site.ct("systemctl", "is-active", UNIT).stdout.strip() != "active"
