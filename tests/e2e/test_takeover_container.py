@@ -43,7 +43,9 @@ def site(wheelhouse, tmp_path_factory):
     ):
         seed_training_code(node)
         node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
-        yield Site(node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"])
+        yield Site(
+            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+        )
 
 
 def unit_trainer(site) -> int:

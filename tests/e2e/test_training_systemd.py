@@ -440,7 +440,7 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     check = site.pyinfra("verify.py")
     assert check.rc != 0
     assert (
-        f"leftover training process {hand_node} in CT 200 (outside {UNIT}) "
+        f"training process pvegpu did not start {hand_node} in CT 200 (outside {UNIT}) "
         "(/root/venv/bin/python /data/dflash/train.py"
     ) in check.output, check.output[-4000:]
     assert f"kill {hand_node}" in check.output
@@ -450,7 +450,7 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     # a deploy without consent fails on it in its verify stage and stops nothing
     refused = site.deploy()
     assert refused.rc != 0
-    assert f"leftover training process {hand_node} in CT 200" in refused.output
+    assert f"training process pvegpu did not start {hand_node} in CT 200" in refused.output
     assert show(site, "MainPID", "InvocationID") == unit
     assert site.ct("test", "-d", f"/proc/{hand}").returncode == 0
 
@@ -458,8 +458,8 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     node.clear_pct_log()
     restart = site.deploy("training_stop_timeout_s=600", "restart_training=true")
     assert restart.rc == 0, restart.output[-4000:]
-    # the copy pvegpu did not start is taken over first (issue 20): SIGTERM to its group
-    assert f"stopping the training started by hand (pid {hand_node}" in restart.output
+    # the copy pvegpu did not start is taken over first (SIGCONT, then SIGTERM), once verified
+    assert f"stopping the running training (pid {hand_node}, started by hand" in restart.output
     assert sorted(ckpt_files(site, "checkpoint")) == sorted(
         [f"checkpoint-{unit['MainPID']}", f"checkpoint-{hand}"]
     )
@@ -467,7 +467,10 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
         json.loads(line)
         for line in node.read("/var/log/pvegpu/training-leftovers.log").splitlines()
     ]
-    assert [(k["pid"], k["signal"], k["gpus"]) for k in killed] == [(hand_node, "SIGTERM", [1])]
+    assert [(k["pid"], k["signal"], k["gpus"]) for k in killed] == [
+        (hand_node, "SIGCONT", [1]),
+        (hand_node, "SIGTERM", [1]),
+    ]
     new = show(site, "ActiveState", "InvocationID")
     assert new["ActiveState"] == "active" and new["InvocationID"] != unit["InvocationID"], new
     execs = [c for c in node.pct_calls() if c["argv"][:1] == ["exec"]]
@@ -492,6 +495,6 @@ def test_a_training_started_by_hand_beside_the_unit_is_a_leftover(trainer_site):
     assert show(site, "ActiveState")["ActiveState"] != "active"
     again = site.deploy("training_stop_timeout_s=600", "restart_training=true")
     assert again.rc == 0, again.output[-4000:]
-    assert f"stopping the training started by hand (pid {hand_node}" in again.output
+    assert f"stopping the running training (pid {hand_node}, started by hand" in again.output
     assert f"checkpoint-{hand}" in ckpt_files(site, "checkpoint")
     assert show(site, "ActiveState")["ActiveState"] == "active"

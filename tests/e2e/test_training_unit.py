@@ -185,8 +185,10 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     assert max(k["time"] for k in killed) <= start_exec["time"]
 
     # What counts as a leftover (run on the node as the restart runs it, with the unit stopped):
-    # the training command started by hand, and anything in the unit's cgroup -- never a process of
-    # another command, nor one of another container, nor one on a GPU that is not a training GPU.
+    # only what is left in the unit's cgroup -- never the training command started elsewhere (a
+    # training pvegpu did not start: it waits, or the takeover stops it with consent), nor a
+    # process of another command, of the node or of another container, nor one on a GPU that
+    # is not a training GPU.
     site.ct("systemctl", "stop", UNIT)
     by_hand = node.spawn_gpu_process(1, TRAINING, used_mib=1000)
     # ExecStart runs the script with the python of the build /root/venv pointed at when it started.
@@ -222,63 +224,68 @@ def test_training_unit_started_once_never_restarted_by_accident_restarted_cleanl
     }
     run = node.run(["sh", "-c", probe_command("training_leftovers", args)])
     doc = json.loads(run.stdout.strip().splitlines()[-1])
-    assert sorted(p["pid"] for p in doc["killed"]) == sorted([by_hand, resolved, worker]), doc
-    assert sorted(p["pid"] for p in doc["foreign"]) == sorted([notebook, other_ct]), doc
+    assert [p["pid"] for p in doc["killed"]] == [worker], doc
+    assert sorted(p["pid"] for p in doc["foreign"]) == sorted(
+        [by_hand, resolved, notebook, other_ct]
+    ), doc
     assert doc["remaining"] == [] and doc["error"] is None
-    assert not any(alive(site, pid) for pid in (by_hand, resolved, worker))
-    assert all(alive(site, pid) for pid in (notebook, other_ct, not_ours))
+    assert not alive(site, worker)
+    assert all(alive(site, pid) for pid in (by_hand, resolved, notebook, other_ct, not_ours))
+    for pid in (by_hand, resolved):
+        node.kill_gpu_process(pid)
 
-    # The whole deploy with the unit stopped and leftovers on training GPUs: the verify stage (4)
-    # lets through what the unit stage (5) clears -- here the training command started by hand on
-    # GPU 7 (not_ours) and a process left in the unit's cgroup that holds nearly all of GPU 6 -- and
-    # still fails on a process of another command (notebook, GPU 3) or of another container
-    # (other_ct, GPU 2), leaving them all alone. verify.py names every one and changes nothing.
+    # The whole deploy with the unit stopped: the verify stage (4) lets through what the unit
+    # stage (5) clears -- a process left in the unit's cgroup that holds nearly all of GPU 6 --
+    # and fails on anything else on a training GPU: a process of another command (notebook,
+    # GPU 3), of another container (other_ct, GPU 2), the training command on the node
+    # (not_ours, GPU 7), leaving them all alone. verify.py names every one and changes nothing.
     stuck = node.spawn_gpu_process(6, TRAINING, used_mib=143000, cgroup=UNIT_CGROUP)
-    leftovers = (not_ours, stuck)
     everyone = (notebook, other_ct, not_ours, stuck)
     calls = node.pct_calls()
     before = node.tree_digest()
     check = site.pyinfra("verify.py", "torch_variant=cu128")
     assert check.rc != 0 and node.tree_digest() == before
     clears = "fix: run deploy.py: it clears leftover training processes before it starts the unit"
-    for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert any(
-            f"GPU {gpu} (drafter) free: expected no compute process but the training unit's; "
-            f"found leftover training process {pid} "
-            in line
-            and line.endswith(clears)
-            for line in check.output.splitlines()
-        ), check.output[-4000:]
+    assert any(
+        "GPU 6 (drafter) free: expected no compute process but the training unit's; "
+        f"found leftover training process {stuck} "
+        in line
+        and line.endswith(clears)
+        for line in check.output.splitlines()
+    ), check.output[-4000:]
+    assert f"found pid {not_ours} (" in check.output and f"kill {not_ours}" in check.output
     assert f"pid {notebook} (/usr/bin/python3 /root/notebook.py)" in check.output
     assert f"pid {other_ct} in CT 201" in check.output
     assert all(alive(site, pid) for pid in everyone)
 
     blocked = site.deploy("torch_variant=cu128")
     assert blocked.rc != 0
-    for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert (
-            f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts"
-            in blocked.output
-        )
+    assert (
+        f"leftover training process {stuck} on GPU 6: cleared before the unit starts"
+        in blocked.output
+    )
     assert (
         f"GPU 3 (target) free: expected no compute process but the training unit's; found pid "
         f"{notebook} " in blocked.output
     )
     assert "node GPU 2 is also in use by CT 201" in blocked.output
-    assert "GPU 7 (drafter) free" not in blocked.output and "GPU 6 (drafter)" not in blocked.output
+    assert (
+        f"GPU 7 (drafter) free: expected no compute process but the training unit's; found "
+        f"pid {not_ours} " in blocked.output
+    )
+    assert "GPU 6 (drafter) free" not in blocked.output
     assert verbs(node.pct_calls()[len(calls) :]) == []  # stage 5 never ran
     assert all(alive(site, pid) for pid in everyone)
 
-    node.kill_gpu_process(notebook)
-    node.kill_gpu_process(other_ct)
+    for pid in (notebook, other_ct, not_ours):
+        node.kill_gpu_process(pid)
     cleared = site.deploy("torch_variant=cu128")
     assert cleared.rc == 0, cleared.output[-4000:]
-    for gpu, pid in ((7, not_ours), (6, stuck)):
-        assert (
-            f"leftover training process {pid} on GPU {gpu}: cleared before the unit starts"
-            in cleared.output
-        )
-        assert f"ended leftover training process {pid} on GPU {gpu}" in cleared.output
-    assert not any(alive(site, pid) for pid in leftovers)
+    assert (
+        f"leftover training process {stuck} on GPU 6: cleared before the unit starts"
+        in cleared.output
+    )
+    assert f"ended leftover training process {stuck} on GPU 6" in cleared.output
+    assert not alive(site, stuck)
     assert verbs(node.pct_calls()[len(calls) :]) == ["start"]
     assert site.ct("systemctl", "is-active", UNIT).stdout == "active\n"

@@ -209,7 +209,20 @@ def app(pid, gpu, **over):
 
 
 TRAIN = ["/root/venv/bin/python", "/data/dflash/train.py"]
-LEFTOVER = [app(21, 1, used_mib=70000, argv=TRAIN, cmdline=" ".join(TRAIN))]
+# left in the training unit's cgroup after it stopped: what the unit stage clears
+UNIT_CG = f"0::/lxc/200/ns/system.slice/{UNIT}"
+LEFTOVER = [app(21, 1, used_mib=70000, argv=TRAIN, cmdline=" ".join(TRAIN), cgroup=UNIT_CG)]
+# a copy of the training started by hand in the container: a training pvegpu did not start
+BY_HAND = [
+    app(
+        21,
+        1,
+        used_mib=70000,
+        argv=TRAIN,
+        cmdline=" ".join(TRAIN),
+        cgroup="0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope",
+    )
+]
 OTHERS = [
     app(11, 1, used_mib=500, name="python", cgroup="0::/lxc/201/ns/user.slice"),
     app(12, 2, used_mib=None, cgroup="0::/lxc/200/ns/user.slice"),
@@ -323,8 +336,8 @@ SCENARIOS = {
         ct=stopped_unit(device(ct_facts(), 1, free_mib=1000)),
         deploying=True,
     ),
-    "leftover beside a running unit with a pending restart": lambda: dict(
-        node=node_facts(apps=LEFTOVER), ct=running_unit_with_pending_restart()
+    "a copy by hand beside a running unit with a pending restart": lambda: dict(
+        node=node_facts(apps=BY_HAND), ct=running_unit_with_pending_restart()
     ),
     "a stray process beside a running unit with a pending restart": lambda: dict(
         node=node_facts(apps=[app(31, 2, used_mib=5, cmdline="python x.py")]),
@@ -530,9 +543,9 @@ EXPECTED = {
     "leftover, unit stopped, verify.py": {
         "lines": [
             "GPU 1 (target) free: expected no compute process but the training unit's; found "
-            "leftover training process 21 (/root/venv/bin/python /data/dflash/train.py) "
-            "holding 70000 MiB on node GPU 1; fix: run deploy.py: it clears leftover training "
-            "processes before it starts the unit",
+            "leftover training process 21 in CT 200 (dflash-train.service, inactive) "
+            "(/root/venv/bin/python /data/dflash/train.py) holding 70000 MiB on node GPU 1; fix: "
+            "run deploy.py: it clears leftover training processes before it starts the unit",
             "GPU 1 (target) memory: expected >= 1024 MiB free (min_free_gpu_mib); found 1000 "
             "MiB free; fix: free the GPU (see its compute processes: nvidia-smi on the node)",
         ],
@@ -548,14 +561,14 @@ EXPECTED = {
         ],
         "status": {1: "leftover pid 21 (cleared before start)"},
     },
-    "leftover beside a running unit with a pending restart": {
+    "a copy by hand beside a running unit with a pending restart": {
         "lines": [
             "GPU 1 (target) free: expected no compute process but the training unit's; found "
-            "leftover training process 21 (/root/venv/bin/python /data/dflash/train.py) "
-            "holding 70000 MiB on node GPU 1; fix: a second copy of the training beside the "
-            "running dflash-train.service: stop it on node n1 (kill 21), or run deploy.py "
-            "--data restart_training=true (it stops the unit, clears leftover training "
-            "processes, starts it)",
+            "training process pvegpu did not start 21 in CT 200 (outside dflash-train.service) "
+            "(/root/venv/bin/python /data/dflash/train.py) holding 70000 MiB on node GPU 1; fix: "
+            "a second trainer beside the running dflash-train.service: stop it in CT 200 (kill "
+            "21 there), or run deploy.py --data restart_training=true (it takes it over: a "
+            "graceful stop, once the new build is verified)",
         ],
         "gpu of each": [1],
         "warnings": [],

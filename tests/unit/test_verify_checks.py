@@ -411,6 +411,7 @@ def test_is_own_process_needs_container_and_unit():
 # ---- leftover training processes: what the training unit stage clears before it starts the unit
 TRAIN_ARGV = ["/root/venv/bin/python", "/data/dflash/train.py", "--resume"]
 UNIT_CG = "0::/lxc/200/ns/system.slice/dflash-train.service"
+HAND_CG = "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope"
 CLEARS_FIX = "run deploy.py: it clears leftover training processes before it starts the unit"
 
 
@@ -449,9 +450,12 @@ def ct_with_unit(active, s=None, pending=False, free=None):
 @pytest.mark.parametrize(
     "argv, cgroup, cleared",
     [
-        (TRAIN_ARGV, None, True),  # started by hand on the node or in the CT, any cgroup of CT 200
-        (TRAIN_ARGV, "0::/lxc/200/ns/user.slice/session-3.scope", True),
-        (["/root/venvs/torch-2.11.0-cu130.b1/bin/python", *TRAIN_ARGV[1:]], None, True),
+        # the training command outside the unit is a training pvegpu did not start (it waits,
+        # or the takeover stops it with consent), a process of the node is never pvegpu's
+        (TRAIN_ARGV, None, False),
+        (TRAIN_ARGV, "0::/lxc/200/ns/user.slice/session-3.scope", False),
+        (["/root/venvs/torch-2.11.0-cu130.b1/bin/python", *TRAIN_ARGV[1:]], None, False),
+        (TRAIN_ARGV, UNIT_CG, True),  # left in the unit's cgroup
         (["/root/venv/bin/python", "-c", "spawn_main()"], UNIT_CG, True),  # a worker of the unit
         (TRAIN_ARGV, "0::/lxc/201/ns/system.slice/dflash-train.service", False),
         (TRAIN_ARGV, "0::/lxc.payload.201/system.slice/dflash-train.service", False),
@@ -471,12 +475,14 @@ def test_what_the_training_unit_stage_clears(argv, cgroup, cleared):
 def test_training_command_from_the_space_joined_cmdline_when_argv_is_missing():
     m = training_matcher(settings())
     assert is_training_command(TRAIN_ARGV, m)
-    app = gpu_app(1, 0, TRAIN_ARGV)
+    app = gpu_app(1, 0, TRAIN_ARGV, UNIT_CG)
     del app["argv"]
     assert cleared_at_start(app, 200, "dflash-train.service", m)
+    v = run(node=node_facts(apps=[gpu_app(1, 0, TRAIN_ARGV, HAND_CG)]), ct=ct_with_unit("active"))
+    assert "training process pvegpu did not start 1 in CT 200" in v.lines()[0]
 
 
-@pytest.mark.parametrize("cgroup", [None, UNIT_CG])
+@pytest.mark.parametrize("cgroup", [UNIT_CG])
 def test_leftover_of_a_stopped_unit_is_a_warning_in_the_deploy_a_problem_in_verify(cgroup):
     # The leftover holds 143000 MiB of GPU 1: only 500 MiB are free while it lives.
     app = gpu_app(4242, 1, TRAIN_ARGV, cgroup, used=143000)
@@ -512,11 +518,12 @@ def test_what_stays_a_failure_in_the_deploy():
 
     # The unit runs, nothing is pending: a second copy of the training beside it is not cleared.
     running = ct_with_unit("active")
-    copy_ = gpu_app(13, 1, TRAIN_ARGV)
+    copy_ = gpu_app(13, 1, TRAIN_ARGV, HAND_CG)
     own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)
     v = run(node=node_facts(apps=[copy_, own]), ct=running, deploying=True)
     assert checks_of(v) == ["GPU 1 (target) free"], v.lines()  # the unit's own process is fine
-    assert "leftover training process 13" in v.lines()[0] and "kill 13" in v.lines()[0]
+    assert "training process pvegpu did not start 13" in v.lines()[0]
+    assert "kill 13" in v.lines()[0]
     assert v.summary["restart_pending"] == []
 
     # A restart is pending but not asked for: still a failure, and the fix says how to ask.
@@ -526,16 +533,21 @@ def test_what_stays_a_failure_in_the_deploy():
     assert "restart_training=true" in v.lines()[0] and "kill 13" in v.lines()[0]
 
 
-def test_asked_restart_clears_the_copy_beside_the_running_unit():
+def test_with_consent_the_copy_beside_the_running_unit_is_taken_over_first():
     s = settings(restart_training=True)
-    pending = ct_with_unit("active", s=s, pending=True)
-    copy_ = gpu_app(13, 1, TRAIN_ARGV)
+    copy_ = gpu_app(13, 1, TRAIN_ARGV, HAND_CG)
     own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)
-    v = run(s=s, node=node_facts(apps=[copy_, own]), ct=pending, deploying=True)
-    assert v.ok, v.lines()
-    assert v.warnings == ["leftover training process 13 on GPU 1: cleared before the unit starts"]
-    # ... but not when nothing is pending (restart_training=true restarts only an outdated unit)
-    v = run(s=s, node=node_facts(apps=[copy_, own]), ct=ct_with_unit("active", s=s), deploying=True)
+    taken = (
+        "GPU 1 is held by a training pvegpu did not start (pid 13, started by hand): taken "
+        "over (restart_training=true) before dflash-train.service starts"
+    )
+    for pending in (True, False):  # consent stops it whether or not the unit restarts
+        ct = ct_with_unit("active", s=s, pending=pending)
+        v = run(s=s, node=node_facts(apps=[copy_, own]), ct=ct, deploying=True)
+        assert v.ok, v.lines()
+        assert v.warnings == [taken]
+    # verify.py (no deploy follows) names it as a problem
+    v = run(s=s, node=node_facts(apps=[copy_, own]), ct=ct_with_unit("active", s=s))
     assert checks_of(v) == ["GPU 1 (target) free"]
 
 

@@ -550,11 +550,14 @@ def driver_userspace(
         wrong.append("nvidia-smi missing")
     if not wrong:
         return
-    # under any training, ours included (its libcuda would change under it); with consent,
-    # never under one whose state could not be read or a GPU process
+    # under any training pvegpu did not start (deferred past the takeover with consent), and
+    # under pvegpu's own unit while it holds a GPU (its libcuda would change under it); a unit
+    # of ours that holds none cannot be using CUDA through libraries that do not match the
+    # node's module (e.g. it came up at the boot of this very restart)
     trainers = running_here(host, vmid)
     consent = bool(policy and policy.restart_training)
-    blockers = others(trainers) or ([] if consent else trainers)
+    ours = [t for t in trainers if t.ours and t.gpus]
+    blockers = others(trainers) or ([] if consent else ours)
     if blockers:
         change = f"the NVIDIA userspace reinstall ({', '.join(wrong)})"
         wait_for(host, vmid, change, blockers, consent)

@@ -9,12 +9,12 @@
 # Only the node sees which process holds which GPU (nvidia-smi in an LXC container lists none), and
 # the container's processes as the node's: /proc/<pid>/cmdline is the argv the unit's ExecStart ran,
 # /proc/<pid>/cgroup names the container and unit (PVE: 0::/lxc/<vmid>/ns/system.slice/<unit>).
-# A process is a leftover only when it holds a training GPU, its cgroup names no other container,
-# and it is a process of this container's training unit (its cgroup), or the training command
-# (the script run by the venv's python or a build's: also a stalled run started by hand) that no
-# other service of this container runs: a renamed or second unit's trainer is never ours to end.
-# It is called only while the unit is stopped, so either is a leftover. Each pid is checked again
-# right before each signal.
+# A process is a leftover only when it holds a training GPU and sits in this container's
+# training unit's cgroup (the unit is stopped when this runs, so whatever is left there is left
+# over). A process running the training command anywhere else is a training pvegpu did not start
+# (pvegpu.plan.running_training: it waits, or is taken over with consent), and a process of the
+# node or of another container is never pvegpu's to end. Each pid is checked again right before
+# each signal.
 # SIGTERM first (the script may checkpoint), SIGKILL after term_wait_s. Every signal sent is
 # appended to `log` (one JSON line). Prints one JSON line: killed, remaining, foreign, error.
 import json
@@ -118,11 +118,8 @@ def other_unit(pid):
 
 
 def is_training(pid):
-    if other_container(pid) is not None:
-        return False
-    if in_unit(pid):
-        return True
-    return other_unit(pid) is None and is_training_argv(argv_of(pid) or [])
+    """A leftover of the training unit: in its cgroup in this container (see the header)."""
+    return other_container(pid) is None and in_unit(pid)
 
 
 def alive(pid):

@@ -116,29 +116,18 @@ def is_training_command(argv: list[str], matcher: dict) -> bool:
 
 
 def cleared_at_start(app: dict, vmid: int, unit: str | None, matcher: dict) -> bool:
-    """Whether the training unit stage's clearing (probes/training_leftovers.py, same rules) ends
-    this node compute process before it starts the unit: its cgroup names no other container, and
-    it is the training command or in this container's training unit cgroup.
+    """Whether the training unit stage's clearing (probes/training_leftovers.py, same rule) ends
+    this node compute process before it starts the unit: it is in this container's training
+    unit's cgroup. The training command anywhere else is a training pvegpu did not start (it
+    waits, or is taken over with consent), never a leftover; ``matcher`` is kept for callers.
 
     >>> m = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"], "python_under": []}
-    >>> cleared_at_start({"argv": ["/root/venv/bin/python", "/data/t.py"]}, 200, None, m)
+    >>> cleared_at_start({"cgroup": "0::/lxc/200/ns/system.slice/t.service"}, 200, "t.service", m)
     True
-    >>> cleared_at_start({"argv": ["/root/venv/bin/python", "/data/t.py"],
-    ...                   "cgroup": "0::/lxc/201/ns/system.slice/x.service"}, 200, None, m)
+    >>> cleared_at_start({"argv": ["/root/venv/bin/python", "/data/t.py"]}, 200, "t.service", m)
     False
     """
-    cgroup = app.get("cgroup") or ""
-    other = re.search(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)", cgroup, re.M)
-    if other and other.group(1) != str(vmid):
-        return False
-    if is_training_command(app_argv(app), matcher):
-        return True
-    if not unit:
-        return False
-    return any(
-        f"/lxc/{vmid}/" in line and line.rstrip().endswith("/" + unit)
-        for line in cgroup.splitlines()
-    )
+    return process_owner(app, vmid, unit) == "unit"
 
 
 def adoptable(app: dict, f: Inputs) -> bool:
@@ -153,6 +142,18 @@ def adoptable(app: dict, f: Inputs) -> bool:
     )
 
 
+def taken_over_first(app: dict, f: Inputs) -> bool:
+    """A process of this container, outside pvegpu's unit, holding a training GPU, in a deploy
+    with ``restart_training=true``: the takeover stops it (gracefully, whole) once this
+    verification passed and before the unit starts, so its memory is the training's."""
+    return (
+        f.deploying
+        and f.settings.policy.restart_training
+        and process_owner(app, f.vmid, f.unit) == "container"
+        and _cuda_index(app, f) in f.role_of
+    )
+
+
 def counts_as_own(app: dict, f: Inputs) -> bool:
     """The process's memory counts as free for the training: the running (or state unknown)
     unit's own, a torch probe of pvegpu here (:func:`is_own_probe`), the training running here
@@ -160,7 +161,7 @@ def counts_as_own(app: dict, f: Inputs) -> bool:
     training unit stage clears before it starts it."""
     if is_own_probe(app, f.vmid, f.unit):
         return True
-    if adoptable(app, f):
+    if adoptable(app, f) or taken_over_first(app, f):
         return True
     if process_owner(app, f.vmid, f.unit) == "unit" and f.unit_state.running is not False:
         return True
@@ -211,6 +212,14 @@ def check_compute_processes(v: Verdict, f: Inputs) -> None:
             )
             v.note(i, f"training pid {pid} (waiting)")
             continue
+        if taken_over_first(app, f):
+            v.warnings.append(
+                f"GPU {i} is held by a training pvegpu did not start (pid {pid}, "
+                f"{started_how(container_path(app.get('cgroup') or '', f.vmid) or '')}): "
+                f"taken over (restart_training=true) before {f.unit} starts"
+            )
+            v.note(i, f"training pid {pid} (taken over)")
+            continue
         if counts_as_own(app, f):
             v.warnings.append(
                 f"leftover training process {pid} on GPU {i}: cleared before the unit starts"
@@ -245,8 +254,15 @@ def _describe(app: dict, owner: str, f: Inputs) -> str:
         "unit": f" in CT {f.vmid} ({f.unit}, {f.unit_state.active})",
     }.get(owner, f" in CT {owner[3:]}")
     used = app.get("used_mib")
+    kind = (
+        "leftover training process"
+        if _leftover(app, f)
+        else "training process pvegpu did not start"
+        if owner == "container" and is_training_command(app_argv(app), f.matcher)
+        else "pid"
+    )
     return (
-        f"{'leftover training process' if _leftover(app, f) else 'pid'} {app.get('pid')}{where} "
+        f"{kind} {app.get('pid')}{where} "
         f"({app.get('cmdline') or app.get('name') or '?'}) holding "
         f"{used if used is not None else '?'} MiB"
     )
@@ -264,6 +280,12 @@ def _process_fix(app: dict, owner: str, node_index: int | None, f: Inputs) -> st
         )
     if leftover and not f.unit_state.running:
         return "run deploy.py: it clears leftover training processes before it starts the unit"
+    if owner == "container" and f.unit_state.running:
+        return (
+            f"a second trainer beside the running {unit}: stop it in CT {f.vmid} (kill "
+            f"{pid} there), or run deploy.py --data restart_training=true (it takes it over: "
+            "a graceful stop, once the new build is verified)"
+        )
     if leftover and f.unit_state.pending:
         return (
             f"a second copy of the training beside the running {unit}: stop it on node "
