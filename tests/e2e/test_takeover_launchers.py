@@ -159,7 +159,7 @@ def test_a_trainer_cron_started_is_stopped_and_cron_stays(site):
         site,
         ["stop the training started under cron.service", "at boot: /var/spool/cron/crontabs/root:"],
     )
-    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"], run.output[-8000:]
     assert "systemctl disable --now cron" not in run.output
     assert site.ct("systemctl", "is-enabled", "cron").stdout.strip() == "enabled"
     assert site.ct("systemctl", "is-active", "cron").stdout.strip() == "active"

@@ -358,3 +358,50 @@ def test_summary_and_waiting_lines_name_the_root_and_the_count():
         "CT 200: the start of x waits for the running training (pid 200, started by hand, "
         "3 processes)"
     )
+
+
+# --- the takeover's roles (pvegpu.plan.takeover) ------------------------------------------------
+
+
+def roles_of(procs, held=None):
+    from pvegpu.plan.takeover import roles
+
+    (g,) = groups(procs, held or {}, SCRIPT)
+    return {m["pid"]: m["role"] for m in roles(g.members, procs, held or {}, SCRIPT)}
+
+
+def test_roles_torchrun_holds_the_launcher_and_stops_the_workers():
+    procs, apps = torchrun_tree([PY, "/root/venv/bin/torchrun", "train.py"], n=2)
+    held = {a["pid"]: (a["gpu_uuid"],) for a in apps}
+    assert roles_of(procs, held) == {200: "launcher", 300: "worker", 301: "worker"}
+
+
+def test_roles_a_shell_that_cd_into_the_script_dir_is_a_launcher_not_a_worker():
+    # cron's `sh -c 'cd /data/dflash && python train.py'`: the shell names the script as well
+    procs = [
+        p(140, 100, ["/usr/sbin/cron", "-f"], cgroup="0::/lxc/200/ns/system.slice/cron.service"),
+        p(150, 140, ["/bin/sh", "-c", f"cd /data/dflash && {PY} train.py"], cwd="/data/dflash"),
+        p(151, 150, [PY, "train.py"], cwd="/data/dflash"),
+    ]
+    for q in procs[1:]:
+        q["cgroup"] = procs[0]["cgroup"]
+    assert roles_of(procs) == {150: "launcher", 151: "worker"}
+
+
+def test_roles_forked_dataloader_workers_are_their_trainers_helpers():
+    procs = [
+        LOGIN,
+        p(150, 101, [PY, SCRIPT], cwd="/"),
+        p(151, 150, [PY, SCRIPT], cwd="/"),
+        p(152, 150, [PY, SCRIPT], cwd="/"),
+    ]
+    assert roles_of(procs, {150: (0,)}) == {150: "worker", 151: "helper", 152: "helper"}
+
+
+def test_roles_a_wrapper_loop_is_held_while_its_trainer_checkpoints():
+    procs = [
+        LOGIN,
+        p(150, 101, ["bash", "run.sh"], cwd="/data/dflash"),
+        p(151, 150, [PY, "train.py"], cwd="/data/dflash"),
+    ]
+    assert roles_of(procs) == {150: "launcher", 151: "worker"}

@@ -32,6 +32,17 @@ def _seed(proc: dict, held: dict, script: str | None) -> bool:
     return int(proc["pid"]) in held or training_like(proc, script)
 
 
+def _launches(m: int, below: set[int], by_pid: dict, seeds: set[int]) -> bool:
+    """Whether member ``m``, with the seeds ``below`` it, launched them rather than forked them:
+    a known launcher, no seed itself (a wrapper), or a seed below runs another command (a
+    ``sh -c 'cd /d && python train.py'`` that cron runs: the shell names the script too, and a
+    DataLoader's forked workers have their trainer's very argv)."""
+    argv = by_pid[m].get("argv") or []
+    if is_launcher(argv) or m not in seeds:
+        return True
+    return any((by_pid[s].get("argv") or []) != argv for s in below)
+
+
 def roles(
     members: tuple[int, ...], procs: list[dict], held: dict, script: str | None, cwd=None
 ) -> list[dict]:
@@ -49,9 +60,7 @@ def roles(
             seen.add(parent["pid"])
             below[int(parent["pid"])].add(s)
             parent = by_pid.get(int(parent.get("ppid") or 0))
-    launchers = {
-        m for m in here if below[m] and (is_launcher(by_pid[m].get("argv") or []) or m not in seeds)
-    }
+    launchers = {m for m in here if below[m] and _launches(m, below[m], by_pid, seeds)}
     workers = set()
     for s in seeds - launchers:
         parent = by_pid.get(int(by_pid[s].get("ppid") or 0))
