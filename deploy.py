@@ -9,41 +9,50 @@
 # hosts finished what comes before it.
 from pyinfra import host, local
 
-from pvegpu.operations.fleet import node_ready
+from pvegpu.operations.fleet import node_outcome, node_ready
 from pvegpu.operations.util import barrier
+from pvegpu.startup.changes_start import changes_start
 from pvegpu.startup.deploy_context import begin, node_problems
 
 s = begin(host, "deploy")
 # A node that failed its preflight, or whose deploy lock another deploy holds, stops here with its
 # containers, before any change; the other nodes go on. One summary line per node at the end.
-node_ready(name="Preflight of this host's node passed", problems=node_problems(host))
+refused = node_problems(host)
+node_ready(name="Preflight of this host's node passed", problems=refused, at_start=changes_start)
 
-if s.policy.rebuild and "training_cts" in host.groups:
-    local.include("tasks/rebuild_report.py")
-barrier(name="Rebuild report printed")
+# A node the preflight refused changes nothing: its stages are not even previewed.
+if not refused:
+    if s.policy.rebuild and "training_cts" in host.groups:
+        local.include("tasks/rebuild_report.py")
+    barrier(name="Rebuild report printed")
 
-if "pve_hosts" in host.groups:
-    local.include("tasks/node_gpu.py")
-    if s.policy.rebuild == "container":
-        local.include("tasks/rebuild_node.py")
-    local.include("tasks/container.py")
-barrier(name="Nodes and containers ready")
+    if "pve_hosts" in host.groups:
+        local.include("tasks/node_gpu.py")
+        if s.policy.rebuild == "container":
+            local.include("tasks/rebuild_node.py")
+        local.include("tasks/container.py")
+    barrier(name="Nodes and containers ready")
 
-if "training_cts" in host.groups:
-    local.include("tasks/rebuild_venv.py")
-    local.include("tasks/python_env.py")
-    if s.verification.level == "compile" and s.policy.restart_training:
-        local.include("tasks/stop_for_compile.py")
-    local.include("tasks/verify.py")
-barrier(name="New builds verified")
+    if "training_cts" in host.groups:
+        local.include("tasks/rebuild_venv.py")
+        local.include("tasks/python_env.py")
+        if s.verification.level == "compile" and s.policy.restart_training:
+            local.include("tasks/stop_for_compile.py")
+        local.include("tasks/verify.py")
+    barrier(name="New builds verified")
 
-# restart_training=true: a training pvegpu did not start is stopped only now, once the new build
-# is verified (a failed build or verification leaves it running), then the changes that waited
-if "pve_hosts" in host.groups and s.policy.restart_training:
-    local.include("tasks/takeover.py")
-barrier(name="Trainings taken over")
+    # restart_training=true: a training pvegpu did not start is stopped only now, once the new
+    # build is verified (a failed build or verification leaves it running), then the changes
+    # that waited for it
+    if "pve_hosts" in host.groups and s.policy.restart_training:
+        local.include("tasks/takeover.py")
+    barrier(name="Trainings taken over")
 
-if "training_cts" in host.groups:
-    local.include("tasks/training_unit.py")
-    # last: a restarted unit no longer uses the builds rebuild=venv replaced
-    local.include("tasks/rebuild_cleanup.py")
+    if "training_cts" in host.groups:
+        local.include("tasks/training_unit.py")
+        # last: a restarted unit no longer uses the builds rebuild=venv replaced
+        local.include("tasks/rebuild_cleanup.py")
+
+# The exit status matches each node's closing line: a node whose containers this run did not
+# verify (--limit left them out, say) fails here when nothing else failed it.
+node_outcome(name="Every container of this node verified in this run")

@@ -50,8 +50,8 @@ min_free_gpu_mib = 1024
 # Extra NVIDIA devices to pass through besides nvidiaN, nvidiactl, nvidia-uvm(-tools):
 # any of "nvidia-modeset", "nvidia-caps".
 passthrough_extra_devices = []
-# How devices reach the container: "auto" (devN entries on PVE >= 8.2, raw lxc lines before),
-# "dev" or "lxc".
+# How devices reach the container: "auto" (devN entries where the node's pve-container is
+# >= 5.0.7, i.e. PVE 8.1 on; raw lxc lines before), "dev" or "lxc".
 passthrough_mode = "auto"
 # Directory on the node holding NVIDIA-Linux-x86_64-<driver>.run, used to install the exact
 # same userspace driver inside the container.
@@ -79,9 +79,14 @@ ct_protection = True
 # Start the container when the node boots.
 ct_onboot = True
 # Node directory bind-mounted into the container for checkpoints, datasets and compile caches.
+# Its parent must exist on the node (the deploy creates only the last directory), and it must
+# not be on the node's root filesystem (checkpoints would fill it) unless data_dir_on_root_fs.
 data_dir_node = "/tank/dflash"
 # Where that directory appears inside the container.
 data_dir_ct = "/data"
+# True: data_dir_node may be on the node's root filesystem (no pool or disk of its own mounted
+# there); False: the preflight refuses it there, before any change.
+data_dir_on_root_fs = False
 
 # --- rebuild / restarts -------------------------------------------------------------------------
 # None, "venv" (build the selected venv from scratch beside the live one, switch, then delete the

@@ -386,6 +386,7 @@ class SimNode:
         fabric_state=None,
         fabric_status=None,
         nvswitches=0,
+        pools=("/tank",),
     ):
         """profile: "pve8" (default) or "pve9" (see PROFILES); pve_version overrides its version
         (the template follows the version's major); pve_container overrides the pve-container that
@@ -402,7 +403,10 @@ class SimNode:
         `fabric.state`/`fabric.status` print for every GPU (None: `N/A`, a GPU without an
         NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success").
         nvswitches: how many NVSwitch devices the nvidia-nvswitch module lists in
-        /proc/driver/nvidia-nvswitch/devices/ (an HGX board; 0: none)."""
+        /proc/driver/nvidia-nvswitch/devices/ (an HGX board; 0: none).
+        pools: mount points of the node's storage pools, each a filesystem of its own (a ZFS
+        pool ``tank`` mounts at /tank), as the node's root filesystem is not; () for a node
+        without them, where a data dir under /tank would land on the root filesystem."""
         ct_init = ct_init or os.environ.get("PVE_SIM_CT_INIT") or "systemd"
         if profile not in PROFILES:
             raise TypeError(f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}")
@@ -461,6 +465,7 @@ class SimNode:
             "fabric_state": fabric_state,
             "fabric_status": fabric_status,
             "nvswitches": int(nvswitches),
+            "pools": [str(p) for p in pools],
         }
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None
@@ -902,10 +907,13 @@ LogLevel ERROR
 
     def tree_digest(self) -> dict:
         """{path: sha256 | 'link:<target>' | 'dir' | 'whiteout' | 'chr:M:m'} over the node's overlay
-        upper dir ('node/...') and every container's upper dir and running flag ('ct/<vmid>/...');
+        upper dir and its pools ('node/...') and every container's upper dir and running flag
+        ('ct/<vmid>/...');
         logs, sim-private state, /tmp, /run and __pycache__ are left out."""
         out = {}
         _digest_tree(self.upper, "node", DIGEST_SKIP_NODE, out)
+        for point in self.cfg.get("pools", []):  # a pool's files, as if under the node's /
+            _digest_tree(pool_dir(self.state, point), "node/" + point.strip("/"), (), out)
         ctroot = self.state / "ct"
         if ctroot.exists():
             for vmid in sorted(os.listdir(ctroot)):
@@ -1005,6 +1013,11 @@ def _skipped(rel: str, skip: tuple) -> bool:
         rel == s or rel.startswith(s + "/") or (s.endswith("*") and rel.startswith(s[:-1]))
         for s in skip
     )
+
+
+def pool_dir(state: Path, point: str) -> Path:
+    """The state dir's directory that holds the pool mounted at ``point`` (nodeinit binds it)."""
+    return Path(state) / "pools" / point.strip("/").replace("/", "_")
 
 
 def _digest_tree(root: Path, prefix: str, skip: tuple, out: dict):

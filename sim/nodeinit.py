@@ -144,6 +144,13 @@ def main():
     os.makedirs(ctdir, exist_ok=True)
     os.makedirs(os.path.join(state, "ct"), exist_ok=True)
     mount(os.path.join(state, "ct"), ctdir, flags=["--bind"])
+    # Storage pools: a ZFS pool (tank) mounts at /tank, a filesystem of its own, not the root's.
+    # Each is a directory of the state dir (the same layout as sim.node.pool_dir) bound there.
+    for point in cfg.get("pools", []):
+        backing = os.path.join(state, "pools", point.strip("/").replace("/", "_"))
+        os.makedirs(backing, exist_ok=True)
+        os.makedirs(R(point), exist_ok=True)
+        mount(backing, R(point), flags=["--bind"])
     # The template's base tree (a cached debootstrap tree, sim/rootfs.py), read-only.
     if cfg.get("template_tree"):
         tree = R(f"/var/lib/pve-sim/trees/{cfg['template_release']}")

@@ -102,6 +102,8 @@ class NodeStateDoc(TypedDict, total=False):
     containers: dict[str, ContainerEntry]
     installer: str | None
     data_dir_exists: bool
+    #: {data_dir_node: {"parent_exists": bool, "on_root_fs": bool | None}} (probe arg data_dirs)
+    data_dir_places: dict[str, dict[str, bool | None]]
     boot_files: dict[str, str | None]
     units: dict[str, UnitEntry]
     tools: dict[str, str | None]

@@ -73,7 +73,7 @@ def test_a_failing_node_does_not_stop_the_other(tmp_path, package_index):
         summary = [line for line in output.splitlines() if line.startswith("pvegpu: 127.0.0.")]
         assert summary == [
             "pvegpu: 127.0.0.1: converged and verified",
-            "pvegpu: 127.0.0.2: FAILED, nothing changed there: 127.0.0.2: driver for cu130: "
+            "pvegpu: 127.0.0.2: refused, nothing changed there: 127.0.0.2: driver for cu130: "
             "expected >= 580.65.06 (CUDA 13.0); found 570.86.10 on node 127.0.0.2; fix: upgrade "
             "the node's NVIDIA driver to >= 580.65.06 (then deploy.py matches the container), or "
             "set torch_variant to a build the driver supports",

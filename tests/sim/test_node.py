@@ -131,6 +131,25 @@ def test_writes_stay_in_the_overlay(shared_sim_node):
     node.run(["rm", "/etc/pve-sim-canary", "/usr/bin/pve-sim-canary"], check=True)
 
 
+def test_the_tank_pool_is_a_filesystem_of_its_own(shared_sim_node):
+    """A ZFS pool mounts at /tank with its own device, as the node's root filesystem has another
+    (what the data dir's preflight tells apart); its files count in the node's tree digest."""
+    node = shared_sim_node
+    devices = node.run(["stat", "-c", "%d", "/", "/tank"], check=True).stdout.split()
+    assert devices[0] != devices[1]
+    node.run(["sh", "-c", "mkdir -p /tank/x && echo y > /tank/x/f"], check=True)
+    try:
+        assert "node/tank/x/f" in node.tree_digest()
+        assert not (node.upper / "tank/x").exists()  # not on the node's root filesystem
+    finally:
+        node.run(["rm", "-r", "/tank/x"], check=True)
+
+
+def test_a_node_without_the_pool_has_no_tank(sim_node):
+    node = sim_node(pools=())
+    assert node.run(["test", "-e", "/tank"]).returncode == 1
+
+
 # ----------------------------------------------------------------------------- pct grammar
 
 

@@ -125,7 +125,9 @@ def test_a_fleets_nodes_are_locked_and_read_side_by_side(monkeypatch):
     monkeypatch.setattr(preflight, "node_problems", lambda *a: ([], []))
     monkeypatch.setattr(preflight, "training_path_problems", lambda *a: [])
 
-    class FakeState: ...
+    class FakeState:  # a deploy with -y: the locks are taken at its start
+        def should_check_for_changes(self):
+            return False
 
     preflight._check_fleet(FakeState(), inventory)
     assert events[:2] == [("lock", "a"), ("lock", "b")]

@@ -19,7 +19,7 @@ LAYERS = [
     "connectors",  # the @pct connector
     "locks",  # uv lock plans and pins
     "settings",  # validated settings
-    "base",  # paths, documents, digests, guard, variants, quick_exit: import nothing of pvegpu
+    "base",  # paths, documents, digests, guard, variants, quick_exit, refusal, version
 ]
 ALLOWED_UPWARD = {
     # The node probe lists the installer's tools it looks for; the table lives with its planner.

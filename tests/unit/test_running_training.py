@@ -208,7 +208,7 @@ def test_unit_running_never_starts_beside_a_training_nor_clears_it_without_conse
     monkeypatch.setattr(
         training, "container_state", lambda: {"unit_active": "inactive", "unit_enabled": "disabled"}
     )
-    monkeypatch.setattr(training, "fail", lambda *lines: "fail: " + " ".join(lines))
+    monkeypatch.setattr(training, "failure", lambda *lines: iter(["fail: " + " ".join(lines)]))
     s = settings_with(restart_training=consent)
     commands = [str(c) for c in training.unit_running._inner(settings=s)]
     # asked right before the start: with consent, a training still there after the takeover

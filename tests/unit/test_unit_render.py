@@ -356,9 +356,19 @@ def test_a_unit_systemd_analyze_rejects_fails_the_settings_check(tmp_path):
 def test_load_all_reports_unit_problems_per_host(monkeypatch):
     import pvegpu.plan.unit
 
-    class Host:
-        name, data = "@pct/127.0.0.1/200", defaults()
+    class Node:
+        name, data = "127.0.0.1", defaults()
 
+    class Host:
+        name, data = "@pct/127.0.0.1/200", {**defaults(), "training_unit_name": "x"}
+
+    def problems(s):
+        return ["bad unit: fix it"] if s.training.unit_name == "x" else []
+
+    monkeypatch.setattr(pvegpu.plan.unit, "unit_problems", problems)
+    with pytest.raises(SettingsError, match=r"\n@pct/127.0.0.1/200: bad unit: fix it$"):
+        load_all([Node(), Host()])
+    # a problem every host of the run has is one line, without host names
     monkeypatch.setattr(pvegpu.plan.unit, "unit_problems", lambda s: ["bad unit: fix it"])
-    with pytest.raises(SettingsError, match=r"@pct/127.0.0.1/200: bad unit: fix it"):
-        load_all([Host()])
+    with pytest.raises(SettingsError, match=r"nothing was changed:\nbad unit: fix it$"):
+        load_all([Node(), Host()])

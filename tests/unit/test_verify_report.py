@@ -1,6 +1,7 @@
 """The table, the verdict line and the JSON report of the verification."""
 
 import json
+from importlib.metadata import version
 
 from pvegpu.output.report import report_document, table, verdict_line, write_report
 from pvegpu.verification import verify
@@ -68,6 +69,7 @@ def test_json_report_round_trip(tmp_path):
     path = write_report(tmp_path / "sub" / "verify.json", doc)
     loaded = json.loads(path.read_text())
     assert loaded["verdict"] == "fail"
+    assert loaded["pvegpu_version"] == version("pvegpu")  # pyproject's, as installed
     assert loaded["settings"] == {"torch_variant": "cu130"}
     a, b = loaded["hosts"]["@pct/a/200"], loaded["hosts"]["@pct/b/200"]
     assert a["verdict"] == "pass" and a["problems"] == [] and len(a["gpus"]) == 8

@@ -44,6 +44,8 @@ class NodeState(ProbeFact):
       missing_tools: the utilities NVIDIA's installer needs that it would not find there);
     - ``path_kinds``: "file", "directory" or "missing" per path of ``paths`` (the training
       code's paths on the node, checked by the preflight in the same read);
+    - ``data_dir_places``: for each of ``data_dirs`` (every data_dir_node of the node's hosts),
+      whether its parent exists and whether it (or that parent) is on the root filesystem;
     - ``containers[<vmid>]["processes"]`` ("full", running only): the container's processes
       running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
       its cgroup uses, cgroup v2, else None); ``live["build_present"]``: ``build_dir`` (the
@@ -70,6 +72,7 @@ class NodeState(ProbeFact):
         vmids=(),
         installer_dir="/root",
         data_dir="/",
+        data_dirs=(),
         boot_files=(),
         units=(),
         ct_detail="full",
@@ -86,6 +89,7 @@ class NodeState(ProbeFact):
             vmids=list(vmids),
             installer_dir=installer_dir,
             data_dir=data_dir,
+            data_dirs=list(data_dirs),
             boot_files=list(boot_files),
             units=list(units),
             ct_detail=ct_detail,

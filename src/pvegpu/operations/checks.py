@@ -19,8 +19,9 @@ from ..run.ct_reads import container_fact
 from ..run.run_context import run_context
 from ..settings import GpuSettings, Settings, TorchSettings
 from ..verification import Verdict, torch_problems, verify
+from .preview import show
 from .progress import Progress, progress_while
-from .util import fail
+from .util import fail, failure
 
 
 @operation()
@@ -131,6 +132,27 @@ def _record(state, name: str, verdict: Verdict, settings: Settings) -> None:
         write_report(settings.verification.report, report_document(verdicts, wanted))
 
 
+def print_verdict(run, verdict: Verdict) -> None:
+    """This host's table, warnings and verdict line, once unless the facts changed since."""
+    text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
+    if run.printed.get(host.name) == text:
+        return
+    run.printed[host.name] = text
+    for line in text:
+        (logger.warning if line.startswith("    warning: ") else logger.info)(line)
+    logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red", bold=True))
+
+
+def preview_verdict(state, node_host, verdict: Verdict):
+    """In deploy.py's preview: a verification that fails now says so, unless the changes the
+    preview lists before it (on the container or its node) are what it verifies."""
+    hosts = [h for h in (host, node_host) if h is not None]
+    if any(state.get_meta_for_host(h).ops_change for h in hosts):
+        show("verified after the changes above (the preview cannot verify them yet)")
+        return
+    yield from failure(*verdict.lines())
+
+
 @operation()
 def verified(settings: Settings):
     """Verify a training container against its settings and its node; print one table and a
@@ -176,17 +198,15 @@ def verified(settings: Settings):
         deploying=run.mode == "deploy",
     )
     # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows
-    # before pyinfra asks to go on. Once per host unless the facts changed in between.
+    # before pyinfra asks to go on.
     if state.is_executing or run.mode == "verify":
-        text = [*table(verdict), *(f"    warning: {w}" for w in verdict.warnings)]
-        if run.printed.get(host.name) != text:
-            run.printed[host.name] = text
-            for line in text:
-                (logger.warning if line.startswith("    warning: ") else logger.info)(line)
-            logger.info(
-                click.style(verdict_line(verdict), fg="green" if verdict.ok else "red", bold=True)
-            )
+        print_verdict(run, verdict)
         _record(state, host.name, verdict, settings)
+    if not verdict.ok and not state.is_executing:
+        # a preview: a failed check is not a change to make (verify.py printed its verdict)
+        if run.mode == "deploy":
+            yield from preview_verdict(state, node_host, verdict)
+        return
     if not verdict.ok:
         if host.name in run.stopped_for_compile:
             # stopped for the compile check: a failed verification must not leave no training

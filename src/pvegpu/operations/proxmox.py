@@ -38,9 +38,10 @@ from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
+from .preview import show, show_file, show_files, show_pct_set
 from .progress import Progress, ProgressCommand, waiting_for, with_progress
 from .training_gate import running_here, wait_for
-from .util import fail, note, write_file_command
+from .util import failure, note, write_file_command
 
 
 def read_state(vmids=(), ct_detail: str = "none") -> dict:
@@ -150,6 +151,10 @@ def data_mount_current(config: dict, key: str | None, container: ContainerSettin
     return source == container.data_dir_node and target == container.data_dir_ct
 
 
+#: What pct takes for a key a container's config does not name (pve-container's defaults).
+SET_DEFAULTS = {"onboot": "0", "swap": "512", "memory": "512"}
+
+
 def settings_args(config: dict, container: ContainerSettings) -> list[str]:
     """`pct set` args converging an existing container's hotpluggable settings: cores, memory,
     swap, onboot, the data mount, and protection (only ever raised here: only rebuild=container
@@ -171,9 +176,8 @@ def settings_args(config: dict, container: ContainerSettings) -> list[str]:
         "swap": str(container.swap_mib),
         "onboot": "1" if container.onboot else "0",
     }
-    defaults = {"onboot": "0", "swap": "512", "memory": "512"}
     for key, value in want.items():
-        if config.get(key, defaults.get(key)) != value:
+        if config.get(key, SET_DEFAULTS.get(key)) != value:
             args += [f"--{key}", value]
     if container.protection and config.get("protection") != "1":
         args += ["--protection", "1"]
@@ -234,6 +238,7 @@ def boot_persistence(gpus: GpuSettings):
             persistenced
         )
     wrote_unit = False
+    show_files(wanted, digests)  # every change shown before the first command
     for path, text in wanted.items():
         if digests.get(path) != text_digest(text):
             yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
@@ -324,6 +329,44 @@ def memory_below_use(
     )
 
 
+def existing_args(
+    vmid: int,
+    ct: dict,
+    container: ContainerSettings,
+    policy: RunPolicy | None,
+    training: TrainingSettings | None,
+) -> tuple[list[str], str | None]:
+    """(the `pct set` args for an existing container now, a refusal): what waits for a running
+    training is left out (and recorded as waiting); a memory limit under its use is refused."""
+    config = ct.get("config") or {}
+    args = settings_args(config, container)
+    if TAG not in tags_of(config):  # adopted (or made before the tag)
+        args += ["--tags", tags_with_ours(config.get("tags"))]
+    lower = lowered(config, args)
+    if "memory" in lower:
+        _, full = node_state(vmid, "full")
+        refusal = memory_below_use(
+            vmid, container.memory_mib, full.get("memory_current"), full.get("memory_cgroup")
+        )
+        if refusal:
+            return [], refusal
+    consent = bool(policy and policy.restart_training)
+    trainers = running_here(host, vmid, unit_file(training) if training else None)
+    # before the takeover (restart_training=true: once the new build is verified) every
+    # training pvegpu did not start, or a state that could not be read, holds its resources as
+    # its owner set them; they are applied after it, in this run. Under our own unit only a
+    # lowering waits (a raised limit is safe).
+    blockers = others(trainers)
+    held = resized(args) if blockers else lower if trainers and not consent else []
+    for key in held:
+        flag = args.index(f"--{key}")
+        what = "lowers" if key in lower else "changes"
+        change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
+        wait_for(host, vmid, change, blockers or trainers, consent)
+    args = without(args, held)
+    return args, None
+
+
 @operation()
 def container_present(
     vmid: int,
@@ -343,38 +386,19 @@ def container_present(
         proxmox.container_present(name="CT 200 exists", vmid=200, container=s.container)
     """
     state, ct = node_state(vmid, "none")
+    args: list[str] = []
+    if ct.get("exists"):
+        args, refusal = existing_args(vmid, ct, container, policy, training)
+        if refusal:
+            yield from failure(refusal)
+            return
+        show_pct_set(vmid, ct.get("config", {}), args, SET_DEFAULTS)
     if state and not state.get("data_dir_exists"):
         # Before the container can mount it (`pct start` fails on a missing bind-mount source).
         # pvegpu never removes it: `pct destroy` leaves bind-mount sources alone.
+        show(f"creates {container.data_dir_node} (data_dir_node)")
         yield StringCommand("mkdir", "-p", shlex.quote(container.data_dir_node))
     if ct.get("exists"):
-        args = settings_args(ct.get("config", {}), container)
-        if TAG not in tags_of(ct.get("config") or {}):  # adopted (or made before the tag)
-            args += ["--tags", tags_with_ours((ct.get("config") or {}).get("tags"))]
-        lower = lowered(ct.get("config", {}), args)
-        if "memory" in lower:
-            _, full = node_state(vmid, "full")
-            refusal = memory_below_use(
-                vmid, container.memory_mib, full.get("memory_current"), full.get("memory_cgroup")
-            )
-            if refusal:
-                yield fail(refusal)
-                return
-        consent = bool(policy and policy.restart_training)
-        trainers = running_here(host, vmid, unit_file(training) if training else None)
-        # under a training pvegpu did not start (or a state that could not be read), its
-        # resources stay as its owner set them until the takeover; under our own unit, only a
-        # lowering waits (a raised limit is safe)
-        # before the takeover (restart_training=true: once the new build is verified) every
-        # training pvegpu did not start holds them; they are applied after it, in this run
-        blockers = others(trainers)
-        held = resized(args) if blockers else lower if trainers and not consent else []
-        for key in held:
-            flag = args.index(f"--{key}")
-            what = "lowers" if key in lower else "changes"
-            change = f"pct set {vmid} --{key} {args[flag + 1]} ({what} {key})"
-            wait_for(host, vmid, change, blockers or trainers, consent)
-        args = without(args, held)
         if args:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
         return
@@ -383,7 +407,7 @@ def container_present(
     )
     template_file = template.split("/")[-1]
     if state and template_file not in state.get("templates", []):
-        yield fail(
+        yield from failure(
             f"template {template} is not on node {host.name}: download it with "
             f"`pveam download local {template_file}` or set ct_template"
         )
@@ -427,15 +451,13 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
             wait_for(host, vmid, change, blockers, policy.restart_training)
             return
         if blocker and not policy.restart_training:
-            yield fail(blocker)
+            yield from failure(blocker)
             return
+    if plan.new_text is not None:
+        show_file(f"/etc/pve/lxc/{vmid}.conf", plan.new_text, True, old=ct.get("text", ""))
+    show_pct_set(vmid, ct.get("config", {}), plan.set_args)
     for args in plan.modprobe:
-        call = f"nvidia-modprobe {' '.join(args)}"
-        message = (
-            f"{call} failed on {host.name}: the NVIDIA device nodes cannot be created "
-            f"(is the driver's module loaded? check dmesg)"
-        )
-        yield StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
+        yield modprobe_command(args)
     if plan.new_text is not None:
         yield write_file_command(f"/etc/pve/lxc/{vmid}.conf", plan.new_text)
     hotplug = bool(plan.hotplug)
@@ -446,10 +468,8 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
             yield StringCommand(hotplug_shell(vmid, args, blocker, down))
         else:
             yield StringCommand("pct", "set", str(vmid), *(shlex.quote(a) for a in args))
-    if hotplug:
-        yield wait_exec(
-            vmid, policy.progress_interval_s
-        )  # answers at once unless a failed hot-plug restarted the container
+    if hotplug:  # answers at once unless a failed hot-plug restarted the container
+        yield wait_exec(vmid, policy.progress_interval_s)
     if reasons:
         yield note(f"restarting CT {vmid}: {'; '.join(reasons)}")
         limit = training.stop_timeout_s + 60
@@ -467,6 +487,16 @@ def gpu_passthrough(vmid: int, gpus: GpuSettings, policy: RunPolicy, training: T
         # `pct start` fails on a running container: the status was read first (ct_detail=full).
         yield f"pct start {vmid}"
         yield wait_exec(vmid, policy.progress_interval_s)
+
+
+def modprobe_command(args: list[str]) -> StringCommand:
+    """``nvidia-modprobe <args>``, failing with one line that says what it means."""
+    call = f"nvidia-modprobe {' '.join(args)}"
+    message = (
+        f"{call} failed on {host.name}: the NVIDIA device nodes cannot be created "
+        f"(is the driver's module loaded? check dmesg)"
+    )
+    return StringCommand(f"{call} || {{ echo {shlex.quote(message)} >&2; exit 1; }}")
 
 
 def hotplug_blocker(
@@ -509,10 +539,12 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     if blockers:
         wait_for(host, vmid, f"apt-get install {' '.join(packages)}", blockers, consent)
         return
-    yield note(
+    line = (
         f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
         f"installing {' '.join(packages)} from the container's apt sources"
     )
+    show(f"installs (apt) in CT {vmid}: {' '.join(packages)}", [line])
+    yield note(line)
     script = install_toolchain_script(vmid, packages)
     yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
 
@@ -543,11 +575,7 @@ def driver_userspace(
     target = live.get("driver_version") or state.get("driver_version")
     if not target:
         return
-    libs = live.get("libs", {})
-    found = {"libcuda": libs.get("libcuda.so.1"), "libnvidia-ml": libs.get("libnvidia-ml.so.1")}
-    wrong = [f"{name} {ver or 'missing'}" for name, ver in found.items() if ver != target]
-    if not live.get("nvidia_smi"):
-        wrong.append("nvidia-smi missing")
+    wrong = userspace_mismatch(live, target)
     if not wrong:
         return
     # under any training pvegpu did not start (deferred past the takeover with consent), and
@@ -565,13 +593,17 @@ def driver_userspace(
     installer = state.get("installer") if state.get("driver_version") == target else None
     if not installer:
         has = ", ".join(wrong)
-        yield fail(missing_installer_line(vmid, target, has, gpus.installer_dir))
+        yield from failure(missing_installer_line(vmid, target, has, gpus.installer_dir))
         return
     # nvidia-installer aborts without these, even with --no-kernel-modules: check them first
     # (read by the same container probe), install kmod's when only those are missing.
     action, missing = plan_tools(live.get("missing_tools"))
+    show(
+        f"installs NVIDIA userspace {target} in CT {vmid} (now: {', '.join(wrong)})",
+        ["kmod (apt), which the NVIDIA installer needs"] if action == "install_kmod" else [],
+    )
     if action == "fail":
-        yield fail(missing_tools_line(vmid, missing))
+        yield from failure(missing_tools_line(vmid, missing))
         return
     if action == "install_kmod":
         yield note(
@@ -582,17 +614,37 @@ def driver_userspace(
             f"pct exec {vmid} -- sh -c {shlex.quote(install_kmod_script(vmid, missing))}"
         )
     yield note(f"CT {vmid}: kernel module {target}, userspace {', '.join(wrong)}: reinstalling")
-    name = installer.rsplit("/", 1)[-1]
-    target_path = f"/root/{name}"
+    yield with_progress(
+        installer_command(vmid, installer),
+        Progress(f"CT {vmid}: installing NVIDIA userspace {target}", progress_interval_s),
+    )
+
+
+def userspace_mismatch(live: dict, target: str) -> list[str]:
+    """What of the container's NVIDIA userspace (its own view, ``live``) is not ``target``.
+
+    >>> userspace_mismatch({"libs": {"libcuda.so.1": "580.95.05"}, "nvidia_smi": True},
+    ...                    "580.95.05")
+    ['libnvidia-ml missing']
+    """
+    libs = live.get("libs", {})
+    found = {"libcuda": libs.get("libcuda.so.1"), "libnvidia-ml": libs.get("libnvidia-ml.so.1")}
+    wrong = [f"{name} {ver or 'missing'}" for name, ver in found.items() if ver != target]
+    if not live.get("nvidia_smi"):
+        wrong.append("nvidia-smi missing")
+    return wrong
+
+
+def installer_command(vmid: int, installer: str) -> StringCommand:
+    """Copy the node's ``installer`` (.run) into the container and run it for the userspace
+    only, deleting the copy afterwards."""
+    target_path = f"/root/{installer.rsplit('/', 1)[-1]}"
     script = (
         f"test -s {target_path} && sh {target_path} --silent --no-kernel-modules; rc=$?; "
         f"rm -f {target_path}; exit $rc"
     )
     # pct push exits 0 even when the copy fails inside the container: the script checks it.
-    install = StringCommand(
+    return StringCommand(
         f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target_path)} && "
         f"pct exec {vmid} -- sh -c {shlex.quote(script)}"
-    )
-    yield with_progress(
-        install, Progress(f"CT {vmid}: installing NVIDIA userspace {target}", progress_interval_s)
     )

@@ -42,6 +42,7 @@ from ..locks import (
     split_credentials,
     uv_wheel_hashes,
 )
+from ..output.diff import package_changes
 from ..plan.unit import BUILD_ENV, digest, render_build_env
 from ..plan.uv_commands import CA_BUNDLE, NETRC, has_credentials, site_assignments, uv_home
 from ..plan.venv_build import build_progress_detail, build_progress_poll, build_script
@@ -61,9 +62,10 @@ from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .checks import torch_runtime
 from .container_fact import container_state, remember
 from .folded_reads import verification_reads_of
+from .preview import show
 from .progress import Progress
 from .remote_step import remote_step
-from .util import fail, note, write_file_command
+from .util import failure, note, write_file_command
 
 
 def index_credentials(torch: TorchSettings) -> None:
@@ -178,27 +180,28 @@ def venv_built(settings: Settings):
     """
     state = container_state()
     if not state:
-        yield fail(
+        yield from failure(
             f"{settings.python_env.venvs_dir}: the container's state could not be read: "
             "run deploy.py"
         )
         return
     problem = python_problem(state, settings.python_env)
     if problem:
-        yield fail(problem)
+        yield from failure(problem)
         return
     python_version = effective_python_version(settings.python_env, state)
     plan = lock_plan(settings, python_version)  # type: ignore[arg-type]  # a version was found
     if plan.error:
-        yield fail(plan.error)
+        yield from failure(plan.error)
         return
     if plan.kind == "make":
-        if not host.state.is_executing:
-            yield note(f"{plan.reason}: the deploy makes it on this machine")  # the preview
+        if not host.state.is_executing:  # the preview
+            show(f"{plan.reason}: the deploy makes it on this machine, then builds from it")
+            yield note(f"{plan.reason}: the deploy makes it on this machine")
             return
         plan = controller_lock(settings, python_version)  # type: ignore[arg-type]
         if plan.error:
-            yield fail(plan.error)
+            yield from failure(plan.error)
             return
     reasons = build_reasons(state, settings, plan)
     if settings.policy.rebuild == "venv" and not reasons:
@@ -207,17 +210,8 @@ def venv_built(settings: Settings):
     if not reasons:
         return
     live = state.get("venv_link") or "(none)"
-    notes = [
-        f"{settings.torch.build_name} needs a build: {r}"
-        if not r.startswith(settings.torch.build_name)
-        else r
-        for r in reasons
-    ]
-    if state.get("uv_cache_same_fs") is False:
-        notes.append(
-            f"uv_cache_dir={settings.python_env.uv_cache_dir} is on another filesystem than "
-            f"venvs_dir={settings.python_env.venvs_dir}: installs copy instead of hard-linking"
-        )
+    notes = build_notes(state, settings, reasons)
+    show_packages(state, settings, parse_pins(plan.text or ""), notes)
     yield remote_step(
         f"building {settings.build_venv}.next",
         build_script(settings, plan, (state.get("python") or {}).get("version")),
@@ -237,6 +231,33 @@ def venv_built(settings: Settings):
             poll=build_progress_poll(settings),
             detail=build_progress_detail(len(parse_pins(plan.text))),
         ),
+    )
+
+
+def build_notes(state: dict, settings: Settings, reasons: list[str]) -> list[str]:
+    """The lines a build prints first: why it is built, and a uv cache that cannot hard-link."""
+    build = settings.torch.build_name
+    notes = [r if r.startswith(build) else f"{build} needs a build: {r}" for r in reasons]
+    if state.get("uv_cache_same_fs") is False:
+        notes.append(
+            f"uv_cache_dir={settings.python_env.uv_cache_dir} is on another filesystem than "
+            f"venvs_dir={settings.python_env.venvs_dir}: installs copy instead of hard-linking"
+        )
+    return notes
+
+
+def show_packages(state: dict, settings: Settings, pins: dict[str, str], why: list[str]) -> None:
+    """Show what the new build installs against the live venv's packages."""
+    link = state.get("venv_link") or ""
+    live = ((state.get("venvs") or {}).get(link.rstrip("/").rsplit("/", 1)[-1]) or {}).get(
+        "installed"
+    ) or {}
+    changes = package_changes(live, pins)
+    same = len(set(pins) & set(live)) - sum(" -> " in line for line in changes)
+    show(
+        f"builds {settings.build_venv}.next beside the live venv ({'; '.join(why)}); against "
+        f"{settings.python_env.venv_path} -> {link or '(none)'}:",
+        [*changes, *([f"{same} packages as there"] if same else [])],
     )
 
 
@@ -434,7 +455,7 @@ def venv_matches_lock(settings: Settings):
     """
     lines = drift_report(container_state(), settings)
     if lines:
-        yield fail(
+        yield from failure(
             *lines,
             "fix: run deploy.py (it rebuilds the venv from its lock beside the "
             "live one and switches to it)",

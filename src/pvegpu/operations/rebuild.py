@@ -28,7 +28,7 @@ from .container_fact import BASELINE, container_state, remember
 from .progress import waiting_for, with_progress
 from .takeover import stop_commands
 from .training_gate import current_read, running_here
-from .util import fail, notice
+from .util import failure, notice
 
 OURS_IN_USR_LOCAL = ("/usr/local/bin/uv",)
 
@@ -104,10 +104,10 @@ def venv_rebuild_allowed(policy: RunPolicy, training: TrainingSettings):
     unit = unit_file(training)
     foreign = blocking(running_here(host, unit=unit), policy.restart_training)
     if foreign:
-        yield fail(refusal_line(policy, foreign[0]))
+        yield from failure(refusal_line(policy, foreign[0]))
         return
     if not policy.restart_training and container_state().get("unit_active") in RUNNING:
-        yield fail(
+        yield from failure(
             f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
             "--data restart_training=true"
         )
@@ -165,10 +165,10 @@ def container_destroyed(vmid: int, settings: Settings):
     trainers = running_here(host, vmid, unit)
     refused = blocking(trainers, policy.restart_training)
     if refused:
-        yield fail(refusal_line(policy, refused[0]))
+        yield from failure(refusal_line(policy, refused[0]))
         return
     if any(t.ours for t in trainers) and not policy.restart_training:
-        yield fail(
+        yield from failure(
             f"{unit} is running: rebuild={policy.rebuild} refused; stop it, or add "
             "--data restart_training=true"
         )

@@ -35,7 +35,7 @@ from ..settings import Settings
 from .progress import unit_stop_detail, waiting_for, with_progress
 from .training import LEFTOVER_LOG
 from .training_gate import current_read, running_here
-from .util import fail, note
+from .util import failure, note
 
 
 def verified_here(state, node: str, vmid: int) -> bool | None:
@@ -78,7 +78,7 @@ def training_taken_over(vmid: int, settings: Settings):
     refused = [t for t in foreign if t.kind != TRAINING]
     if refused:
         t = refused[0]
-        yield fail(
+        yield from failure(
             f"CT {vmid}: no takeover: {t.what} ({t.named}: {t.command}) is there and pvegpu "
             f"never stops it; {t.fix}"
         )

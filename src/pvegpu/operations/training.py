@@ -45,10 +45,11 @@ from ..plan.unit import (
 from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
 from .container_fact import container_state, remember
+from .preview import show, show_file
 from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
 from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
-from .util import fail, notice, write_file_command
+from .util import failure, notice, write_file_command
 
 # What the deploy ever killed on a node, one JSON line per signal.
 LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
@@ -192,12 +193,13 @@ def live_build_and_unit(settings: Settings):
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
-        unit = [
-            str(write_file_command(unit_path(settings.training), text, mode="0644")),
-            "systemctl daemon-reload",
-        ]
+        write = write_file_command(unit_path(settings.training), text, mode="0644")
+        unit = [str(write), "systemctl daemon-reload"]
     if not (env or switch or unit):
         return
+    show_live_change(
+        state, settings, env_text if env else None, bool(switch), text if unit else None
+    )
     if switch and state.get("venv_path_is_dir"):
         yield aside_note(settings.python_env.venv_path)
     # the build's settings before the link: whatever starts from the link finds them
@@ -216,6 +218,21 @@ def live_build_and_unit(settings: Settings):
             doc.update(unit_digest=digest(text))
 
     remember(update)
+
+
+def show_live_change(
+    state: dict, settings: Settings, env_text: str | None, switch: bool, unit_text: str | None
+) -> None:
+    """Show what ``live_build_and_unit`` changes: the build's settings file (``env_text``), the
+    live venv's link (``switch``), the unit file (``unit_text``); None/False: not changed."""
+    if env_text is not None:
+        entry = (state.get("venvs") or {}).get(settings.torch.build_name) or {}
+        show_file(build_env_path(settings), env_text, exists=entry.get("train_env") is not None)
+    if switch:
+        venv = settings.python_env.venv_path
+        show(f"{venv}: {state.get('venv_link') or '(none)'} -> {settings.build_venv}")
+    if unit_text is not None:
+        show_file(unit_path(settings.training), unit_text, exists=bool(state.get("unit_digest")))
 
 
 def aside_note(path: str) -> FunctionCommand:
@@ -326,14 +343,14 @@ def unit_running(settings: Settings):
     starters = boot_starters_here(host, unit) if enable and not foreign else []
     if starters:  # never enabled beside what would start a second trainer at boot
         if settings.policy.restart_training:
-            yield fail(f"{unit} not enabled: {starters[0]} still starts a training at boot")
+            yield from failure(f"{unit} not enabled: {starters[0]} still starts a training at boot")
             return
         boot = Trainer(None, starters[0], starters[0], kind=BOOT)
         wait_for(host, None, f"systemctl enable {unit}", [boot])
         enable = False
     if foreign:
         if settings.policy.restart_training and foreign[0].kind == TRAINING:
-            yield fail(
+            yield from failure(
                 f"{unit} not started: {foreign[0].what} ({foreign[0].named}) still runs after "
                 "the takeover; stop it, then run the deploy again"
             )
@@ -345,7 +362,7 @@ def unit_running(settings: Settings):
         return
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.policy.restart_training:
-        yield fail(renamed_unit_line(settings, host.name, running_old))
+        yield from failure(renamed_unit_line(settings, host.name, running_old))
         return
     if enable:
         yield f"systemctl enable {shlex.quote(unit)}"
@@ -354,7 +371,7 @@ def unit_running(settings: Settings):
     if active == "deactivating":
         # A stop (maybe a 15-minute checkpoint) is in progress and someone asked for it: the deploy
         # neither starts it nor interferes; one that leaves no training running fails, not passes.
-        yield fail(stopping_line(unit))
+        yield from failure(stopping_line(unit))
         return
     if active not in RUNNING:
         yield clear_leftovers_command(settings)
@@ -363,6 +380,8 @@ def unit_running(settings: Settings):
     if not reasons:
         return
     if not settings.policy.restart_training:
+        if host.state.is_executing:  # the node's closing line says so too
+            run_context(host.state).restart_pending[host.name] = list(reasons)
         notice(
             f"{unit} keeps running; restart pending ({'; '.join(reasons)}).",
             "To restart it (stop, clear leftover training processes, start), run the deploy with "

@@ -24,6 +24,18 @@ def fail(*lines: str) -> FunctionCommand:
     return FunctionCommand(report, (), {})
 
 
+def failure(*lines: str):
+    """Where a check fails: ``yield from failure(...)``. At execution the host fails with one line
+    per problem; in a preview the lines are printed as a failure and nothing is yielded (pyinfra
+    would list any command, a failure too, among the changes to make)."""
+    state = getattr(host, "state", None)  # None: an operation's body called outside a run
+    if state is None or state.is_executing:
+        yield fail(*lines)
+        return
+    for line in lines:
+        host.log_styled(f"fails: {line}", fg="red", log_func=logger.error)
+
+
 def notice(*lines: str) -> None:
     """Print a visible notice now, without yielding a command (a notice is not a change)."""
     for line in lines:

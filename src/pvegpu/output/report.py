@@ -24,6 +24,7 @@ from pathlib import Path
 from ..verification import Verdict
 from ..verification.toolchain import toolchain_text
 from ..verification.training_gpus import memory_sources
+from ..version import VERSION
 
 COLUMNS = [
     ("GPU", "gpu", ">"),
@@ -110,8 +111,10 @@ def verdict_line(v: Verdict) -> str:
 
 
 def report_document(verdicts: dict[str, Verdict], settings: dict | None = None) -> dict:
-    """The JSON report: overall verdict, then per host its verdict, problems, GPUs and facts."""
+    """The JSON report: overall verdict, pvegpu's version, then per host its verdict, problems,
+    GPUs and facts."""
     return {
+        "pvegpu_version": VERSION,
         "verdict": "pass" if all(v.ok for v in verdicts.values()) else "fail",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "settings": settings or {},

@@ -1,10 +1,11 @@
-"""One closing line per node of a deploy: what happened to it and its containers, and for a failed
-one the first reason, so a fleet run's outcome is readable after pyinfra's per-operation output.
+"""One closing line per node of a deploy, printed last: what is true of the node and its
+containers after this run (the states and their lines: :mod:`pvegpu.output.outcome`), so a fleet
+run's outcome is readable after pyinfra's per-operation output.
 
 >>> node_line("10.1.2.6", [], {})
-'pvegpu: 10.1.2.6: converged and verified'
+'pvegpu: 10.1.2.6: converged (no training container)'
 >>> node_line("10.1.2.7", ["10.1.2.7: driver 570.86.10 is too old"], {})
-'pvegpu: 10.1.2.7: FAILED, nothing changed there: 10.1.2.7: driver 570.86.10 is too old'
+'pvegpu: 10.1.2.7: refused, nothing changed there: 10.1.2.7: driver 570.86.10 is too old'
 >>> node_line("n", [], {"@pct/n/200": "Build venv torch-2.11.0-cu130"})
 "pvegpu: n: FAILED: @pct/n/200 at 'Build venv torch-2.11.0-cu130' (its lines above say why)"
 """
@@ -16,20 +17,15 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
-from ..plan.running_training import summary_line
 from ..run.adoption import waiting
 from ..run.run_context import run_context
+from .outcome import NodeRun, decide
 
 
 def node_line(node: str, preflight: list[str], failed_ops: dict[str, str]) -> str:
-    """The summary line of one node (``failed_ops``: {host name: first failed operation})."""
-    if preflight:
-        more = f" (+{len(preflight) - 1} more above)" if len(preflight) > 1 else ""
-        return f"pvegpu: {node}: FAILED, nothing changed there: {preflight[0]}{more}"
-    if failed_ops:
-        where = "; ".join(f"{h} at {op!r}" for h, op in sorted(failed_ops.items()))
-        return f"pvegpu: {node}: FAILED: {where} (its lines above say why)"
-    return f"pvegpu: {node}: converged and verified"
+    """The summary line of a node without containers (``failed_ops``: {host name: first failed
+    operation})."""
+    return decide(NodeRun(node, refused=preflight, failed=failed_ops))[1]
 
 
 class _FailedOps(BaseStateCallback):
@@ -63,28 +59,59 @@ def node_failures(state) -> dict[str, list[str]]:
     return run_context(state).node_failures
 
 
+def node_run(state, node, recorder: _FailedOps) -> NodeRun:
+    """What ``node``'s hosts (a pyinfra host of group pve_hosts, and its containers) did."""
+    run = run_context(state)
+    containers = [
+        h.name
+        for h in state.inventory.get_group("training_cts", [])
+        if h.data.get("pct_node") == node.name
+    ]
+    hosts = [node.name, *containers]
+    failed = {h.name: "(stopped)" for h in state.failed_hosts if h.name in hosts}
+    failed.update({h: recorder.failed[h] for h in hosts if h in recorder.failed})
+    for h in run.failed_for_outcome:  # failed to say what the closing line says
+        failed.pop(h, None)
+    refused = node_failures(state).get(node.name, [])
+    if run.preflight_error is not None:  # the run's settings: nothing ran anywhere
+        refused = [refusal_line(run.preflight_error)]
+    changes, trainer = waiting(state, node.name)
+    return NodeRun(
+        node.name,
+        containers=containers,
+        in_run={h.name for h in state.activated_hosts} | set(recorder.failed),
+        refused=refused,
+        failed=failed,
+        verdicts={h: v.ok for h, v in run.verdicts.items() if h in containers},
+        pending={h: r for h, r in run.restart_pending.items() if h in containers},
+        waiting=changes,
+        waiting_for=trainer,
+        context=run,
+    )
+
+
+def refusal_line(error: Exception) -> str:
+    """What a refusal of the whole run (bad settings) says on each node's line.
+
+    >>> from pvegpu.settings import SettingsError
+    >>> refusal_line(SettingsError("bad settings, nothing was changed:\\na\\nb"))
+    'bad settings (2 problems above)'
+    """
+    title, problems = getattr(error, "title", None), getattr(error, "problems", None)
+    if title is None or problems is None:
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    title = title.split(", nothing was changed")[0]
+    return f"{title} ({len(problems)} problem{'s' if len(problems) != 1 else ''} above)"
+
+
 def summary_lines(state, recorder: _FailedOps) -> list[str]:
-    failures = node_failures(state)
+    """One line per node with a host in this run (``--limit`` may leave whole nodes out)."""
     lines = []
     for node in state.inventory.get_group("pve_hosts", []):
-        hosts = [node.name] + [
-            h.name
-            for h in state.inventory.get_group("training_cts", [])
-            if h.data.get("pct_node") == node.name
-        ]
-        ops = {h: recorder.failed[h] for h in hosts if h in recorder.failed}
-        ops.update(
-            {
-                h.name: "(stopped)"
-                for h in state.failed_hosts
-                if h.name in hosts and h.name not in ops
-            }
-        )
-        line = node_line(node.name, failures.get(node.name, []), ops)
-        changes, trainer = waiting(state, node.name)
-        if line.endswith(": converged and verified") and changes and trainer is not None:
-            line = summary_line(node.name, len(changes), trainer)
-        lines.append(line)
+        r = node_run(state, node, recorder)
+        if r.in_run is not None and not r.in_run & {node.name, *r.containers}:
+            continue
+        lines.append(decide(r)[1])
     return lines
 
 
@@ -97,7 +124,7 @@ def register(state) -> None:
     state.add_callback_handler(recorder)
 
     def report():
-        if recorder.executed or node_failures_any(state):
+        if recorder.executed or node_failures_any(state) or run.preflight_error is not None:
             for line in summary_lines(state, recorder):
                 print(line, file=sys.stderr)
 

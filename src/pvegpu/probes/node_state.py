@@ -521,6 +521,17 @@ def units(found):
     return found
 
 
+def data_dir_place(path):
+    """Where a data dir is or would be made: whether its parent exists, and whether it (or its
+    parent, while it does not exist) is on the root filesystem (the same device as /)."""
+    parent = os.path.dirname(path.rstrip("/")) or "/"
+    try:
+        on_root = os.stat(path if os.path.isdir(path) else parent).st_dev == os.stat("/").st_dev
+    except OSError:
+        on_root = None
+    return {"parent_exists": os.path.isdir(parent), "on_root_fs": on_root}
+
+
 def path_kind(path):
     """As `[ -f ]` / `[ -d ]` see it (symlinks followed): the training paths' check."""
     return "file" if os.path.isfile(path) else "directory" if os.path.isdir(path) else "missing"
@@ -563,6 +574,7 @@ doc = {
     },
     "installer": None,
     "data_dir_exists": os.path.isdir(A.get("data_dir", "/nonexistent")),
+    "data_dir_places": {p: data_dir_place(p) for p in A.get("data_dirs", [])},
     "boot_files": {p: file_digest(p) for p in A.get("boot_files", [])},
     "units": units(unit_files),
     "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},

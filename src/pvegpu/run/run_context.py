@@ -107,6 +107,14 @@ class RunContext:
     node_args: dict[str, dict] = field(default_factory=dict)
     #: {node name: channel} of the deploy locks this run holds
     node_locks: dict[str, Any] = field(default_factory=dict)
+    #: a preview (no -y) or --dry: no lock at the start; taken when changes start, if ever
+    lock_deferred: bool = False
+    #: the preflight's lines printed so far (a preflight read again prints only new ones)
+    preflight_printed: set[str] = field(default_factory=set)
+    #: what the preview (or --diff) showed: (host name, title, lines), shown once
+    shown: set[tuple] = field(default_factory=set)
+    #: {node name: gevent lock}: one node's check when a previewed run's changes start
+    start_checks: dict[str, Any] = field(default_factory=dict)
     #: the callback handler that records failed operations for the end-of-run summary
     summary: Any = None
     #: {host name: Verdict} for the JSON report; {host name: lines} printed already
@@ -125,6 +133,11 @@ class RunContext:
     #: {node name: [line, ...]}: the changes that wait for a running training, and for which
     waiting: dict[str, list[str]] = field(default_factory=dict)
     waiting_for: dict[str, Any] = field(default_factory=dict)
+    #: {container host name: why its training unit's restart is pending} (no consent)
+    restart_pending: dict[str, list[str]] = field(default_factory=dict)
+    #: node host names deploy.py's last operation failed to match their closing line: their
+    #: failure is that line's, not one of their own (pvegpu.operations.fleet.node_outcome)
+    failed_for_outcome: set[str] = field(default_factory=set)
     #: container host names whose training unit this run stopped for verify_level=compile (with
     #: restart_training=true): started again when the verification then fails
     stopped_for_compile: set[str] = field(default_factory=set)

@@ -23,9 +23,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pyinfra.api.exceptions import PyinfraError
-
 from ..paths import GROUP_DATA
+from ..refusal import Refused
 from .container import ContainerSettings
 from .gpus import GpuSettings
 from .kinds import Part, key_of, path_shape_problem, read_part
@@ -53,8 +52,9 @@ __all__ = [
 ]
 
 
-class SettingsError(PyinfraError):
-    """One line per bad value, each naming the value and the fix."""
+class SettingsError(Refused):
+    """One line per bad value, each naming the value and the fix (printed as they are, no
+    traceback and no place in pvegpu's code: :class:`pvegpu.refusal.Refused`)."""
 
 
 @dataclass(frozen=True)

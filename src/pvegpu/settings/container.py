@@ -23,7 +23,7 @@ CT_RANGES = {"ct_cores": (1, 8192), "ct_memory_mib": (16, None), "ct_swap_mib": 
 
 @dataclass(frozen=True)
 class ContainerSettings(Part):
-    """``ct_*``, ``data_dir_node`` and ``data_dir_ct`` (group_data/all.py, "container")."""
+    """``ct_*`` and the data dir (group_data/all.py, "container")."""
 
     template: str | None = setting("ct_template", optional_text)
     hostname: str = setting("ct_hostname", text, strict=True)
@@ -38,6 +38,8 @@ class ContainerSettings(Part):
     onboot: bool = setting("ct_onboot", flag)
     data_dir_node: str = setting("data_dir_node", text, where="node")
     data_dir_ct: str = setting("data_dir_ct", text, where="ct")
+    #: data_dir_node may be on the node's root filesystem (else the preflight refuses it there)
+    data_dir_on_root_fs: bool = setting("data_dir_on_root_fs", flag, default=False)
 
     def problems(self) -> list[str]:
         """The hostname (RFC 1123) and pct's ranges for cores, memory and swap."""

@@ -21,18 +21,41 @@ def load_all(hosts) -> dict[str, Settings]:
         settings = load_all(list(state.inventory))  # {host name: Settings}
     """
     result: dict = {}
-    errors: list[str] = unknown_key_lines(hosts) + one_run_lines(hosts)
+    found: dict[str, list[str]] = {}  # problem line: the hosts it is a problem of
     for h in hosts:
         try:
             result[h.name] = Settings.from_data(h.data)
         except SettingsError as e:
-            errors.extend(f"{h.name}: {line}" for line in str(e).splitlines())
+            for line in str(e).splitlines():
+                found.setdefault(line, []).append(h.name)
             continue
-        errors.extend(f"{h.name}: {line}" for line in unit.unit_problems(result[h.name]))
+        for line in unit.unit_problems(result[h.name]):
+            found.setdefault(line, []).append(h.name)
+    errors = (
+        unknown_key_lines(hosts)
+        + one_run_lines(hosts)
+        + shared_lines(found, [h.name for h in hosts])
+    )
     errors.extend(shared_gpu_lines(hosts, result))
     if errors:
         raise SettingsError("bad settings, nothing was changed:\n" + "\n".join(errors))
     return result
+
+
+def shared_lines(found: dict[str, list[str]], hosts: list[str]) -> list[str]:
+    """Each problem once: bare when every host of the run has it (a node and its containers
+    share their data), else after the names of the hosts that have it.
+
+    >>> shared_lines({"x=1 is bad": ["n1", "@pct/n1/200"], "y=2 is bad": ["n2"]},
+    ...              ["n1", "@pct/n1/200", "n2"])
+    ['n1, @pct/n1/200: x=1 is bad', 'n2: y=2 is bad']
+    >>> shared_lines({"x=1 is bad": ["n1", "@pct/n1/200"]}, ["n1", "@pct/n1/200"])
+    ['x=1 is bad']
+    """
+    return [
+        line if len(names) == len(hosts) else f"{', '.join(names)}: {line}"
+        for line, names in found.items()
+    ]
 
 
 def shared_gpu_lines(hosts, settings: dict[str, Settings]) -> list[str]:

@@ -24,6 +24,8 @@ from pathlib import Path
 import yaml
 from pyinfra.api.exceptions import InventoryError
 
+from ..refusal import Refused
+
 HOW_TO_CONFIGURE = (
     "no Proxmox node configured: export PVE_HOST=<node address> (and optionally PVE_SSH_PORT, "
     "PVE_SSH_USER, PVE_SSH_KEY, CT_ID), or copy fleet.example.yaml to fleet.yaml and edit it "
@@ -38,8 +40,8 @@ NODE_KEYS = ("address", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file
 FLEET_DATA_KEYS = ("pve_ct_ids",)
 
 
-class FleetError(InventoryError):
-    """The fleet is missing or malformed."""
+class FleetError(Refused, InventoryError):
+    """The fleet is missing or malformed (one line, printed as it is: :class:`Refused`)."""
 
 
 @dataclass(frozen=True)

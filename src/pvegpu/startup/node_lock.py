@@ -13,7 +13,9 @@ the lock. Nothing stale is left behind to clean up (/run is a tmpfs, too).
 
 A second deploy waits ``deploy_lock_wait_s`` seconds, then refuses with one line naming the
 holder: its pid on the node, since when, and the command it runs. verify.py takes no lock: it only
-reads.
+reads. Nor does a preview (deploy.py without -y) or ``--dry``: they change nothing, so they never
+wait behind a deploy; a preview that goes on takes the lock when its changes start
+(:mod:`pvegpu.startup.changes_start`).
 
 >>> print(holder_script(5, "pyinfra inventory.py deploy.py").splitlines()[2])
 if ! flock -n 9; then
@@ -29,6 +31,7 @@ import shlex
 import socket
 import sys
 
+import click
 from pyinfra import logger
 
 from ..connectors.shared_ssh import keep_alive
@@ -51,6 +54,21 @@ def this_run() -> str:
         argv[0] = "pyinfra"
     command = " ".join(shlex.quote(a) for a in argv)
     return redact(f"{command} (controller {socket.gethostname()} pid {os.getpid()})")
+
+
+def lock_at_start(state) -> bool:
+    """Whether this run takes the nodes' deploy locks at its start, before its preflight reads: a
+    deploy with -y (no preview: its changes start right after) that is not ``--dry``.
+
+    >>> class Preview:
+    ...     def should_check_for_changes(self): return True
+    >>> lock_at_start(Preview())
+    False
+    """
+    if state.should_check_for_changes():  # a preview first: the user may never go on
+        return False
+    context = click.get_current_context(silent=True)  # pyinfra's CLI: its --dry flag
+    return not (context is not None and context.params.get("dry"))
 
 
 def holder_script(wait_s: int, who: str) -> str:

@@ -30,6 +30,8 @@ from .adoption_plan import adoption_lines
 from .all_settings import load_all
 from .fleet import ungrouped_host_problems
 from .site_preflight import (
+    data_dir_problems,
+    data_dirs_allowed,
     disk_problem,
     fabric_problems,
     lock_problem,
@@ -89,6 +91,8 @@ def node_problems(
     fabric, fabric_notes = fabric_problems(state, node)
     problems += fabric
     warnings += fabric_notes
+    hosts = [settings] + [(ct_settings or {}).get(f"@pct/{node}/{v}", settings) for v in vmids]
+    problems += data_dir_problems(state, node, data_dirs_allowed(hosts))
     devn = devn_problem(settings, state, node)
     if devn:
         problems.append(devn)
@@ -310,35 +314,56 @@ def node_read_args(s: Settings) -> dict:
     }
 
 
+def node_data_dirs(inventory, settings: dict[str, Settings], node_host) -> list[str]:
+    """Every ``data_dir_node`` of ``node_host`` and its training containers (a fleet file's
+    container entry may give one of its own)."""
+    found = [settings[node_host.name].container.data_dir_node]
+    for ct in inventory.get_group("training_cts", []):
+        if ct.data.get("pct_node") == node_host.name and ct.name in settings:
+            found.append(settings[ct.name].container.data_dir_node)
+    return sorted(set(found))
+
+
 def preflight_read(state, inventory, settings: dict[str, Settings], node_host) -> dict:
     """The run's one read of a node (with its containers' training paths): the node stage and
     verify reuse it until an operation runs a command."""
     vmids = node_host.data.get("pve_ct_ids") or []
     paths = node_training_paths(inventory, settings, node_host.name)
-    args = run_context(state).node_args[node_host.name] = node_read_args(settings[node_host.name])
+    args = node_read_args(settings[node_host.name])
+    args["data_dirs"] = node_data_dirs(inventory, settings, node_host)
+    run_context(state).node_args[node_host.name] = args
     # each container's first reads ride on the node read's exec into it (pvegpu.run.ct_reads)
     ct_reads = preflight_reads(inventory, settings, node_host.name, vmids)
     return node_read.node_state(node_host, vmids, "full", args, paths, ct_reads)
 
 
 def _check_fleet(state, inventory) -> dict[str, Settings]:
+    summary.register(state)  # its lines also say when the settings refused the run
     settings = load_all(list(inventory))
     stray = ungrouped_host_problems(list(inventory))
     if stray:
         raise SettingsError(
             "hosts deploy.py cannot deploy, nothing was changed:\n" + "\n".join(stray)
         )
-    summary.register(state)
-    failures: dict[str, list[str]] = {}
-    node_kinds: dict[str, dict | None] = {}  # node name: {path: kind} from its read
-    held = run_context(state).node_locks
     nodes = list(inventory.get_group("pve_hosts", []))
-    # every node's lock, then every node's read, side by side (a fleet waits for its slowest
-    # node, not for the sum of them)
+    run = run_context(state)
+    # a preview (without -y) and --dry change nothing: they take no lock and never wait for one;
+    # the lock is taken when changes start (pvegpu.startup.changes_start)
+    run.lock_deferred = not node_lock.lock_at_start(state)
+    run.node_failures = preflight_nodes(state, inventory, settings, nodes, not run.lock_deferred)
+    return settings
+
+
+def preflight_nodes(state, inventory, settings, nodes, lock: bool) -> dict[str, list[str]]:
+    """{node name: problem lines} of ``nodes`` (empty: go on), each read once (under its deploy
+    lock when ``lock``), the problems printed. Every node's lock, then every node's read, side
+    by side: a fleet waits for its slowest node, not for the sum of them."""
+    failures: dict[str, list[str]] = {}
+    held = run_context(state).node_locks
     locking = {
         n.name: gevent.spawn(node_lock.acquire, n, settings[n.name].policy.lock_wait_s)
         for n in nodes
-        if n.name not in held
+        if lock and n.name not in held
     }
     for name, greenlet in locking.items():
         channel, problem = greenlet.get()
@@ -351,37 +376,51 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
         for n in nodes
         if n.name not in failures
     }
+    node_kinds: dict[str, dict] = {}  # node name: {path: kind} from its read
     for node_host in nodes:
         if node_host.name in failures:
             continue
-        s = settings[node_host.name]
-        vmids = node_host.data.get("pve_ct_ids") or []
         facts = reads[node_host.name].get()
-        node_kinds[node_host.name] = (facts or {}).get("path_kinds")
-        if facts and facts.get("python3_missing"):
-            failures[node_host.name] = [python3_problem(node_host.name)]
-            continue
-        for vmid in vmids if facts else ():
-            own = settings.get(f"@pct/{node_host.name}/{vmid}", s)  # its fleet entry's
-            for line in adoption_lines(own, facts, node_host.name, vmid):
-                logger.warning(f"--> {line}")
-        if not facts:
-            failures[node_host.name] = [
-                f"{node_host.name}: node facts could not be read: check SSH to the node"
-            ]
-            continue
-        found, warnings = node_problems(s, facts, node_host.name, vmids, settings)
+        if facts and facts.get("path_kinds") is not None:
+            node_kinds[node_host.name] = facts["path_kinds"]
+        found = node_read_problems(state, settings, node_host, facts)
         if found:
             failures[node_host.name] = found
-        for line in warnings:
-            logger.warning(f"--> warning: {line}")
-    kinds = {name: k for name, k in node_kinds.items() if k is not None}
-    for line in training_path_problems(inventory, settings, kinds):
+    for line in training_path_problems(inventory, settings, node_kinds):
         node = next((n.name for n in nodes if line.startswith(f"{n.name}: ")), "")
         failures.setdefault(node, []).append(line)
-    run_context(state).node_failures = failures
     for node, lines in failures.items():
-        logger.error(f"--> {node or 'fleet'}: preflight failed, nothing will be changed there:")
-        for line in lines:
-            logger.error(f"    {line}")
-    return settings
+        say(
+            state,
+            logger.error,
+            f"--> {node or 'fleet'}: preflight failed, nothing will be changed there:",
+            *lines,  # pyinfra indents each line
+        )
+    return failures
+
+
+def node_read_problems(state, settings, node_host, facts: dict | None) -> list[str]:
+    """The problems of one node's preflight read (its adoption plan and warnings printed)."""
+    s = settings[node_host.name]
+    vmids = node_host.data.get("pve_ct_ids") or []
+    if not facts:
+        return [f"{node_host.name}: node facts could not be read: check SSH to the node"]
+    if facts.get("python3_missing"):
+        return [python3_problem(node_host.name)]
+    for vmid in vmids:
+        own = settings.get(f"@pct/{node_host.name}/{vmid}", s)  # its fleet entry's
+        lines = adoption_lines(own, facts, node_host.name, vmid)
+        say(state, logger.warning, *(f"--> {x}" for x in lines))
+    found, warnings = node_problems(s, facts, node_host.name, vmids, settings)
+    say(state, logger.warning, *(f"--> warning: {line}" for line in warnings))
+    return found
+
+
+def say(state, log, *lines: str) -> None:
+    """Print ``lines`` unless this run printed them already (a preflight read again when changes
+    start, after a preview, says only what is new)."""
+    printed = run_context(state).preflight_printed
+    for line in lines:
+        if line not in printed:
+            printed.add(line)
+            log(line)

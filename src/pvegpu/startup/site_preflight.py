@@ -1,6 +1,7 @@
 """What a real site can lack that the GPU checks do not see, found in the preflight's one node read
 before any change: python3 on the node, the storages a new container needs, a ``lock:`` on the
-container, free space for a build, and NVIDIA Fabric Manager on NVSwitch boards.
+container, free space for a build, NVIDIA Fabric Manager on NVSwitch boards, and a data dir where
+the user meant it (its parent there, not on the root filesystem).
 
 Each problem is one line: the node (and container), the value found, the fix.
 
@@ -46,6 +47,53 @@ def python3_problem(node: str) -> str:
         f"{node}: python3 is not installed on the node (pvegpu reads the node with it): "
         "install it (`apt install python3`) and run again"
     )
+
+
+def data_dirs_allowed(settings) -> dict[str, bool]:
+    """{data_dir_node: whether it may be on the root filesystem} of the hosts' ``settings``
+    (one that any host does not allow there is not allowed)."""
+    allowed: dict[str, bool] = {}
+    for s in settings:
+        path = s.container.data_dir_node
+        allowed[path] = allowed.get(path, True) and s.container.data_dir_on_root_fs
+    return allowed
+
+
+def data_dir_problems(state: dict, node: str, allowed: dict[str, bool]) -> list[str]:
+    """The refusal of each data dir (``allowed``: {data_dir_node: data_dir_on_root_fs}) whose
+    parent does not exist on the node, or that would be on its root filesystem, from the node
+    read's ``data_dir_places`` (a path the read did not hold is not checked).
+
+    >>> data_dir_problems({"data_dir_places": {"/tank/dflash": {
+    ...     "parent_exists": False, "on_root_fs": True}}}, "n1", {"/tank/dflash": False})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['n1: data_dir_node=/tank/dflash: its parent /tank does not exist on the node (a pool or
+    disk not mounted?): mount the filesystem you meant at /tank, or create /tank yourself, or
+    set data_dir_node']
+    >>> data_dir_problems({"data_dir_places": {"/tank/dflash": {
+    ...     "parent_exists": True, "on_root_fs": True}}}, "n1", {"/tank/dflash": True})
+    []
+    """
+    problems = []
+    for path, may_be_on_root in allowed.items():
+        place = (state.get("data_dir_places") or {}).get(path)
+        if place is None:
+            continue
+        parent = path.rstrip("/").rsplit("/", 1)[0] or "/"
+        if not place.get("parent_exists"):
+            problems.append(
+                f"{node}: data_dir_node={path}: its parent {parent} does not exist on the node (a "
+                f"pool or disk not mounted?): mount the filesystem you meant at {parent}, or "
+                f"create {parent} yourself, or set data_dir_node"
+            )
+        elif place.get("on_root_fs") and not may_be_on_root:
+            problems.append(
+                f"{node}: data_dir_node={path} would be on the node's root filesystem (no "
+                f"filesystem of its own is mounted at it or above it), which checkpoints would "
+                f"fill: mount the pool or disk you meant at {parent} or point data_dir_node at "
+                f"one, or set data_dir_on_root_fs=true to keep the data on the root filesystem"
+            )
+    return problems
 
 
 def lock_problem(ct: dict, node: str, vmid) -> str | None:
