@@ -148,6 +148,28 @@ pytorch_cuda_alloc_conf = "expandable_segments:True"
 # Per-variant overrides merged over the values above (cu130 needs more headroom, as users found).
 # They live in each build (<build>/.pvegpu-train.env), so the unit is the same for every variant.
 variant_overrides = {"cu130": {"token_budget": 49152, "max_batch_size": 48}}
+# What the unit runs, after the build's python (and the launcher): the script or `-m module` and
+# its arguments, one list item per argument (never split or interpreted by a shell). Placeholders
+# are filled by pvegpu: {python} {script} {workdir} {data_dir} {dataset_dir} {checkpoint_dir}
+# {gpus} {gpu_count} {target_gpus} {drafter_gpus} (GPU lists as CUDA numbers them in the unit:
+# 0..n-1) {token_budget} {max_batch_size} (the selected variant's) and {resume_flag} (--resume
+# when resume is true; an item that is only {resume_flag} is left out otherwise). A GPU role the
+# command does not use may be empty (drafter_gpus = [] for a plain DDP script). Default: the
+# DFlash trainer; docs/training-unit.md has a torchrun DDP and a one-GPU example.
+training_command = [
+    "{script}",
+    "--target-gpus", "{target_gpus}", "--drafter-gpus", "{drafter_gpus}",
+    "--token-budget", "{token_budget}", "--max-batch-size", "{max_batch_size}",
+    "--dataset-dir", "{dataset_dir}", "--checkpoint-dir", "{checkpoint_dir}",
+    "{resume_flag}",
+]  # fmt: skip
+# "python": one process (the build's python runs the command). "torchrun": torch's launcher,
+# one node, a local rendezvous, one worker per training GPU (python -m torch.distributed.run
+# --standalone --nnodes=1 --nproc-per-node=<GPUs>); a stop gives every worker
+# training_stop_timeout_s to write its checkpoint.
+training_launcher = "python"
+# Extra environment variables of the training process, e.g. {"NCCL_DEBUG": "WARN"}.
+training_env = {}
 
 # --- site ---------------------------------------------------------------------------------------
 # Free space (GiB) the container's root disk (and, for a new container, its rootfs storage) must

@@ -499,13 +499,14 @@ def test_gpu_lines_word_for_word():
         passthrough_mode="auto ",
     ) == [
         "expected_gpu_count=0 must be >= 1: set the number of GPUs on the node",
-        "target_gpus is empty: list its GPU indices, e.g. --data target_gpus=[0,1]",
         "drafter_gpus has GPU -1, outside 0..-1 (expected_gpu_count=0): fix the index or the count",
         "drafter_gpus has GPU -1, outside 0..-1 (expected_gpu_count=0): fix the index or the count",
         "drafter_gpus=[-1, -1] lists a GPU twice: list each once",
         "passthrough_extra_devices entry 'nvidia-uvm' is unknown: use nvidia-modeset or "
         "nvidia-caps",
         "passthrough_mode='auto ' is unknown: use auto, dev or lxc",
+        "target_gpus is empty, but training_command uses {target_gpus}: list its GPU indices, "
+        "e.g. --data target_gpus=[0,1], or take {target_gpus} out of training_command",
     ]
 
 

@@ -7,6 +7,7 @@ PVEGPU_UPDATE_GOLDEN=1 uv run pytest tests/unit/test_unit_render.py: the golden 
 them and fails (a run that rewrites never passes), so review the diff and run the tests again."""
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -132,10 +133,8 @@ def test_every_value_comes_from_settings():
     for line in (
         'b="$$(readlink -f /opt/venv)"',
         '. "$$b/.pvegpu-train.env"',
-        'exec "$$b/bin/python" /data/x/run.py',
+        'exec "$$b/bin/python" "$$@"',
         "WorkingDirectory=/data/x",
-        "--dataset-dir /data/ds",
-        "--checkpoint-dir /data/ck",
         "TimeoutStopSec=1800s",
         "RestartSec=60s",
         "StartLimitBurst=3",
@@ -147,9 +146,12 @@ def test_every_value_comes_from_settings():
         "RequiresMountsFor=/data2",
     ):
         assert line in text, line
-    assert "--resume" not in text
     env = env_of(**over)
+    assert "--resume" not in env
     for line in (
+        "set -- /data/x/run.py ",
+        "--dataset-dir /data/ds",
+        "--checkpoint-dir /data/ck",
         "TOKEN_BUDGET=1000",
         "MAX_BATCH_SIZE=64",
         "/data2/cache/torch-2.11.0-cu130/inductor",
@@ -191,7 +193,8 @@ def test_exec_start_runs_the_started_build_with_that_builds_settings(tmp_path):
 def test_gpu_roles_are_renumbered_inside_cuda_visible_devices():
     text = render(target_gpus=[2, 3], drafter_gpus=[6])
     assert "CUDA_VISIBLE_DEVICES=2,3,6" in text
-    assert "--target-gpus 0,1" in text and "--drafter-gpus 2" in text
+    env = env_of(target_gpus=[2, 3], drafter_gpus=[6])
+    assert "--target-gpus 0,1" in env and "--drafter-gpus 2" in env
 
 
 @pytest.mark.parametrize(
@@ -237,8 +240,8 @@ def test_a_restart_is_pending_only_when_what_runs_differs_from_what_a_start_woul
     ]
     smaller = settings(variant_overrides={"cu130": {"token_budget": 1000}})
     assert pending_reasons(started, desired_start(smaller, render_unit(smaller), 1700000000)) == [
-        "training settings of /root/venvs/torch-2.11.0-cu130 changed (token_budget, max_batch_size "
-        "or compile cache dir)"
+        "training settings of /root/venvs/torch-2.11.0-cu130 changed (training_command, "
+        "training_env, token_budget, max_batch_size or compile cache dir)"
     ]
     # a swap: the unit file is the same, the build (with its own settings) is another
     s128 = settings(torch_variant="cu128")
@@ -254,7 +257,8 @@ def test_exec_start_pins_the_build_and_leftovers_are_recognised_by_its_argv():
     # The trainer runs from the build the link pointed at when it started, not through the link.
     assert exec_start.startswith('/bin/sh -c \'b="$$(readlink -f /root/venv)" && ')
     m = training_matcher(s)
-    argv = exec_start.split('exec "$$b/bin/python" ', 1)[1].split()
+    (line,) = [x for x in render_build_env(s).splitlines() if x.startswith("set -- ")]
+    argv = shlex.split(line)[2:]
     assert argv[0] == m["script"] == training_argv_prefix(s)[1]
     assert m["pythons"] == [training_argv_prefix(s)[0]] and m["python_under"] == ["/root/venvs/"]
 
@@ -327,8 +331,8 @@ def test_no_value_can_rewrite_or_break_the_unit(over, fragment):
     "key, value",
     [
         ("pytorch_cuda_alloc_conf", "a\nExecStartPre=/bin/touch /tmp/INJECTED"),
-        ("training_script", "/data/it's here.py"),
-        ("checkpoint_dir", "/data/$(id)"),
+        ("training_workdir", "/data/it's here"),
+        ("data_dir_ct", "/data/$(id)"),
     ],
 )
 def test_the_renderer_refuses_what_settings_would_have_refused(key, value):
@@ -344,7 +348,7 @@ def test_a_unit_systemd_analyze_rejects_fails_the_settings_check(tmp_path):
     broken = tmp_path / "templates"
     shutil.copytree(TEMPLATES, broken)
     unit = broken / "training.service.j2"
-    unit.write_text(unit.read_text().replace("--resume{% endif %}'", "--resume{% endif %}"))
+    unit.write_text(unit.read_text().replace('exec "$$b/bin/python" "$$@"\'', 'exec "$$b/bin'))
     problems = unit_problems(settings(), templates=broken)
     assert problems and all(
         p.startswith("dflash-train.service as rendered is rejected by systemd-analyze verify: ")

@@ -531,14 +531,8 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     packages = toolchain_packages(toolchain)
     if not packages:
         return
-    # libpython3.X-dev depends on the exact libpython3.X/stdlib version: apt may upgrade the
-    # python3.X a running training's interpreter has open, so it waits like a reinstall
-    trainers = running_here(host, vmid)
-    consent = bool(policy and policy.restart_training)
-    blockers = others(trainers) or ([] if consent else trainers)
-    if blockers:
-        wait_for(host, vmid, f"apt-get install {' '.join(packages)}", blockers, consent)
-        return
+    # no wait for a running training: libpython3.X-dev is pinned to the installed stdlib's
+    # version (install_toolchain_script), so the install never changes its interpreter
     line = (
         f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
         f"installing {' '.join(packages)} from the container's apt sources"

@@ -46,10 +46,25 @@ def install_toolchain_script(vmid: int, packages: list[str]) -> str:
     """A sh script for inside the container: ``packages`` from its own apt sources,
     non-interactive; on failure one line on stderr with apt's first error or warning, exit 1.
 
+    ``libpython3.X-dev`` is pinned to the installed ``libpython3.X-stdlib``'s version: it depends
+    on exactly its own version of the stdlib (Debian's control file: ``libpython3.X-stdlib (=
+    ${binary:Version})``), so an unpinned install may upgrade the stdlib under a running
+    training's interpreter; pinned, it never does (apt fails instead when the mirror lacks that
+    version), and the install needs no wait for a training.
+
     >>> "install -y --no-install-recommends gcc" in install_toolchain_script(200, ["gcc"])
     True
+    >>> s = install_toolchain_script(200, ["libpython3.11-dev"])
+    >>> "dpkg-query -W -f='${Version}' libpython3.11-stdlib" in s and '"libpython3.11-dev$v"' in s
+    True
     """
-    names = " ".join(shlex.quote(p) for p in packages)
+    dev = next((p for p in packages if re.fullmatch(r"libpython3\.\d+-dev", p)), None)
+    names = " ".join(shlex.quote(p) for p in packages if p != dev)
+    pin = ""
+    if dev:
+        stdlib = dev.removesuffix("-dev") + "-stdlib"
+        pin = f"v=$(dpkg-query -W -f='${{Version}}' {stdlib} 2>/dev/null) && v=${{v:+=$v}}; "
+        names = f'{names} "{dev}$v"'.strip()
     what = (
         f"CT {vmid} lacks {' and '.join(packages)}, which torch.compile (Triton) needs to build "
         f"its C helper, and apt-get could not install them"
@@ -59,7 +74,7 @@ def install_toolchain_script(vmid: int, packages: list[str]) -> str:
         f"them in it, then deploy again"
     )
     return (
-        "export DEBIAN_FRONTEND=noninteractive; "
+        f"export DEBIAN_FRONTEND=noninteractive; {pin}"
         f"out=$( {{ apt-get -q update; apt-get -q install -y --no-install-recommends {names}; }} "
         "2>&1 ) || { err=$(printf '%s\\n' \"$out\" | grep -m1 -E '^[EW]: '); "
         f"printf '%s (%s): %s\\n' {shlex.quote(what)} \"${{err:-apt-get failed}}\" "

@@ -32,6 +32,7 @@ import jinja2
 from ..digests import text_digest as digest
 from ..paths import TEMPLATES
 from ..settings import Settings, SettingsError, TrainingSettings, defaults  # noqa: F401 (doctest)
+from .command import argv_for, export_lines, set_words, summary
 from .template_cache import with_cache
 
 # ActiveStates in which the unit counts as running: the deploy neither starts it again nor, unless
@@ -70,8 +71,6 @@ def unit_context(settings: Settings) -> dict:
     """Every value of the unit, from settings; none depends on the selected variant (those are
     the build's: ``build_env_context``), so a swap leaves the unit file as it is."""
     gpus = sorted(settings.gpus.training)
-    # Inside the unit, CUDA renumbers the visible GPUs 0..n-1 in CUDA_VISIBLE_DEVICES order.
-    position = {g: i for i, g in enumerate(gpus)}
     return {
         "unit_name": settings.training.unit_name,
         "unit_path": unit_path(settings.training),
@@ -84,12 +83,8 @@ def unit_context(settings: Settings) -> dict:
         "visible_devices": ",".join(str(g) for g in gpus),
         "alloc_conf": settings.training.alloc_conf,
         "venv_path": settings.python_env.venv_path,
-        "script": settings.training.script,
-        "target_gpus": ",".join(str(position[g]) for g in settings.gpus.targets),
-        "drafter_gpus": ",".join(str(position[g]) for g in settings.gpus.drafters),
-        "dataset_dir": settings.training.dataset_dir,
-        "checkpoint_dir": settings.training.checkpoint_dir,
-        "resume": settings.training.resume,
+        "launcher": settings.training.launcher,
+        "command_summary": Quoted(summary(settings.training.launcher, settings.training.command)),
         "stop_timeout_s": settings.training.stop_timeout_s,
         "restart_delay_s": settings.training.restart_delay_s,
         "restart_burst": settings.training.restart_burst,
@@ -119,10 +114,21 @@ def unit_value(value):
     """
     if isinstance(value, (bool, int)) or UNIT_VALUE_RE.match(str(value)):
         return value
+    if isinstance(value, Quoted) and not CONTROL_RE.search(value):
+        return value
     raise SettingsError(
         f"{str(value)!r} cannot be written into a systemd unit (newline, space, quote, $, %, \\ "
         "or ; would be interpreted): fix the setting it comes from"
     )
+
+
+class Quoted(str):
+    """Text already made safe for where the template puts it (a comment line of the unit, a line
+    of the build's settings file quoted for sh): ``unit_value`` only refuses a control character
+    in it."""
+
+
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @functools.lru_cache(maxsize=8)  # one Environment per run: it keeps the compiled template
@@ -145,6 +151,8 @@ def build_env_context(settings: Settings) -> dict:
         "cache_dir": settings.compile_cache_dir,
         "token_budget": settings.training_value("token_budget"),
         "max_batch_size": settings.training_value("max_batch_size"),
+        "exports": [Quoted(line) for line in export_lines(settings.training.env)],
+        "set_words": Quoted(set_words(argv_for(settings))),
     }
 
 
@@ -337,8 +345,8 @@ def pending_reasons(started: dict | None, desired: dict) -> list[str]:
         reasons.append(f"venv {desired['venv']} was rebuilt")
     if started.get("env") != desired["env"]:
         reasons.append(
-            f"training settings of {desired['venv']} changed (token_budget, max_batch_size or "
-            "compile cache dir)"
+            f"training settings of {desired['venv']} changed (training_command, training_env, "
+            "token_budget, max_batch_size or compile cache dir)"
         )
     return reasons
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..paths import GROUP_DATA
 from ..refusal import Refused
+from .command import command_problems
 from .container import ContainerSettings
 from .gpus import GpuSettings
 from .kinds import Part, key_of, path_shape_problem, read_part
@@ -110,6 +111,8 @@ class Settings:
         """Each part's checks, then where its paths lie against each other's (those need every
         path well-formed): each problem one line naming the bad value and the fix."""
         errs = [line for part in self.parts() for line in part.problems()]
+        t, g = self.training, self.gpus
+        errs += command_problems(t.command, t.env, t.launcher, g.targets, g.drafters)
         if any(path_shape_problem(p) for part in self.parts() for p in part.paths().values()):
             return errs
         env = self.python_env

@@ -57,8 +57,7 @@ class GpuSettings(Part):
     def _index_problems(self) -> list[str]:
         errs = []
         for key, gpus in (("target_gpus", self.targets), ("drafter_gpus", self.drafters)):
-            if not gpus:
-                errs.append(f"{key} is empty: list its GPU indices, e.g. --data {key}=[0,1]")
+            # an empty role is refused only when training_command uses it (plan.command)
             for i in gpus:
                 if i < 0 or i >= self.expected_count:
                     errs.append(

@@ -92,6 +92,8 @@ def setting(
     there (checked as a path); ``strict``: the part checks its characters itself; ``default``:
     the field's value when a part is built by hand (data always gives every key)."""
     meta = {"key": key, "kind": kind, "where": where, "strict": strict}
+    if isinstance(default, Mapping):  # a mutable default: each part gets its own copy
+        return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 

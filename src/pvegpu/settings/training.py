@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..variants import VARIANTS
-from .kinds import Part, flag, integer, mapping, setting, text
+from .kinds import Part, flag, integer, mapping, setting, text, text_list
 
 UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,199}$")
 # PYTORCH_CUDA_ALLOC_CONF: key:value pairs split by ",", e.g. roundup_power2_divisions:[256:1,512:2]
@@ -23,13 +23,20 @@ ALLOC_CONF_RE = re.compile(r"^[A-Za-z0-9_.:,\[\]]*$")
 # Training settings a variant may override (variant_overrides).
 OVERRIDABLE = ("token_budget", "max_batch_size")
 POSITIVE = ("training_stop_timeout_s", "training_restart_delay_s", "training_restart_burst")
+#: The DFlash trainer's command (group_data/all.py's default of training_command).
+DFLASH_COMMAND = (
+    "{script}",
+    *("--target-gpus", "{target_gpus}", "--drafter-gpus", "{drafter_gpus}"),
+    *("--token-budget", "{token_budget}", "--max-batch-size", "{max_batch_size}"),
+    *("--dataset-dir", "{dataset_dir}", "--checkpoint-dir", "{checkpoint_dir}", "{resume_flag}"),
+)
 
 
 @dataclass(frozen=True)
 class TrainingSettings(Part):
-    """``training_*``, ``dataset_dir``, ``checkpoint_dir``, ``resume``, ``token_budget``,
-    ``max_batch_size``, ``pytorch_cuda_alloc_conf`` and ``variant_overrides``
-    (group_data/all.py, "training unit")."""
+    """``training_*`` (its command, launcher and environment too), ``dataset_dir``,
+    ``checkpoint_dir``, ``resume``, ``token_budget``, ``max_batch_size``,
+    ``pytorch_cuda_alloc_conf`` and ``variant_overrides`` (group_data/all.py, "training unit")."""
 
     unit_name: str = setting("training_unit_name", text, strict=True)
     script: str = setting("training_script", text, where="ct")
@@ -44,6 +51,14 @@ class TrainingSettings(Part):
     restart_burst: int = setting("training_restart_burst", integer)
     alloc_conf: str = setting("pytorch_cuda_alloc_conf", text, strict=True)
     variant_overrides: Mapping[str, Mapping[str, Any]] = setting("variant_overrides", mapping)
+    # checked with the GPU roles they use (pvegpu.plan.command.command_problems, from Settings)
+    command: tuple[str, ...] = setting(
+        "training_command", text_list, strict=True, default=DFLASH_COMMAND
+    )
+    launcher: str = setting("training_launcher", text, strict=True, default="python")
+    env: Mapping[str, Any] = setting(
+        "training_env", mapping, strict=True, default={}
+    )
 
     def value(self, key: str, variant: str) -> Any:
         """Training setting ``key`` (one of OVERRIDABLE) with ``variant``'s override merged."""

@@ -1,0 +1,122 @@
+"""The unit runs the user's own command: a torchrun DDP run with its own flags on 8 GPUs (real
+systemd in CT 200, the torch double's torchrun), and a one-GPU node.
+
+torchrun: the deploy converges and verifies with 8 workers, each getting the command's arguments
+exactly as written (a space, `$HOME`, `%h`); a no-op and a variant swap leave every worker
+running (the swap's restart is pending); a consented restart lets every worker finish a
+checkpoint that takes longer than torchrun's own 30 s before SIGKILL (the unit's ExecStop holds
+the launcher), then 8 new workers run from the new build.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.__main__ import seed_training_code, site_data
+from sim.fixtures import check_host, skip_without_real_systemd
+from sim.index import PackageIndex
+from sim.node import SimNode
+from tests.e2e.conftest import Site
+from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, wait_for
+
+UNIT = "dflash-train.service"
+DDP = (
+    'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", "--run-name", '
+    '"ddp run $HOME %h", "--world={gpu_count}"]'
+)
+TORCHRUN = ("training_launcher=torchrun", DDP, "target_gpus=[0,1,2,3,4,5,6,7]", "drafter_gpus=[]")
+OWN_FLAGS = ["--checkpoint-dir", "/data/checkpoints", "--run-name", "ddp run $HOME %h", "--world=8"]
+
+
+def workers(site) -> dict[int, dict]:
+    """Container pid -> the argv and rank variables each worker recorded at its start."""
+    found = {}
+    for name in ckpt_files(site, "started"):
+        lines = site.node.read(f"{CKPT_NODE}/{name}").splitlines()
+        found[int(name.split("-")[1])] = json.loads(lines[1]) if len(lines) > 1 else {}
+    return found
+
+
+def alive(site, pids) -> list[int]:
+    return [p for p in pids if site.ct("test", "-d", f"/proc/{p}").returncode == 0]
+
+
+@pytest.fixture(scope="module")
+def torchrun_site(wheelhouse, tmp_path_factory):
+    skip_without_real_systemd()
+    check_host("systemd")
+    tmp = tmp_path_factory.mktemp("torchrun")
+    with (
+        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi()) as index,
+        SimNode(tmp / "node", ct_init="systemd") as node,
+    ):
+        seed_training_code(node)
+        node.torch_config(register_contexts=True)  # each worker's context on the node's GPUs
+        yield Site(
+            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+        )
+
+
+def test_a_torchrun_unit_converges_survives_a_swap_and_lets_every_worker_checkpoint(
+    torchrun_site,
+):
+    site = torchrun_site
+    first = site.deploy(*TORCHRUN)
+    assert first.rc == 0, first.output[-6000:]
+    assert "pvegpu: 127.0.0.1: converged and verified" in first.output
+    started = wait_for("8 workers", lambda: workers(site), done=lambda w: len(w) == 8)
+    assert sorted(int(w["LOCAL_RANK"]) for w in started.values()) == list(range(8))
+    assert all(w["argv"] == OWN_FLAGS for w in started.values()), started
+    main = site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+    cmdline = site.ct("cat", f"/proc/{main}/cmdline").stdout.split("\0")
+    assert cmdline[1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=8",
+    ]
+
+    again = site.deploy(*TORCHRUN)
+    assert again.rc == 0 and again.changed == 0, again.output[-6000:]
+    swap = site.deploy(*TORCHRUN, "torch_variant=cu128")
+    assert swap.rc == 0, swap.output[-6000:]
+    assert "the training's restart is pending" in swap.output, swap.output[-3000:]
+    assert sorted(alive(site, started)) == sorted(started)  # nothing restarted
+    assert ckpt_files(site, "stopping") == []
+
+    # 35 s per checkpoint, beyond the 30 s after which torchrun SIGKILLs its workers
+    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
+    restart = site.deploy(*TORCHRUN, "torch_variant=cu128", "restart_training=true")
+    assert restart.rc == 0, restart.output[-6000:]
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{p}" for p in started)
+    site.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"], check=True)
+    new = wait_for(
+        "8 new workers",
+        lambda: {p: w for p, w in workers(site).items() if p not in started},
+        done=lambda w: len(w) == 8,
+    )
+    assert all(w["argv"] == OWN_FLAGS for w in new.values())
+    link = site.ct("readlink", "/root/venv").stdout.strip()
+    assert link.endswith("torch-2.11.0-cu128"), link
+
+
+@pytest.mark.parametrize("node_options", [{"gpus": 1}])
+def test_a_one_gpu_node_runs_a_one_gpu_script(site):
+    one = (
+        "expected_gpu_count=1",
+        "target_gpus=[0]",
+        "drafter_gpus=[]",
+        'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", "--gpus", "{gpus}"]',
+    )
+    run = site.deploy(*one)
+    assert run.rc == 0, run.output[-6000:]
+    assert "pvegpu: 127.0.0.1: converged and verified" in run.output
+    unit = site.node.ct_run(200, ["cat", f"/etc/systemd/system/{UNIT}"]).stdout
+    assert "Environment=CUDA_VISIBLE_DEVICES=0\n" in unit
+    (record,) = wait_for("the trainer", lambda: workers(site)).values()
+    assert record["argv"] == ["--checkpoint-dir", "/data/checkpoints", "--gpus", "0"]
+    again = site.deploy(*one)
+    assert again.rc == 0 and again.changed == 0, again.output[-4000:]

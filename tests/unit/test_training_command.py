@@ -1,0 +1,211 @@
+"""training_command, training_launcher and training_env: placeholders checked (an unknown one
+refused with a suggestion), GPU roles required only when the command uses them, and every
+argument reaching the trainer exactly as written: the build's settings file is sourced by a real
+/bin/sh here, as the unit's ExecStart does."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from pvegpu.plan.command import argv_for, launcher_args
+from pvegpu.plan.unit import (
+    desired_start,
+    pending_reasons,
+    render_build_env,
+    render_unit,
+    unit_problems,
+)
+from pvegpu.settings import Settings, SettingsError, defaults
+
+DDP = ["{script}", "--nproc", "{gpu_count}", "--out", "{checkpoint_dir}", "{resume_flag}"]
+
+
+def settings(**over) -> Settings:
+    return Settings.from_data({**defaults(), **over})
+
+
+def refusal(**over) -> list[str]:
+    with pytest.raises(SettingsError) as e:
+        settings(**over)
+    return str(e.value).splitlines()
+
+
+def trainer_argv(s: Settings, tmp_path) -> list[str]:
+    """The argv the build's python gets: the settings file sourced by /bin/sh with ``$b`` set,
+    as ExecStart does, each argument printed NUL-terminated."""
+    env = tmp_path / "train.env"
+    env.write_text(render_build_env(s))
+    script = f'b=/B; . "{env}"; printf "%s\\0" "$@"'
+    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, check=True).stdout
+    return out.decode().split("\0")[:-1]
+
+
+def test_the_default_is_the_dflash_command_unchanged(tmp_path):
+    assert trainer_argv(settings(), tmp_path) == [
+        "/data/dflash/train.py",
+        *("--target-gpus", "0,1,2,3,4", "--drafter-gpus", "5,6,7"),
+        *("--token-budget", "49152", "--max-batch-size", "48"),
+        *("--dataset-dir", "/data/datasets", "--checkpoint-dir", "/data/checkpoints", "--resume"),
+    ]
+    assert trainer_argv(settings(torch_variant="cu128", resume=False), tmp_path)[5:7] == [
+        "--token-budget",
+        "65536",
+    ]
+    assert "--resume" not in trainer_argv(settings(resume=False), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "a b",
+        "it's",
+        'say "hi"',
+        "$(touch /tmp/pvegpu-INJECTED)",
+        "`id`",
+        "x; rm -rf /",
+        "%h %n $HOME ${{PATH}}",
+        "back\\slash",
+        "*",
+        "",
+        "--opt={{literal}}",
+    ],
+)
+def test_every_argument_reaches_the_trainer_exactly_as_written(tmp_path, arg):
+    s = settings(training_command=["{script}", arg, "--tail"])
+    expected = arg.replace("{{", "{").replace("}}", "}")
+    assert trainer_argv(s, tmp_path) == ["/data/dflash/train.py", expected, "--tail"]
+    assert unit_problems(s) == []  # the unit never holds the arguments: nothing to escape there
+
+
+def test_placeholders_are_filled_inside_an_argument_and_python_is_the_started_build(tmp_path):
+    s = settings(
+        training_command=["-m", "pkg.train", "--py={python}", "--tb={token_budget}", "{gpus}"]
+    )
+    assert trainer_argv(s, tmp_path) == [
+        "-m",
+        "pkg.train",
+        "--py=/B/bin/python",
+        "--tb=49152",
+        "0,1,2,3,4,5,6,7",
+    ]
+
+
+@pytest.mark.parametrize(
+    "arg, fragment",
+    [
+        ("{scrpt}", "has unknown placeholder {scrpt}: did you mean {script}?"),
+        (
+            "--tb={token_budgt}",
+            "has unknown placeholder {token_budgt}: did you mean {token_budget}?",
+        ),
+        ("{nope}", "has unknown placeholder {nope}: (placeholders: {checkpoint_dir},"),
+        ("{gpus!r}", "placeholder {gpus} takes no format or conversion: write it as {gpus}"),
+        ("{gpu_count:>3}", "placeholder {gpu_count} takes no format or conversion"),
+        ("{script", "has a lone brace: write a literal brace as {{ or }}"),
+        ("a\nb", "holds a newline or NUL: remove it"),
+    ],
+)
+def test_a_bad_argument_is_one_line_naming_it_and_the_fix(arg, fragment):
+    lines = refusal(training_command=["{script}", arg])
+    assert len(lines) == 1 and fragment in lines[0], lines
+    assert lines[0].startswith(f"training_command argument {arg!r}"), lines
+
+
+def test_an_empty_command_and_an_unknown_launcher_are_refused():
+    assert refusal(training_command=[]) == [
+        "training_command is empty: give the script and its arguments"
+    ]
+    assert refusal(training_launcher="mpirun") == [
+        "training_launcher='mpirun' is unknown: use python or torchrun"
+    ]
+
+
+def test_a_gpu_role_is_required_only_when_the_command_uses_it():
+    # the DFlash command uses both roles
+    assert refusal(drafter_gpus=[]) == [
+        "drafter_gpus is empty, but training_command uses {drafter_gpus}: list its GPU indices, "
+        "e.g. --data drafter_gpus=[0,1], or take {drafter_gpus} out of training_command"
+    ]
+    # a DDP script names no role: every GPU a target, no drafter
+    s = settings(training_command=DDP, target_gpus=list(range(8)), drafter_gpus=[])
+    assert s.gpus.drafters == () and unit_problems(s) == []
+    # a one-GPU node
+    one = settings(
+        training_command=["{script}", "--out", "{checkpoint_dir}"],
+        expected_gpu_count=1,
+        target_gpus=[0],
+        drafter_gpus=[],
+    )
+    assert "CUDA_VISIBLE_DEVICES=0\n" in render_unit(one)
+    # but some GPU the training must have
+    assert refusal(training_command=DDP, target_gpus=[], drafter_gpus=[]) == [
+        "target_gpus and drafter_gpus are both empty: list the GPUs the training uses, "
+        "e.g. --data target_gpus=[0]"
+    ]
+
+
+def test_torchrun_runs_one_local_worker_per_training_gpu(tmp_path):
+    s = settings(training_launcher="torchrun", training_command=DDP, drafter_gpus=[])
+    assert trainer_argv(s, tmp_path)[:5] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=5",
+    ]
+    assert argv_for(s)[5:8] == ["/data/dflash/train.py", "--nproc", "5"]
+    assert launcher_args("python", 5) == []
+
+
+def test_only_a_torchrun_unit_holds_its_launcher_while_the_workers_checkpoint():
+    torchrun = render_unit(settings(training_launcher="torchrun"))
+    stop = [line for line in torchrun.splitlines() if line.startswith("ExecStop=")]
+    assert len(stop) == 1 and 'kill -STOP "$$m"' in stop[0]
+    assert "kill -TERM $$w" in torchrun and "-lt 900 ]" in torchrun  # training_stop_timeout_s
+    assert "ExecStop=" not in render_unit(settings())  # python: systemd's SIGTERM to all
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_a_torchrun_unit_passes_systemd_analyze_verify():
+    assert unit_problems(settings(training_launcher="torchrun", training_command=DDP)) == []
+
+
+def test_training_env_is_exported_quoted_and_may_not_change_what_pvegpu_sets(tmp_path):
+    s = settings(training_env={"NCCL_DEBUG": "WARN", "MY_FLAGS": "a b $x"})
+    env = tmp_path / "e"
+    env.write_text(render_build_env(s))
+    out = subprocess.run(
+        ["/bin/sh", "-c", f'b=/B; . "{env}"; env'], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "NCCL_DEBUG=WARN" in out and "MY_FLAGS=a b $x" in out
+    lines = refusal(training_env={"CUDA_VISIBLE_DEVICES": "0", "1BAD": "x"})
+    assert lines == [
+        "training_env sets CUDA_VISIBLE_DEVICES, which pvegpu sets: set target_gpus and "
+        "drafter_gpus",
+        "training_env name '1BAD' is not a variable name: use letters, digits and _ (not a digit "
+        "first)",
+    ]
+
+
+def test_a_changed_command_is_a_pending_restart_like_any_change_of_what_a_start_runs():
+    s = settings()
+    unit, env = render_unit(s), render_build_env(s)
+    from pvegpu.digests import text_digest
+
+    started = {
+        "unit": text_digest(unit),
+        "venv": s.build_venv,
+        "built": "1",
+        "env": text_digest(env),
+    }
+    assert pending_reasons(started, desired_start(s, unit, 1)) == []
+    other = settings(training_command=DDP)
+    assert render_unit(other) != unit  # its comment names the command
+    assert pending_reasons(started, desired_start(other, render_unit(other), 1)) == [
+        "unit file changed",
+        f"training settings of {s.build_venv} changed (training_command, training_env, "
+        "token_budget, max_batch_size or compile cache dir)",
+    ]
