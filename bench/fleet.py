@@ -15,7 +15,7 @@ each as one pyinfra run over the whole fleet:
   built variant (``--data torch_variant=cu128``: builds it) and the swap back (the default
   variant, already built: checks plus a link flip). A fleet of more hosts (nodes and
   containers) than pyinfra's default ``--parallel`` (20 per CPU) also gets a no-op with
-  ``--parallel`` set to its host count, as docs/speed.md advises for a large fleet.
+  ``--parallel`` set to its host count, as docs/dev/speed.md advises for a large fleet.
 
 Per step: wall time, the controller's CPU (user + system of the pyinfra process, from
 ``os.wait4``: what a user's laptop pays; the simulated nodes' own processes are not its children,
@@ -229,7 +229,7 @@ def measure(
         used = (before - mem_available_mib(), inotify_instances() - watches)
         results["no-op"] = median_run([fleet.run(data, "deploy.py") for _ in range(rounds)])
         hosts = n * (1 + m)
-        if hosts > DEFAULT_PARALLEL:  # what docs/speed.md advises for such a fleet
+        if hosts > DEFAULT_PARALLEL:  # what docs/dev/speed.md advises for such a fleet
             every = [*data, "--parallel", str(hosts)]
             results["no-op, --parallel all"] = median_run(
                 [fleet.run(every, "deploy.py") for _ in range(rounds)]

@@ -121,10 +121,13 @@ def test_lifecycle_with_minors_in_reverse_pci_order(site, tmp_path):
         f"GPU 7 (drafter) free: expected no compute process but the training unit's; found pid "
         f"{foreign} " in cleared.output
     ), cleared.output[-4000:]
-    assert alive(site, foreign) and not alive(site, own)
+    # a failed verification lets nothing go live: the unit's stage (and its clearing) waits
+    assert alive(site, foreign) and alive(site, own)
     node.kill_gpu_process(foreign)
     started = site.deploy()
     assert started.rc == 0, started.output[-4000:]
+    assert f"ended leftover training process {own} on GPU 0" in started.output
+    assert not alive(site, own)
     assert site.ct("systemctl", "is-active", UNIT).stdout == "active\n"
 
 

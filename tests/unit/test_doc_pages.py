@@ -9,7 +9,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "sim" / "README.md"]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "dev").glob("*.md")),
+    ROOT / "sim" / "README.md",
+    ROOT / "bench" / "README.md",
+]
+#: Pages for users (README, docs/): none tells the project's own history. docs/dev/ is for
+#: contributors; docs/real-tools.md is the ledger of sources the doubles follow.
+USER_PAGES = [
+    ROOT / "README.md",
+    *(p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "real-tools.md"),
+]
+HISTORY = re.compile(r"\bissue \d+|\bissue #\d+|\bthis branch\b|\bDESIGN\b|\.\./shared/", re.I)
+#: Where code and inputs point users at a page: comments, docstrings, messages, .in files.
+CODE = [
+    *sorted((ROOT / "src").rglob("*.py")),
+    *sorted((ROOT / "locks").glob("*.in")),
+    *sorted((ROOT / "templates").glob("*")),
+    *sorted((ROOT / "group_data").glob("*.py")),
+    *sorted((ROOT / "tasks").glob("*.py")),
+    *(ROOT / name for name in ("deploy.py", "verify.py", "inventory.py")),
+]
+REFERENCE = re.compile(r"(?<![\w/.])((?:docs/[\w./-]+\.md|README\.md))(?:#([\w-]+))?")
+PROSE_REFERENCE = re.compile(r"\bREADME(?:\.md)?,\s+\"?[A-Z]")
 README_MAX_LINES = 250
 
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)
@@ -86,3 +110,44 @@ def test_readme_links_every_docs_page():
     readme = (ROOT / "README.md").read_text()
     unlinked = [p.name for p in (ROOT / "docs").glob("*.md") if f"](docs/{p.name}" not in readme]
     assert unlinked == []
+
+
+def test_user_pages_tell_no_development_history():
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group(0)!r}"
+        for p in USER_PAGES
+        for m in HISTORY.finditer(p.read_text())
+    ]
+    assert found == []
+
+
+def code_references(path: Path) -> list[str]:
+    """Each ``docs/<page>.md[#heading]`` or ``README.md[#heading]`` named in ``path`` that does
+    not reach a file and heading, and each "README, Heading" (a reference no test can follow)."""
+    text = path.read_text(errors="replace")
+    bad = [f"{path.relative_to(ROOT)}: {m.group(0)!r}" for m in PROSE_REFERENCE.finditer(text)]
+    for m in REFERENCE.finditer(text):
+        page, fragment = ROOT / m.group(1), m.group(2)
+        if m.group(1).startswith("docs/guides/"):  # uv's own docs, cited as a source
+            continue
+        if not page.exists() or (fragment and fragment not in anchors(page)):
+            bad.append(f"{path.relative_to(ROOT)}: {m.group(0)!r}")
+    return bad
+
+
+def test_every_page_named_in_code_and_inputs_exists_with_its_heading():
+    assert [b for path in CODE if path.is_file() for b in code_references(path)] == []
+
+
+def test_a_stale_reference_in_code_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n## Locks\n")
+    code = tmp_path / "x.in"
+    code.write_text('# see docs/a.md#locks, docs/a.md#nope, docs/b.md and (README.md, "Locks")\n')
+    assert code_references(code) == [
+        "x.in: 'README.md, \"L'",
+        "x.in: 'docs/a.md#nope'",
+        "x.in: 'docs/b.md'",
+        "x.in: 'README.md'",
+    ]

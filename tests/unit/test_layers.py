@@ -1,4 +1,4 @@
-"""The layers of src/pvegpu import one way, downward (docs/development.md, "How the code is laid
+"""The layers of src/pvegpu import one way, downward (docs/dev/development.md, "How the code is laid
 out"): a module may import its own layer and the layers below it, never one above. The graph is
 the import-cycle test's (every import, relative ones resolved)."""
 

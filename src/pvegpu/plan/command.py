@@ -23,7 +23,7 @@ PLAIN_RE = re.compile(r"[\w@%+=:,./{}-]+")
 PYTHON_WORD = '"$b/bin/python"'
 
 
-def values(**kw) -> dict[str, str]:
+def values(**kw) -> dict[str, object]:
     """Placeholder values (strings), ``resume`` as a bool (for tests and docs)."""
     return {k: v if isinstance(v, bool) else str(v) for k, v in kw.items()}
 

@@ -48,7 +48,7 @@ RESERVED_ENV = {
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def fields_of(arg: str) -> list[tuple[str, str, str | None, str | None]]:
+def fields_of(arg: str) -> list[tuple[str, str | None, str | None, str | None]]:
     """``string.Formatter().parse`` of one argument: (literal, name, spec, conversion) parts;
     ValueError for a lone brace."""
     return list(string.Formatter().parse(arg))

@@ -56,9 +56,7 @@ class TrainingSettings(Part):
         "training_command", text_list, strict=True, default=DFLASH_COMMAND
     )
     launcher: str = setting("training_launcher", text, strict=True, default="python")
-    env: Mapping[str, Any] = setting(
-        "training_env", mapping, strict=True, default={}
-    )
+    env: Mapping[str, Any] = setting("training_env", mapping, strict=True, default={})
 
     def value(self, key: str, variant: str) -> Any:
         """Training setting ``key`` (one of OVERRIDABLE) with ``variant``'s override merged."""

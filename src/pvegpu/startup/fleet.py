@@ -73,7 +73,8 @@ def known_hosts_problem(path: str | None, where: str) -> None:
     if path and not os.path.isfile(os.path.expanduser(path)):
         raise FleetError(
             f"{where}={path} is not a readable file: point it at the node's pinned known_hosts "
-            "(see README, Host keys), or unset it to record the key on first connect"
+            "(README.md#before-the-first-deploy-on-a-real-node), or unset it to record the key on "
+            "first connect"
         )
 
 

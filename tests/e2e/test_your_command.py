@@ -18,8 +18,9 @@ from sim.__main__ import seed_training_code, site_data
 from sim.fixtures import check_host, skip_without_real_systemd
 from sim.index import PackageIndex
 from sim.node import SimNode
+from sim.trainer import TRAINER
 from tests.e2e.conftest import Site
-from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, wait_for
+from tests.e2e.test_adopt import CKPT_NODE, TRAIN_NODE, ckpt_files, wait_for
 
 UNIT = "dflash-train.service"
 DDP = (
@@ -53,6 +54,8 @@ def torchrun_site(wheelhouse, tmp_path_factory):
         SimNode(tmp / "node", ct_init="systemd") as node,
     ):
         seed_training_code(node)
+        # the stand-in trainer: records each start (argv, ranks), checkpoints on SIGTERM
+        node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
         node.torch_config(register_contexts=True)  # each worker's context on the node's GPUs
         yield Site(
             node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
@@ -111,6 +114,7 @@ def test_a_one_gpu_node_runs_a_one_gpu_script(site):
         "drafter_gpus=[]",
         'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", "--gpus", "{gpus}"]',
     )
+    site.node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
     run = site.deploy(*one)
     assert run.rc == 0, run.output[-6000:]
     assert "pvegpu: 127.0.0.1: converged and verified" in run.output
