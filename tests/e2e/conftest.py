@@ -183,3 +183,27 @@ def deployed(site):
     run = site.deploy()
     assert run.rc == 0, run.output[-4000:]
     return site
+
+
+@contextmanager
+def systemd_site(wheelhouse, tmp: Path, trainer: bool = True, **node_options):
+    """A site whose CT 200 boots real systemd (a module's shared node): the loopback indexes,
+    the users' training code and, with ``trainer``, the stand-in trainer as train.py (it records
+    each start and checkpoints on SIGTERM: sim/trainer.py). Both servers stopped on the way out."""
+    from sim.fixtures import skip_without_real_systemd
+    from sim.index import PackageIndex
+    from sim.trainer import TRAINER
+
+    skip_without_real_systemd()
+    check_host("systemd")
+    with (
+        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi()) as index,
+        SimNode(tmp / "node", ct_init="systemd", **node_options) as node,
+    ):
+        seed_training_code(node)
+        if trainer:
+            train = "/tank/dflash/dflash/train.py"  # /data/dflash/train.py in CT 200
+            node.run(["sh", "-c", f"cat > {train}"], input=TRAINER, check=True)
+        yield Site(
+            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+        )

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.__main__ import seed_training_code, site_data
-from sim.fixtures import check_host, skip_without_real_systemd
-from sim.index import PackageIndex
-from sim.node import SimNode
-from sim.trainer import TRAINER
-from tests.e2e.conftest import Site
-from tests.e2e.test_adopt import CKPT_NODE, TRAIN_NODE, ckpt_files, wait_for
+from tests.e2e.conftest import systemd_site
+from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, wait_for
 
 UNIT = "dflash-train.service"
 NOTES = """\
@@ -34,18 +29,8 @@ WantedBy=multi-user.target
 
 @pytest.fixture(scope="module")
 def site(wheelhouse, tmp_path_factory):
-    skip_without_real_systemd()
-    check_host("systemd")
-    tmp = tmp_path_factory.mktemp("takeover-ct")
-    with (
-        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi()) as index,
-        SimNode(tmp / "node", ct_init="systemd") as node,
-    ):
-        seed_training_code(node)
-        node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
-        yield Site(
-            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
-        )
+    with systemd_site(wheelhouse, tmp_path_factory.mktemp("takeover-ct")) as shared:
+        yield shared
 
 
 def unit_trainer(site) -> int:
@@ -128,6 +113,8 @@ def test_e_rebuild_container_with_consent_lets_the_unit_checkpoint(site):
 
 def test_h_a_one_run_decision_in_group_data_is_refused(site, tmp_path):
     (tmp_path / "all.py").write_text('rebuild = "container"\n')
+    # nothing may write meanwhile: the unit's trainer records its starts in the checkpoint dir
+    site.ct("systemctl", "disable", "--now", "dflash-train.service")
     before = site.node.tree_digest()
     run = site.pyinfra("deploy.py", extra=["--group-data", str(tmp_path)])
     assert run.rc != 0

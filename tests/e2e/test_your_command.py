@@ -14,12 +14,8 @@ import json
 
 import pytest
 
-from sim.__main__ import seed_training_code, site_data
-from sim.fixtures import check_host, skip_without_real_systemd
-from sim.index import PackageIndex
-from sim.node import SimNode
 from sim.trainer import TRAINER
-from tests.e2e.conftest import Site
+from tests.e2e.conftest import systemd_site
 from tests.e2e.test_adopt import CKPT_NODE, TRAIN_NODE, ckpt_files, wait_for
 
 UNIT = "dflash-train.service"
@@ -46,20 +42,9 @@ def alive(site, pids) -> list[int]:
 
 @pytest.fixture(scope="module")
 def torchrun_site(wheelhouse, tmp_path_factory):
-    skip_without_real_systemd()
-    check_host("systemd")
-    tmp = tmp_path_factory.mktemp("torchrun")
-    with (
-        PackageIndex(wheelhouse.torch_index(), wheelhouse.pypi()) as index,
-        SimNode(tmp / "node", ct_init="systemd") as node,
-    ):
-        seed_training_code(node)
-        # the stand-in trainer: records each start (argv, ranks), checkpoints on SIGTERM
-        node.run(["sh", "-c", f"cat > {TRAIN_NODE}"], input=TRAINER, check=True)
-        node.torch_config(register_contexts=True)  # each worker's context on the node's GPUs
-        yield Site(
-            node, index, [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
-        )
+    with systemd_site(wheelhouse, tmp_path_factory.mktemp("torchrun")) as site:
+        site.node.torch_config(register_contexts=True)  # each worker's context on the node's GPUs
+        yield site
 
 
 def test_a_torchrun_unit_converges_survives_a_swap_and_lets_every_worker_checkpoint(
@@ -124,3 +109,13 @@ def test_a_one_gpu_node_runs_a_one_gpu_script(site):
     assert record["argv"] == ["--checkpoint-dir", "/data/checkpoints", "--gpus", "0"]
     again = site.deploy(*one)
     assert again.rc == 0 and again.changed == 0, again.output[-4000:]
+    # the preview of a changed command shows the command as it will run, old -> new
+    changed = [*one[:3], one[3].replace('"{gpus}"]', '"{gpus}", "--lr", "3e-4 warm"]')]
+    preview = site.deploy(*changed, yes=False)
+    assert (
+        "+set -- /data/dflash/train.py --checkpoint-dir /data/checkpoints --gpus 0 --lr "
+        "'3e-4 warm'" in preview.output
+    ), preview.output[-4000:]
+    assert "-set -- /data/dflash/train.py --checkpoint-dir /data/checkpoints --gpus 0\n" in (
+        preview.output
+    )

@@ -35,12 +35,24 @@ def test_the_bench_runs_against_the_simulator_and_reports(node, wheelhouse):
         input=base64.b64encode(wheel).decode(),
         check=True,
     )
+    # the bench and the package it runs, copied in: the node sees the host's files, but not a
+    # checkout under a /tmp of its own (CI may clone the repo there)
+    tar = subprocess.run(
+        ["tar", "-C", str(ROOT), "-czf", "-", "bench", "src/pvegpu"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    node.run(
+        ["sh", "-c", "mkdir -p /root/repo && base64 -d | tar -C /root/repo -xzf -"],
+        input=base64.b64encode(tar).decode(),
+        check=True,
+    )
     node.torch_config(register_contexts=True)  # a context lists as a compute process
     try:
         run = node.run(
             [
                 "python3",
-                str(BENCH),
+                "/root/repo/bench/gpu_reality.py",
                 "--out",
                 "/root/gr",
                 "--env",

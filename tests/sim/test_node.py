@@ -59,9 +59,27 @@ def _cmdline(pid) -> str:
         return ""
 
 
-def _gone(node_pid, mntns, state):
+def _started_s(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (None once it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _uptime_s() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def _gone(node_pid, mntns, state, stopped_at: float):
+    """Nothing of the node is left. A holder of ``mntns`` started after ``stopped_at`` (uptime
+    when the node was told to stop) is another test's: the kernel reuses a freed namespace's
+    inode number, and other xdist workers create namespaces all the time."""
     assert _exited(node_pid)
-    assert _mntns_holders(mntns) == []
+    ours = [p for p in _mntns_holders(mntns) if (_started_s(p) or float("inf")) < stopped_at]
+    assert ours == []
     assert not state.exists()
     with open("/proc/self/mountinfo") as f:
         assert str(state) not in f.read()
@@ -76,9 +94,10 @@ def test_start_stop_leaves_nothing_behind(tmp_path):
     pid, mntns, port = node.pid, node._mntns, node.port
     sshd = [p for p in _mntns_holders(mntns) if "sshd" in _cmdline(p)]
     assert sshd
+    stopped_at = _uptime_s()
     node.stop()
     node.stop()  # idempotent
-    _gone(pid, mntns, tmp_path / "n")
+    _gone(pid, mntns, tmp_path / "n", stopped_at)
     for p in sshd:
         assert _exited(p)
     with pytest.raises(OSError):
@@ -93,8 +112,9 @@ def test_body_raising_still_cleans_up(tmp_path):
         node.run(
             ["sh", "-c", "sleep 300 >/dev/null 2>&1 &"]
         )  # a stray process inside the node dies with it
+        stopped_at = _uptime_s()
         raise RuntimeError("boom")
-    _gone(pid, mntns, tmp_path / "n")
+    _gone(pid, mntns, tmp_path / "n", stopped_at)
 
 
 def test_ssh_login_with_the_throwaway_key_only(shared_sim_node, tmp_path):
