@@ -79,7 +79,7 @@ MUTANTS = [
     ),
     HandMutant(
         "leftovers-survivors-ignored",
-        "src/pvegpu/operations/training.py",
+        "src/pvegpu/operations/leftovers.py",
         'return not doc["remaining"]',
         "return True",
         "an ignored result: the unit starts beside a process that survived SIGKILL and still "
@@ -91,7 +91,7 @@ MUTANTS = [
     ),
     HandMutant(
         "leftovers-error-ignored",
-        "src/pvegpu/operations/training.py",
+        "src/pvegpu/operations/leftovers.py",
         'if not status or doc.get("error"):',
         "if not status:",
         "an ignored error: the probe could not look (nvidia-smi failed) and the unit starts anyway",

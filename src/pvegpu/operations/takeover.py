@@ -32,8 +32,8 @@ from ..plan.takeover import restart_hint, stop_args
 from ..plan.unit import unit_file
 from ..run.run_context import run_context
 from ..settings import Settings
+from .leftovers import LEFTOVER_LOG
 from .progress import unit_stop_detail, waiting_for, with_progress
-from .training import LEFTOVER_LOG
 from .training_gate import current_read, running_here
 from .util import failure, note
 

@@ -24,9 +24,7 @@ import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
-from pyinfra.api.exceptions import FactProcessError
 
-from ..facts.probe import parse_probe_output, probe_command
 from ..plan.running_training import BOOT, TRAINING, Trainer, others
 from ..plan.unit import (
     RUNNING,
@@ -37,7 +35,6 @@ from ..plan.unit import (
     render_unit,
     running_other_units,
     start_command,
-    training_matcher,
     unit_file,
     unit_path,
     unit_plan,
@@ -45,18 +42,12 @@ from ..plan.unit import (
 from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
 from .container_fact import container_state, remember
+from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
 from .preview import show, show_file
 from .progress import ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
 from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
 from .util import failure, notice, write_file_command
-
-# What the deploy ever killed on a node, one JSON line per signal.
-LEFTOVER_LOG = "/var/log/pvegpu/training-leftovers.log"
-
-
-def gpu_list(gpus) -> str:
-    return ",".join(str(g) for g in sorted(gpus))
 
 
 def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
@@ -78,76 +69,6 @@ def stop_and_wait_command(settings: Settings, unit_name: str | None = None) -> P
         f"echo {shlex.quote(name + ' did not stop')} >&2; exit 1"
     )
     return with_progress(command, unit_stop_progress(name, settings.policy.progress_interval_s))
-
-
-def clear_leftovers_command(settings: Settings, unit_name: str | None = None) -> FunctionCommand:
-    """End leftover training processes of ``unit_name`` (default: the training unit) on the
-    training GPUs, on the container's node. Processes of any other service are left alone."""
-    unit = unit_name or unit_file(settings.training)
-
-    def clear(state, host):
-        node_name = host.data.get("pct_node")
-        node = host.inventory.get_host(node_name, None) if node_name else None
-        if node is None:
-            host.log_styled(
-                f"cannot clear leftover training processes: node host {node_name!r} is not in the "
-                "inventory (container hosts are @pct/<node>/<vmid>)",
-                fg="red",
-                log_func=logger.error,
-            )
-            return False
-        args = {
-            "vmid": int(host.data.get("pct_vmid")),
-            "unit": unit,
-            "gpus": sorted(settings.gpus.training),
-            "match": training_matcher(settings),
-            "term_wait_s": 30,
-            "log": LEFTOVER_LOG,
-        }
-        status, output = node.run_shell_command(
-            StringCommand(probe_command("training_leftovers", args))
-        )
-        try:
-            doc = (
-                parse_probe_output("training_leftovers", list(output.stdout_lines))
-                if status
-                else {}
-            )
-        except FactProcessError as e:
-            doc = {"error": str(e)}
-        if not status or doc.get("error"):
-            reason = doc.get("error") or " ".join(output.stderr_lines[-3:]) or "no output"
-            host.log_styled(
-                f"clearing leftover training processes on {node_name} failed: {reason}",
-                fg="red",
-                log_func=logger.error,
-            )
-            return False
-        for p in doc["killed"]:
-            host.log_styled(
-                f"ended leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} "
-                f"({' '.join(p['argv'])})",
-                fg="yellow",
-                log_func=logger.warning,
-            )
-        for p in doc["foreign"]:
-            host.log_styled(
-                f"GPU {gpu_list(p['gpus'])} is also used by process {p['pid']} "
-                f"({' '.join(p['argv']) or '?'}): not {unit}'s training, left alone",
-                fg="yellow",
-                log_func=logger.warning,
-            )
-        for p in doc["remaining"]:
-            host.log_styled(
-                f"leftover training process {p['pid']} on GPU {gpu_list(p['gpus'])} survived "
-                f"SIGKILL: not starting {unit_file(settings.training)}; check it on {node_name} "
-                f"(`ps -o stat= {p['pid']}`)",
-                fg="red",
-                log_func=logger.error,
-            )
-        return not doc["remaining"]
-
-    return FunctionCommand(clear, (), {})
 
 
 @operation()
@@ -310,6 +231,38 @@ def stopped_for_compile_check(settings: Settings):
     yield stop_and_wait_command(settings)
 
 
+def beside_others(settings: Settings, unit: str, enable: bool, start: bool):
+    """Whether the unit may be enabled and started (``yield from``: (enable, go on)): asked now
+    (a training may have started during the run, or outlived a takeover), never a second trainer
+    on the same GPUs and checkpoints, nor one at the next boot; a training pvegpu did not start
+    is no leftover: nothing is cleared. Records what waits; fails after a takeover that left
+    one."""
+    foreign = others(running_here(host, unit=unit)) if enable or start else []
+    if start and not foreign:  # another container's or the node's process on a training GPU
+        foreign = neighbours_here(host, settings.gpus.training)
+    starters = boot_starters_here(host, unit) if enable and not foreign else []
+    if starters:  # never enabled beside what would start a second trainer at boot
+        if settings.policy.restart_training:
+            yield from failure(f"{unit} not enabled: {starters[0]} still starts a training at boot")
+            return enable, False
+        boot = Trainer(None, starters[0], starters[0], kind=BOOT)
+        wait_for(host, None, f"systemctl enable {unit}", [boot])
+        enable = False
+    if not foreign:
+        return enable, True
+    if settings.policy.restart_training and foreign[0].kind == TRAINING:
+        yield from failure(
+            f"{unit} not started: {foreign[0].what} ({foreign[0].named}) still runs after "
+            "the takeover; stop it, then run the deploy again"
+        )
+        return enable, False
+    if enable:
+        wait_for(host, None, f"systemctl enable {unit}", foreign)
+    if start:
+        wait_for(host, None, f"the start of {unit}", foreign)
+    return enable, False
+
+
 @operation()
 def unit_running(settings: Settings):
     """Enable the unit; start it when it is not running; restart it only when asked
@@ -334,31 +287,8 @@ def unit_running(settings: Settings):
     state = container_state()
     enable = state.get("unit_enabled") != "enabled"
     start = state.get("unit_active") not in RUNNING
-    # asked now (a training may have started during the run, or outlived a takeover): never a
-    # second trainer on the same GPUs and checkpoints, nor one at the next boot; a training
-    # pvegpu did not start is no leftover: nothing is cleared
-    foreign = others(running_here(host, unit=unit)) if enable or start else []
-    if start and not foreign:  # another container's or the node's process on a training GPU
-        foreign = neighbours_here(host, settings.gpus.training)
-    starters = boot_starters_here(host, unit) if enable and not foreign else []
-    if starters:  # never enabled beside what would start a second trainer at boot
-        if settings.policy.restart_training:
-            yield from failure(f"{unit} not enabled: {starters[0]} still starts a training at boot")
-            return
-        boot = Trainer(None, starters[0], starters[0], kind=BOOT)
-        wait_for(host, None, f"systemctl enable {unit}", [boot])
-        enable = False
-    if foreign:
-        if settings.policy.restart_training and foreign[0].kind == TRAINING:
-            yield from failure(
-                f"{unit} not started: {foreign[0].what} ({foreign[0].named}) still runs after "
-                "the takeover; stop it, then run the deploy again"
-            )
-            return
-        if enable:
-            wait_for(host, None, f"systemctl enable {unit}", foreign)
-        if start:
-            wait_for(host, None, f"the start of {unit}", foreign)
+    enable, go_on = yield from beside_others(settings, unit, enable, start)
+    if not go_on:
         return
     running_old = running_other_units(state.get("other_units"))
     if running_old and not settings.policy.restart_training:

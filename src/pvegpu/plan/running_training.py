@@ -27,15 +27,13 @@ unit of its cgroup, or "started by hand": a login session's scope, tmux, cron ..
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 from dataclasses import dataclass, field
 
+from .cgroup_origin import HAND, container_path, started_by
 from .process_tree import Group, groups, is_launcher, resolve, runs_script
 from .unit import RUNNING
 
-HAND = "started by hand"
 TRAINING = "training"
 GPU_PROCESS = "gpu process"
 UNKNOWN = "unknown"
@@ -142,60 +140,6 @@ def match_of(training, python_env) -> dict:
         "script": training.script,
         "paths": [python_env.venv_path, python_env.venvs_dir, training.workdir],
     }
-
-
-def container_path(cgroup: str, vmid: int) -> str | None:
-    """The cgroup path below container ``vmid`` of a process (``/ns/system.slice/x.service``), or
-    None when the process is not this container's (another's, the node's, or gone: empty).
-
-    >>> container_path("0::/lxc/200/ns/system.slice/train.service", 200)
-    '/ns/system.slice/train.service'
-    >>> container_path("0::/lxc/201/ns/init.scope", 200) is None
-    True
-    >>> container_path("0::/lxc.payload.200/system.slice/x.service", 200)
-    '/system.slice/x.service'
-    >>> container_path("", 200) is None
-    True
-    >>> container_path("4:memory:/lxc/200" + chr(10) + "0::/lxc/200/ns/system.slice/t.service", 200)
-    '/ns/system.slice/t.service'
-    """
-    found = []
-    for line in (cgroup or "").splitlines():
-        path = line.strip().split(":", 2)[-1]
-        if "/lxc.monitor" in path:
-            continue
-        m = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(/.*|$)", path)
-        if m:
-            found.append(m.group(1))
-    # cgroup v1 (hybrid): the container's systemd keeps its units in one hierarchy only
-    return max(found, key=len) if found else None
-
-
-def started_by(path: str) -> str:
-    """The unit a process runs under, from its cgroup path in the container, or :data:`HAND`
-    (a login session's scope, a user's own manager, tmux/screen, the container's init).
-
-    >>> started_by("/ns/system.slice/train.service"), started_by("/ns/system.slice/cron.service")
-    ('train.service', 'cron.service')
-    >>> started_by("/ns/user.slice/user-0.slice/session-3.scope")
-    'started by hand'
-    >>> started_by("/ns/user.slice/user-0.slice/user@0.service/app.slice/tmux-spawn-1.scope")
-    'started by hand'
-    """
-    for part in reversed([p for p in path.split("/") if p]):
-        if part.endswith(".service"):
-            return HAND if part.startswith("user@") else part
-    return HAND
-
-
-def started_how(path: str) -> str:
-    """``started by hand`` or ``under <unit>``, from a cgroup path in the container.
-
-    >>> started_how("/ns/system.slice/train.service"), started_how("/ns/init.scope")
-    ('under train.service', 'started by hand')
-    """
-    by = started_by(path)
-    return HAND if by == HAND else f"under {by}"
 
 
 def _command(argv, fallback: str) -> str:
@@ -432,51 +376,3 @@ def waiting_line(vmid: int, change: str, trainer: Trainer) -> str:
     'CT 200: pct set 200 --swap 0 waits for the running training (pid 4242, started by hand)'
     """
     return f"CT {vmid}: {change} waits for {trainer.what} ({trainer.named})"
-
-
-def _log_command(trainer: Trainer, vmid: int, sig: str, log: str) -> str:
-    """Append one JSON line for a signal sent, as the leftover clearing logs its own."""
-    entry = json.dumps(
-        {
-            "vmid": vmid,
-            "pid": trainer.pid,
-            "signal": sig,
-            "gpus": list(trainer.gpus),
-            "argv": trainer.command.split(),
-            "by": "takeover",
-        },
-        sort_keys=True,
-    )
-    fmt = '{"time": %s, ' + entry[1:].replace("%", "%%") + "\\n"
-    q = shlex.quote(log)
-    return (
-        f"mkdir -p {shlex.quote(log.rsplit('/', 1)[0])}; "
-        f'printf {shlex.quote(fmt)} "$(date +%s.%3N)" >> {q}'
-    )
-
-
-def stop_by_hand_script(
-    trainer: Trainer, script: str, timeout_s: int, vmid: int = 0, log: str | None = None
-) -> str:
-    """The node shell script that ends a training started by hand, as a unit's stop would:
-    SIGTERM to its process group (its own: a group led by the trainer; else the trainer alone),
-    up to ``timeout_s`` for its checkpoint, then SIGKILL; each signal appended to ``log``. The
-    pid is checked to still run ``script`` before each signal (a pid can be reused).
-
-    >>> s = stop_by_hand_script(Trainer(42, "p t.py", HAND, pgid=42), "/data/t.py", 900)
-    >>> "kill -TERM -42;" in s and "kill -KILL -42;" in s and "-lt 900" in s
-    True
-    """
-    pid = trainer.pid
-    # `kill -TERM -<pgid>`: dash (sh on Debian) takes no `--` before a negative pid
-    target = f"-{pid}" if trainer.pgid == pid else str(pid)
-    same = f"tr '\\0' '\\n' 2>/dev/null < /proc/{pid}/cmdline | grep -qxF -- {shlex.quote(script)}"
-    term = f"{_log_command(trainer, vmid, 'SIGTERM', log)}; " if log else ""
-    kill = f"{_log_command(trainer, vmid, 'SIGKILL', log)}; " if log else ""
-    return (
-        f"if {same}; then {term}kill -TERM {target}; fi; i=0; "
-        f"while {same} && [ $i -lt {timeout_s} ]; do sleep 1; i=$((i+1)); done; "
-        f"if {same}; then echo 'training pid {pid} did not stop in {timeout_s} s "
-        f"(training_stop_timeout_s): SIGKILL' >&2; {kill}kill -KILL {target}; sleep 1; fi; "
-        f"! {same}"
-    )

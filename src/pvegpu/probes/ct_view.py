@@ -223,7 +223,12 @@ def container_view(proc):
     # a view is whole once "end" printed; a read timing out after it (124) leaves it whole
     if "end" not in out.split("\n") or code not in (0, 124):
         return None, None, []
-    view = {
+    return "running", parse_view(view_lines), reads
+
+
+def empty_view() -> dict:
+    """The view's keys, before any line of it is read."""
+    return {
         "driver_version": None,
         "libs": {},
         "nvidia_smi": False,
@@ -243,58 +248,68 @@ def container_view(proc):
         # pvegpu's own directory: a container an earlier pvegpu made before the tag existed
         "pvegpu_dir": False,
     }
+
+
+def parse_view(view_lines: list[str]) -> dict:
+    """The container's view from its tagged lines (``module ...``, ``lib ...``, ``sd ...``)."""
+    view = empty_view()
     sd_lines = []
     for line in view_lines:
         if line.startswith("sd "):
             sd_lines.append(line[3:])
             continue
         tag, _, rest = line.partition(" ")
-        if tag == "module":
-            view["driver_version"] = module_version(rest)
-        elif tag == "lib":
-            name, _, target = rest.partition(" ")
-            m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", target.strip())
-            view["libs"][name] = m.group(1) if m else None
-        elif tag == "smi":
-            view["nvidia_smi"] = bool(rest.strip())
-        elif tag == "dev":
-            parts = rest.split()
-            if len(parts) == 3:
-                view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
-        elif tag == "unit":
-            view["unit_active"] = rest.strip() or None
-        elif tag == "missing":
-            view["missing_tools"].append(rest.strip())
-        elif tag == "cc":
-            cc, _, version = rest.partition(" ")
-            view["toolchain"]["cc"] = cc or None
-            view["toolchain"]["cc_version"] = version.strip() or None
-        elif tag == "pyh":
-            python, _, found = rest.partition(" ")
-            view["toolchain"]["python"] = python or None
-            view["toolchain"]["python_h"] = found.strip() == "yes"
-        elif tag == "build":
-            view["build_present"] = rest.strip() == "yes"
-        elif tag == "pvegpu-dir":
-            view["pvegpu_dir"] = rest.strip() == "yes"
-        elif tag == "df":  # POSIX df -P: ... Available Capacity Mounted-on
-            parts = rest.split()
-            if len(parts) >= 6 and parts[-3].isdigit():
-                view["root_free_kib"] = int(parts[-3])
-        elif tag == "sd-rc":
-            view["systemd"] = True
-            if rest.strip() != "0":
-                view["units_error"] = (
-                    f"systemctl show exited {rest.strip()}: " + " ".join(sd_lines)[:200]
-                )
-        elif tag == "cron":
-            path, _, entry = rest.partition(" ")
-            view["crons"].append({"file": path, "line": entry.strip()})
-        elif tag == "other":
-            name, _, active = rest.partition(" ")
-            view["other_units"][name] = active.strip() or None
+        read_line(view, tag, rest, sd_lines)
     if view["systemd"] and not view["units_error"]:
         view["units"] = parse_units(sd_lines)
     elif view["units_error"]:
         view["units"] = None
-    return "running", view, reads
+    return view
+
+
+def read_line(view: dict, tag: str, rest: str, sd_lines: list[str]) -> None:
+    """One tagged line of the view into ``view``."""
+    if tag == "module":
+        view["driver_version"] = module_version(rest)
+    elif tag == "lib":
+        name, _, target = rest.partition(" ")
+        m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", target.strip())
+        view["libs"][name] = m.group(1) if m else None
+    elif tag == "smi":
+        view["nvidia_smi"] = bool(rest.strip())
+    elif tag == "dev":
+        parts = rest.split()
+        if len(parts) == 3:
+            view["devices"][parts[0]] = {"major": int(parts[1], 16), "minor": int(parts[2], 16)}
+    elif tag == "unit":
+        view["unit_active"] = rest.strip() or None
+    elif tag == "missing":
+        view["missing_tools"].append(rest.strip())
+    elif tag == "cc":
+        cc, _, version = rest.partition(" ")
+        view["toolchain"]["cc"] = cc or None
+        view["toolchain"]["cc_version"] = version.strip() or None
+    elif tag == "pyh":
+        python, _, found = rest.partition(" ")
+        view["toolchain"]["python"] = python or None
+        view["toolchain"]["python_h"] = found.strip() == "yes"
+    elif tag == "build":
+        view["build_present"] = rest.strip() == "yes"
+    elif tag == "pvegpu-dir":
+        view["pvegpu_dir"] = rest.strip() == "yes"
+    elif tag == "df":  # POSIX df -P: ... Available Capacity Mounted-on
+        parts = rest.split()
+        if len(parts) >= 6 and parts[-3].isdigit():
+            view["root_free_kib"] = int(parts[-3])
+    elif tag == "sd-rc":
+        view["systemd"] = True
+        if rest.strip() != "0":
+            view["units_error"] = (
+                f"systemctl show exited {rest.strip()}: " + " ".join(sd_lines)[:200]
+            )
+    elif tag == "cron":
+        path, _, entry = rest.partition(" ")
+        view["crons"].append({"file": path, "line": entry.strip()})
+    elif tag == "other":
+        name, _, active = rest.partition(" ")
+        view["other_units"][name] = active.strip() or None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from ..facts.gpus import normalize_uuid
-from ..plan.running_training import container_path, started_how
+from ..plan.cgroup_origin import container_path, started_how
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
