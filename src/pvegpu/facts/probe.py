@@ -24,7 +24,10 @@ from pyinfra.api.exceptions import FactProcessError
 #: A probe's import of the prelude's helpers: for readers and linters; the prelude itself is sent.
 PRELUDE_IMPORT = re.compile(r"^from pvegpu\.probes\.prelude import [\w, ]+(#.*)?\n", re.M)
 #: Probes that start with another probe file's functions (pvegpu is not installed where they run).
-PRELUDES = {"node_state": ("ct_view",), "verification": ("training_held",)}
+PRELUDES = {
+    "node_state": ("ct_view", "ct_processes", "node_site"),
+    "verification": ("training_held",),
+}
 
 
 def probe_source(name: str) -> str:

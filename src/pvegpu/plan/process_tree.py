@@ -1,5 +1,5 @@
 """A container's processes as one tree, and which groups of them are trainings: pure functions
-over the node probe's process list (:func:`pvegpu.probes.node_state.container_processes`: node
+over the node probe's process list (:func:`pvegpu.probes.ct_processes.container_processes`: node
 pid, ppid, session, state, argv, cwd as the container names it, cgroup).
 
 A training is a group, not a command line: the processes that hold a GPU or run the training

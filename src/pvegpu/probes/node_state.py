@@ -1,6 +1,8 @@
 # Probe: the whole GPU-relevant state of a Proxmox node, as one JSON line.
 # Runs on the node with its system python3 (stdlib only), after probes/ct_view.py (each container's
-# own view: start_view, container_view; pvegpu.facts.probe prepends it). ARGS (a JSON string) is
+# own view: start_view, container_view), probes/ct_processes.py (each container's processes,
+# what `pct destroy --purge` takes) and probes/node_site.py (the NVSwitch fabric, Fabric Manager,
+# the storages): pvegpu.facts.probe prepends them. ARGS (a JSON string) is
 # prepended:
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
@@ -178,105 +180,6 @@ def compute_apps():
 # Manager: nvidia-smi prints NVML's nvmlGpuFabricState_t ("Not Supported", "Not Started",
 # "In Progress", "Completed") and, once completed, its status ("Success" or an NVML error);
 # other GPUs print N/A. A separate call: a driver without these fields fails the query.
-SMI_FABRIC = ["nvidia-smi", "--query-gpu=uuid,fabric.state,fabric.status", "--format=csv,noheader"]
-
-
-def fabric():
-    """[{uuid, state, status}] per GPU; [] when nvidia-smi cannot say (older driver, no GPU)."""
-    code, out, _ = run(SMI_FABRIC)
-    rows = []
-    for line in out.strip().splitlines() if code == 0 else []:
-        uuid, _, rest = line.partition(",")
-        state, _, status = rest.rpartition(",")
-        if state:
-            rows.append({"uuid": uuid.strip(), "state": state.strip(), "status": status.strip()})
-    return rows
-
-
-# Pre-Hopper NVSwitch boards (HGX A100/V100) need Fabric Manager too but print N/A for
-# fabric.state: the NVSwitches themselves are listed by the nvidia-nvswitch module
-# (open-gpu-kernel-modules kernel-open/nvidia/procfs_nvswitch.c: devices/<dddd:bb:dd.f>/).
-NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
-# fabric.state of a GPU that registers with a fabric (pvegpu.plan.boot.FABRIC_STATES)
-FABRIC_STATES = ("Not Started", "In Progress", "Completed")
-# `nv-fabricmanager --version` prints "Fabric Manager version is : 535.161.08"
-FM_VERSION = ["nv-fabricmanager", "--version"]
-
-
-def nvswitches():
-    """The node's NVSwitch devices (PCI addresses), [] without the nvswitch module."""
-    try:
-        return sorted(os.listdir(NVSWITCH_DIR))
-    except OSError:
-        return []
-
-
-def fabricmanager_version():
-    """Fabric Manager's version (it must equal the driver's), None when not installed."""
-    code, out, _ = run(FM_VERSION)
-    found = re.search(r"Fabric Manager version is\s*:\s*(\S+)", out) if code == 0 else None
-    return found.group(1) if found else None
-
-
-# First line of the nvidia-persistenced unit pvegpu renders (its template)
-PERSISTENCED_MARKER = "# Rendered by pvegpu from templates/nvidia-persistenced.service.j2"
-
-
-def persistenced_outside_systemd():
-    """Pids of the node's nvidia-persistenced daemons not run by nvidia-persistenced.service
-    (started by hand, an init script, another unit; argv[0]'s name, as comm is cut at 15
-    characters), leaving out containers' processes (PVE's /lxc/<vmid>/ cgroups)."""
-    found = []
-    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
-        raw = read(f"/proc/{pid}/cmdline")
-        if not raw or os.path.basename(raw.split("\0")[0]) != "nvidia-persistenced":
-            continue
-        cgroup = read(f"/proc/{pid}/cgroup") or ""
-        if "/lxc/" in cgroup or "/nvidia-persistenced.service" in cgroup:
-            continue
-        found.append(int(pid))
-    return found
-
-
-def persistenced(unit_path):
-    """{outside_pids, unit_ours}: daemons outside systemd, and whether the unit file at pvegpu's
-    path is pvegpu's own (True), an admin's (False) or absent (None)."""
-    text = read(unit_path) if unit_path else None
-    ours = None if text is None else text.startswith(PERSISTENCED_MARKER)
-    return {"outside_pids": persistenced_outside_systemd(), "unit_ours": ours}
-
-
-def pvesm_status_argv(content):
-    return ["pvesm", "status", "--content", content]
-
-
-def parse_pvesm_status(out):
-    """{storage: {type, status, avail_kib}} from `pvesm status` (pve-storage PVE/CLI/pvesm.pm
-    print_status: Name, Type, Status, Total (KiB), Used (KiB), Available (KiB), %)."""
-    found = {}
-    for line in out.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 7 and parts[5].isdigit():
-            found[parts[0]] = {"type": parts[1], "status": parts[2], "avail_kib": int(parts[5])}
-    return found
-
-
-def storages(contents):
-    """{content type: {storage: ...} or None when pvesm failed} for each of ``contents``."""
-    found = {}
-    for content in contents:
-        code, out, _ = run(pvesm_status_argv(content))
-        found[content] = parse_pvesm_status(out) if code == 0 else None
-    return found
-
-
-def storage_contents(vmids):
-    """The content types to list (rootdir, vztmpl) when a container is to be created: one is
-    missing or ``recreate`` (rebuild=container); else none (no pvesm call)."""
-    missing = any(not os.path.exists(f"/etc/pve/lxc/{v}.conf") for v in vmids)
-    return list(A.get("storage_contents") or []) if missing or A.get("recreate") else []
-
-
 def devices():
     found = {}
     for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
@@ -346,7 +249,7 @@ def container(vmid, detail, unit, view=None):
         "libcuda": None,
     }
     if A.get("recreate"):  # rebuild=container: what goes with it
-        info["purge"] = purge_refs(vmid)
+        info["purge"] = purge_refs(vmid)  # noqa: F821 (probes/ct_processes.py)
     status = None
     if detail == "full":
         if view is None:
@@ -363,122 +266,10 @@ def container(vmid, detail, unit, view=None):
         status = out.strip().split(":")[-1].strip() if code == 0 else "unknown"
     info["status"] = status
     if detail == "full" and status == "running":
-        info["processes"], info["processes_error"] = container_processes_or_error(vmid)
-        info["memory_current"], info["memory_cgroup"] = memory_current(vmid)
+        procs = container_processes_or_error(vmid)  # noqa: F821 (probes/ct_processes.py)
+        info["processes"], info["processes_error"] = procs
+        info["memory_current"], info["memory_cgroup"] = memory_current(vmid)  # noqa: F821
     return info
-
-
-def cfg_sections(text):
-    """[(header, [body line, ...])] of a Proxmox section config (jobs.cfg, replication.cfg,
-    ha/resources.cfg: a "type: id" line, then indented "key value" lines)."""
-    found = []
-    for line in (text or "").splitlines():
-        if line and not line[0].isspace() and ":" in line:
-            found.append((line.strip(), []))
-        elif found and line.strip():
-            found[-1][1].append(line.strip())
-    return found
-
-
-def purge_refs(vmid):
-    """What `pct destroy --purge` takes along besides the container (admin guide, pct:
-    "Destroying a container"): backup jobs that list it, its replication jobs, its HA resource,
-    and (always) its firewall file."""
-    jobs = []
-    for header, body in cfg_sections(read("/etc/pve/jobs.cfg")):
-        for line in body:
-            key, _, value = line.partition(" ")
-            if key == "vmid" and str(vmid) in [v.strip() for v in value.split(",")]:
-                jobs.append(header.split(":", 1)[1].strip())
-    replication = [
-        h.split(":", 1)[1].strip()
-        for h, _ in cfg_sections(read("/etc/pve/replication.cfg"))
-        if re.fullmatch(rf"{vmid}-\d+", h.split(":", 1)[1].strip())
-    ]
-    ha = any(h == f"ct: {vmid}" for h, _ in cfg_sections(read("/etc/pve/ha/resources.cfg")))
-    return {
-        "backup_jobs": jobs,
-        "replication": replication,
-        "ha": ha,
-        "firewall": os.path.exists(f"/etc/pve/firewall/{vmid}.fw"),
-    }
-
-
-LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"
-
-
-def proc_fields(pid):
-    """pid's state, ppid, process group, session and start time (/proc/<pid>/stat, fields 3-6
-    and 22: counted after the ")" that ends the command name, which may hold spaces), its
-    innermost pid (NSpid: its pid in the container), or None when it is gone or a zombie."""
-    stat = read(f"/proc/{pid}/stat")
-    if not stat or ")" not in stat:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
-        return None
-    nspid = None
-    for line in (read(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("NSpid:") and line.split()[1:]:
-            nspid = int(line.split()[-1])
-    return {
-        "state": fields[0],
-        "ppid": int(fields[1]),
-        "pgid": int(fields[2]),
-        "sid": int(fields[3]),
-        "start": int(fields[19]),
-        "ct_pid": nspid,
-    }
-
-
-def container_processes(vmid):
-    """Every process of container ``vmid`` (its cgroup, PVE's /lxc/<vmid>/..., lxc's monitor
-    left out) as the node sees it: node pid, ppid, process group, session, state, start time,
-    its pid in the container, argv, working directory (as the container names it: readlink of
-    /proc/<pid>/cwd gives the path in the process's own mount namespace) and cgroup. Who is a
-    training is decided on the controller (pvegpu.plan.running_training), from the whole tree:
-    a launcher's workers, a wrapper loop, a unit between restarts. A process that exits during
-    the scan is left out."""
-    found = []
-    mine = re.compile(LXC_CGROUP.format(vmid=vmid), re.M)
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        cgroup = read(f"/proc/{pid}/cgroup") or ""
-        if not mine.search(cgroup) or "/lxc.monitor" in cgroup:
-            continue
-        raw = read(f"/proc/{pid}/cmdline") or ""
-        fields = proc_fields(pid)
-        if fields is None:
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            cwd = None
-        argv = raw.split("\0")[:-1] if raw else []
-        found.append(dict(fields, pid=int(pid), argv=argv, cwd=cwd, cgroup=cgroup.strip()))
-    return found
-
-
-def container_processes_or_error(vmid):
-    """(processes, None) or (None, why they could not be read): unreadable is never "none"."""
-    try:
-        return container_processes(vmid), None
-    except Exception as e:  # noqa: BLE001 - any failure of the scan: the caller fails closed
-        return None, f"the node's /proc could not be scanned: {e}"
-
-
-def memory_current(vmid):
-    """(bytes the container's cgroup uses now, "v2" or "v1"): cgroup v2 ``memory.current``, else
-    (a node booted with the legacy/hybrid hierarchy) v1's ``memory.usage_in_bytes`` of the
-    memory controller; both count page cache, as the limit does. (None, None) when neither can
-    be read. The hierarchy matters: a limit below use OOM-kills on v2, fails (EBUSY) on v1."""
-    for path, version in (
-        (f"/sys/fs/cgroup/lxc/{vmid}/memory.current", "v2"),
-        (f"/sys/fs/cgroup/memory/lxc/{vmid}/memory.usage_in_bytes", "v1"),
-    ):
-        text = read(path)
-        if text and text.strip().isdigit():
-            return int(text.strip()), version
-    return None, None
 
 
 def file_digest(path):
@@ -521,22 +312,6 @@ def units(found):
     return found
 
 
-def data_dir_place(path):
-    """Where a data dir is or would be made: whether its parent exists, and whether it (or its
-    parent, while it does not exist) is on the root filesystem (the same device as /)."""
-    parent = os.path.dirname(path.rstrip("/")) or "/"
-    try:
-        on_root = os.stat(path if os.path.isdir(path) else parent).st_dev == os.stat("/").st_dev
-    except OSError:
-        on_root = None
-    return {"parent_exists": os.path.isdir(parent), "on_root_fs": on_root}
-
-
-def path_kind(path):
-    """As `[ -f ]` / `[ -d ]` see it (symlinks followed): the training paths' check."""
-    return "file" if os.path.isfile(path) else "directory" if os.path.isdir(path) else "missing"
-
-
 detail = A.get("ct_detail", "full")
 reads = folded_reads(A)  # noqa: F821 (probes/ct_view.py: on stdin when sent there)
 # every container's exec first: its Perl start-up and reads overlap the node's own commands
@@ -552,13 +327,13 @@ views = {
     if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
 }
 unit_files = {n: unit_state(n) for n in A.get("units", [])}
-contents = storage_contents(A.get("vmids", []))
+contents = storage_contents(A.get("vmids", []))  # noqa: F821 (probes/node_site.py)
 start_early(PVEVERSION, SMI_GPUS, SMI_APPS, *filter(None, [is_active_argv(unit_files)]))
-start_early(SMI_FABRIC, *(pvesm_status_argv(c) for c in contents))
+start_early(SMI_FABRIC, *(pvesm_status_argv(c) for c in contents))  # noqa: F821 (node_site)
 drv = driver()
 gpu_rows, gpu_error, smi_driver = gpus()
-fabric_rows, switches = fabric() if gpu_rows else [], nvswitches()
-on_fabric = bool(switches) or any(r["state"] in FABRIC_STATES for r in fabric_rows)
+fabric_rows, switches = fabric() if gpu_rows else [], nvswitches()  # noqa: F821 (node_site)
+on_fabric = bool(switches) or any(r["state"] in FABRIC_STATES for r in fabric_rows)  # noqa: F821
 doc = {
     **pve_versions(),
     "driver_version": drv,
@@ -574,19 +349,19 @@ doc = {
     },
     "installer": None,
     "data_dir_exists": os.path.isdir(A.get("data_dir", "/nonexistent")),
-    "data_dir_places": {p: data_dir_place(p) for p in A.get("data_dirs", [])},
+    "data_dir_places": {p: data_dir_place(p) for p in A.get("data_dirs", [])},  # noqa: F821
     "boot_files": {p: file_digest(p) for p in A.get("boot_files", [])},
     "units": units(unit_files),
     "tools": {t: shutil.which(t) for t in ("nvidia-modprobe", "nvidia-persistenced")},
     "templates": sorted(os.listdir("/var/lib/vz/template/cache"))
     if os.path.isdir("/var/lib/vz/template/cache")
     else [],
-    "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},
+    "path_kinds": {p: path_kind(p) for p in A.get("paths", [])},  # noqa: F821 (node_site)
     "fabric": fabric_rows,
     "nvswitches": switches,
-    "fabricmanager_version": fabricmanager_version() if on_fabric else None,
-    "storages": storages(contents),
-    "persistenced": persistenced(A.get("persistenced_unit")),
+    "fabricmanager_version": fabricmanager_version() if on_fabric else None,  # noqa: F821
+    "storages": storages(contents),  # noqa: F821 (probes/node_site.py)
+    "persistenced": persistenced(A.get("persistenced_unit")),  # noqa: F821 (node_site)
 }
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
