@@ -2,7 +2,7 @@
 # carry exactly the node's driver userspace.
 from pyinfra import host
 
-from pvegpu.operations import proxmox
+from pvegpu.operations import container_software, proxmox
 from pvegpu.startup.deploy_context import container_settings
 
 for vmid in host.data.get("pve_ct_ids") or []:
@@ -24,14 +24,14 @@ for vmid in host.data.get("pve_ct_ids") or []:
         policy=s.policy,
         training=s.training,
     )
-    proxmox.driver_userspace(
+    container_software.driver_userspace(
         name=f"Match CT {vmid}'s NVIDIA userspace to the node's driver",
         vmid=vmid,
         gpus=s.gpus,
         progress_interval_s=s.policy.progress_interval_s,
         policy=s.policy,
     )
-    proxmox.compile_toolchain(
+    container_software.compile_toolchain(
         name=f"Give CT {vmid} a C compiler and Python headers for torch.compile",
         vmid=vmid,
         policy=s.policy,

@@ -18,12 +18,6 @@ from ..digests import text_digest
 from ..plan import boot
 from ..plan.adoption import TAG, tags_of, tags_with_ours
 from ..plan.ct_template import default_template
-from ..plan.installer_tools import (
-    install_kmod_script,
-    missing_installer_line,
-    missing_tools_line,
-    plan_tools,
-)
 from ..plan.passthrough import (
     graceful_shutdown,
     hotplug_failure,
@@ -32,8 +26,17 @@ from ..plan.passthrough import (
     restart_blocker,
     set_calls,
 )
+from ..plan.pct_args import (  # noqa: F401 (re-exported: tests and the adoption plan use them)
+    LOWERABLE,
+    SET_DEFAULTS,
+    create_args,
+    lowered,
+    memory_below_use,
+    resized,
+    settings_args,
+    without,
+)
 from ..plan.running_training import others
-from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
 from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
@@ -68,127 +71,6 @@ def wait_exec(vmid: int, interval_s: int) -> ProgressCommand:
     return with_progress(
         command, waiting_for(f"`pct exec` to answer in CT {vmid}", interval_s, "about 60 s")
     )
-
-
-def mount_spec(container: ContainerSettings) -> str:
-    """The data mount point: a node directory bind-mounted into the container. ``backup=0``:
-    vzdump leaves it out (checkpoints and datasets are backed up on their own schedule)."""
-    return f"{container.data_dir_node},mp={container.data_dir_ct},backup=0"
-
-
-def create_args(container: ContainerSettings, vmid: int, template: str) -> list[str]:
-    """`pct create` argv. ``--unprivileged`` is always explicit: its default flipped in PVE 9
-    (pve-container 6, "api: create: default to unprivileged containers")."""
-    return [
-        "pct",
-        "create",
-        str(vmid),
-        template,
-        "--hostname",
-        container.hostname,
-        "--cores",
-        str(container.cores),
-        "--memory",
-        str(container.memory_mib),
-        "--swap",
-        str(container.swap_mib),
-        "--rootfs",
-        container.rootfs,
-        "--net0",
-        container.net0,
-        "--unprivileged",
-        "1" if container.unprivileged else "0",
-        "--features",
-        container.features,
-        "--mp0",
-        mount_spec(container),
-        "--onboot",
-        "1" if container.onboot else "0",
-        "--protection",
-        "1" if container.protection else "0",
-        "--ostype",
-        "debian",
-        # pvegpu's mark (shown beside the name in the web UI): a container without it was not
-        # made by pvegpu, which then changes it only with --data adopt=true
-        "--tags",
-        TAG,
-    ]
-
-
-def parse_mount(value: str) -> tuple[str, dict]:
-    """``(source, options)`` of an mpN value (a Proxmox property string)."""
-    parts = value.split(",")
-    return parts[0].rstrip("/"), dict(p.split("=", 1) for p in parts[1:] if "=" in p)
-
-
-def data_mount_key(config: dict, container: ContainerSettings) -> str | None:
-    """The one mpN entry that is the data mount: a bind mount (node path source) of
-    ``data_dir_node`` or at ``data_dir_ct``. When either setting changes, this entry is edited,
-    never a second one added beside it.
-
-    >>> from pvegpu.settings import Settings, defaults
-    >>> data_mount_key({"mp0": "local-lvm:vm-200-disk-1,mp=/data", "mp3": "/tank/dflash,mp=/old"},
-    ...                Settings.from_data(defaults()).container)
-    'mp3'
-    """
-    mps = sorted((int(k[2:]), k) for k in config if k.startswith("mp") and k[2:].isdigit())
-    for _, key in mps:
-        source, opts = parse_mount(config[key])
-        if source.startswith("/") and (
-            source == container.data_dir_node.rstrip("/")
-            or opts.get("mp", "").rstrip("/") == container.data_dir_ct
-        ):
-            return key
-    return None
-
-
-def data_mount_current(config: dict, key: str | None, container: ContainerSettings) -> bool:
-    """The data mount entry mounts ``data_dir_node`` at ``data_dir_ct``."""
-    if key is None:
-        return False
-    source, opts = parse_mount(config[key])
-    target = opts.get("mp", "").rstrip("/")
-    return source == container.data_dir_node and target == container.data_dir_ct
-
-
-#: What pct takes for a key a container's config does not name (pve-container's defaults).
-SET_DEFAULTS = {"onboot": "0", "swap": "512", "memory": "512"}
-
-
-def settings_args(config: dict, container: ContainerSettings) -> list[str]:
-    """`pct set` args converging an existing container's hotpluggable settings: cores, memory,
-    swap, onboot, the data mount, and protection (only ever raised here: only rebuild=container
-    lifts it). Hostname, network, features and the root disk are left as created.
-
-    >>> from pvegpu.settings import Settings, defaults
-    >>> s = Settings.from_data(defaults()).container
-    >>> settings_args({"cores": "32", "memory": "262144", "swap": "0", "onboot": "1",
-    ...                "protection": "1", "mp0": "/tank/dflash,mp=/data,backup=0"}, s)
-    []
-    >>> settings_args({"cores": "8", "memory": "262144", "swap": "0", "onboot": "1",
-    ...                "mp0": "local-lvm:vm-200-disk-1,mp=/scratch"}, s)
-    ['--cores', '32', '--protection', '1', '--mp1', '/tank/dflash,mp=/data,backup=0']
-    """
-    args: list[str] = []
-    want = {
-        "cores": str(container.cores),
-        "memory": str(container.memory_mib),
-        "swap": str(container.swap_mib),
-        "onboot": "1" if container.onboot else "0",
-    }
-    for key, value in want.items():
-        if config.get(key, SET_DEFAULTS.get(key)) != value:
-            args += [f"--{key}", value]
-    if container.protection and config.get("protection") != "1":
-        args += ["--protection", "1"]
-    mp = data_mount_key(config, container)
-    if not data_mount_current(config, mp, container):
-        mp = mp or f"mp{next(n for n in range(256) if f'mp{n}' not in config)}"
-        args += [f"--{mp}", mount_spec(container)]
-    return args
-
-
-# --- node ---------------------------------------------------------------------------------------
 
 
 @operation()
@@ -261,72 +143,6 @@ def boot_persistence(gpus: GpuSettings):
 
 
 # --- container ----------------------------------------------------------------------------------
-
-
-LOWERABLE = ("cores", "memory", "swap")
-MIB = 1024 * 1024
-
-
-def lowered(config: dict, args: list[str]) -> list[str]:
-    """The resources ``args`` (`pct set` args) lower against ``config``: cores, memory, swap.
-
-    >>> lowered({"cores": "16", "memory": "131072", "swap": "512"},
-    ...         ["--cores", "32", "--memory", "262144", "--swap", "0"])
-    ['swap']
-    """
-    pairs = dict(zip(args[::2], args[1::2]))
-    defaults = {"swap": "512", "memory": "512", "cores": "0"}
-    found = []
-    for key in LOWERABLE:
-        want, have = pairs.get(f"--{key}"), config.get(key, defaults[key])
-        if want is not None and have.isdigit() and (int(have) == 0 or int(want) < int(have)):
-            found.append(key)
-    return found
-
-
-def resized(args: list[str]) -> list[str]:
-    """The resources (cores, memory, swap) ``args`` (`pct set` args) set.
-
-    >>> resized(["--cores", "32", "--onboot", "1"])
-    ['cores']
-    """
-    return [key for key in LOWERABLE if f"--{key}" in args[::2]]
-
-
-def without(args: list[str], keys: list[str]) -> list[str]:
-    """``args`` (`pct set` args, flag-value pairs) without the flags of ``keys``.
-
-    >>> without(["--cores", "32", "--swap", "0"], ["swap"])
-    ['--cores', '32']
-    """
-    pairs = list(zip(args[::2], args[1::2]))
-    return [x for flag, value in pairs if flag[2:] not in keys for x in (flag, value)]
-
-
-def memory_below_use(
-    vmid: int, memory_mib: int, used: int | None, cgroup: str | None = "v2"
-) -> str | None:
-    """The refusal of a memory limit under what the container uses now: cgroup v2 takes
-    memory.max without a check, then the kernel reclaims and OOM-kills inside the container;
-    cgroup v1 (``cgroup="v1"``) reclaims what it can and then refuses the limit (EBUSY), so
-    `pct set` fails.
-
-    >>> memory_below_use(200, 1024, 3 * 1024 ** 3)[:60]
-    'CT 200 uses 3072 MiB of memory now: ct_memory_mib=1024 would'
-    """
-    if used is None or memory_mib * MIB >= used:
-        return None
-    effect = (
-        "make `pct set` fail (cgroup v1 refuses a limit below use, EBUSY, after reclaiming "
-        "what it can)"
-        if cgroup == "v1"
-        else "have the kernel reclaim and OOM-kill in it"
-    )
-    return (
-        f"CT {vmid} uses {used // MIB} MiB of memory now: ct_memory_mib={memory_mib} would "
-        f"{effect}; set ct_memory_mib >= {-(-used // MIB)} (or free memory in the container "
-        "first)"
-    )
 
 
 def existing_args(
@@ -508,137 +324,3 @@ def hotplug_blocker(
     unit = unit_file(training)
     trainers = running_here(host, vmid, unit)
     return restart_blocker(vmid, unit, ct.get("live"), [hotplug_failure(args)], trainers)
-
-
-@operation()
-def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
-    """Give the container what torch.compile's Triton compiles with: a C compiler and the
-    headers of the Python its venvs are made from, from the container's own apt sources.
-
-    .. code:: python
-
-        proxmox.compile_toolchain(name="CT 200's C compiler and Python headers", vmid=200)
-
-    Triton builds a small C extension at its first CUDA kernel (triton/runtime/build.py: ``$CC``,
-    else gcc, else clang, with ``-I`` the Python headers); Proxmox's standard templates have
-    neither, so a training that compiles flex_attention crash-loops without them.
-    """
-    _state, ct = node_state(vmid, "full")
-    live = ct.get("live")
-    if not ct.get("exists") or not live:
-        return  # not created yet (preview) or not running
-    toolchain = live.get("toolchain")
-    packages = toolchain_packages(toolchain)
-    if not packages:
-        return
-    # no wait for a running training: libpython3.X-dev is pinned to the installed stdlib's
-    # version (install_toolchain_script), so the install never changes its interpreter
-    line = (
-        f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
-        f"installing {' '.join(packages)} from the container's apt sources"
-    )
-    show(f"installs (apt) in CT {vmid}: {' '.join(packages)}", [line])
-    yield note(line)
-    script = install_toolchain_script(vmid, packages)
-    yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
-
-
-@operation()
-def driver_userspace(
-    vmid: int, gpus: GpuSettings, progress_interval_s: int = 10, policy: RunPolicy | None = None
-):
-    """Install exactly the kernel module's version as NVIDIA userspace in the container, with
-    the node's installer from ``gpus.installer_dir`` (nvidia_installer_dir), saying every
-    ``progress_interval_s`` how long the installer has run.
-
-    .. code:: python
-
-        proxmox.driver_userspace(name="CT 200's NVIDIA userspace", vmid=200, gpus=s.gpus,
-                                 progress_interval_s=s.policy.progress_interval_s)
-
-    The target is the version the container itself sees in /proc/driver/nvidia/version (the
-    node's module). libcuda, libnvidia-ml and nvidia-smi must match it to the patch level, or CUDA
-    fails ("Driver/library version mismatch" / CUDA error 999). A mismatch is reported as a fact,
-    then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``,
-    after checking the utilities that installer needs (kmod's are installed with apt).
-    """
-    state, ct = node_state(vmid, "full")
-    live = ct.get("live")
-    if not ct.get("exists") or not live:
-        return  # not created yet (preview) or not running: nothing to compare
-    target = live.get("driver_version") or state.get("driver_version")
-    if not target:
-        return
-    wrong = userspace_mismatch(live, target)
-    if not wrong:
-        return
-    # under any training pvegpu did not start (deferred past the takeover with consent), and
-    # under pvegpu's own unit while it holds a GPU (its libcuda would change under it); a unit
-    # of ours that holds none cannot be using CUDA through libraries that do not match the
-    # node's module (e.g. it came up at the boot of this very restart)
-    trainers = running_here(host, vmid)
-    consent = bool(policy and policy.restart_training)
-    ours = [t for t in trainers if t.ours and t.gpus]
-    blockers = others(trainers) or ([] if consent else ours)
-    if blockers:
-        change = f"the NVIDIA userspace reinstall ({', '.join(wrong)})"
-        wait_for(host, vmid, change, blockers, consent)
-        return
-    installer = state.get("installer") if state.get("driver_version") == target else None
-    if not installer:
-        has = ", ".join(wrong)
-        yield from failure(missing_installer_line(vmid, target, has, gpus.installer_dir))
-        return
-    # nvidia-installer aborts without these, even with --no-kernel-modules: check them first
-    # (read by the same container probe), install kmod's when only those are missing.
-    action, missing = plan_tools(live.get("missing_tools"))
-    show(
-        f"installs NVIDIA userspace {target} in CT {vmid} (now: {', '.join(wrong)})",
-        ["kmod (apt), which the NVIDIA installer needs"] if action == "install_kmod" else [],
-    )
-    if action == "fail":
-        yield from failure(missing_tools_line(vmid, missing))
-        return
-    if action == "install_kmod":
-        yield note(
-            f"CT {vmid} lacks {', '.join(missing)} (kmod), which the NVIDIA installer "
-            f"needs: installing kmod from the container's apt sources"
-        )
-        yield StringCommand(
-            f"pct exec {vmid} -- sh -c {shlex.quote(install_kmod_script(vmid, missing))}"
-        )
-    yield note(f"CT {vmid}: kernel module {target}, userspace {', '.join(wrong)}: reinstalling")
-    yield with_progress(
-        installer_command(vmid, installer),
-        Progress(f"CT {vmid}: installing NVIDIA userspace {target}", progress_interval_s),
-    )
-
-
-def userspace_mismatch(live: dict, target: str) -> list[str]:
-    """What of the container's NVIDIA userspace (its own view, ``live``) is not ``target``.
-
-    >>> userspace_mismatch({"libs": {"libcuda.so.1": "580.95.05"}, "nvidia_smi": True},
-    ...                    "580.95.05")
-    ['libnvidia-ml missing']
-    """
-    libs = live.get("libs", {})
-    found = {"libcuda": libs.get("libcuda.so.1"), "libnvidia-ml": libs.get("libnvidia-ml.so.1")}
-    wrong = [f"{name} {ver or 'missing'}" for name, ver in found.items() if ver != target]
-    if not live.get("nvidia_smi"):
-        wrong.append("nvidia-smi missing")
-    return wrong
-
-
-def installer_command(vmid: int, installer: str) -> StringCommand:
-    """Copy the node's ``installer`` (.run) into the container and run it for the userspace
-    only, deleting the copy afterwards."""
-    target_path = f"/root/{installer.rsplit('/', 1)[-1]}"
-    script = (
-        f"test -s {target_path} && sh {target_path} --silent --no-kernel-modules; rc=$?; "
-        f"rm -f {target_path}; exit $rc"
-    )
-    # pct push exits 0 even when the copy fails inside the container: the script checks it.
-    return StringCommand(
-        f"pct push {vmid} {shlex.quote(installer)} {shlex.quote(target_path)} && "
-        f"pct exec {vmid} -- sh -c {shlex.quote(script)}"
-    )
