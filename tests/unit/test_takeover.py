@@ -40,9 +40,7 @@ def run(monkeypatch):
         ct = {"exists": True, "status": "running", "processes": [], "live": live or {}}
         monkeypatch.setattr(takeover, "host", host)
         monkeypatch.setattr(takeover, "running_here", lambda h, vmid, unit, fresh=False: trainers)
-        monkeypatch.setattr(
-            takeover, "current_read", lambda *a, **k: {"containers": {"200": ct}}
-        )
+        monkeypatch.setattr(takeover, "current_read", lambda *a, **k: {"containers": {"200": ct}})
         monkeypatch.setattr(takeover, "verified_here", lambda state, node, vmid: verified)
         monkeypatch.setattr(takeover, "run_context", lambda state: SimpleNamespace(taken_over={}))
         monkeypatch.setattr(takeover, "failure", lambda *lines: iter(["fail: " + " ".join(lines)]))
