@@ -33,6 +33,7 @@ SCRATCH = ROOT / "mutants" / "hand"
 SLIPS = "tests/unit/test_hand_slips.py"
 FAST = "tests/unit"
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+ASSERTION = re.compile(r"^E +(\S.*)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -467,35 +468,42 @@ def scratch_copy() -> Path:
     return SCRATCH
 
 
-def run_tests(copy: Path, tests: tuple[str, ...], fast: bool = False) -> tuple[int, str]:
-    """(pytest's exit status, the first test that failed or ""): ``tests`` (none: all of
-    tests/unit), or with ``fast`` all of tests/unit on two workers."""
+def run_tests(copy: Path, tests: tuple[str, ...], fast: bool = False) -> tuple[int, str, str]:
+    """(pytest's exit status, the first test that failed or "", its first ``E`` line or ""):
+    ``tests`` (none: all of tests/unit), or with ``fast`` all of tests/unit on two workers."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy)]),
         PYTHONDONTWRITEBYTECODE="1",
     )
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rf"]
-    argv += [FAST, "-n", "2"] if fast else list(tests or (FAST,))
+    # test_hand_mutants.py checks that each old text is in its file: it would "kill" them all
+    argv += (
+        [FAST, "-n", "2", f"--ignore={FAST}/test_hand_mutants.py"]
+        if fast
+        else list(tests or (FAST,))
+    )
     done = subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True)
-    first = FAILED.search(done.stdout)
-    return done.returncode, first.group(1) if first else ""
+    first, why = FAILED.search(done.stdout), ASSERTION.search(done.stdout)
+    return done.returncode, first.group(1) if first else "", why.group(1)[:160] if why else ""
 
 
-def judge(copy: Path, m: HandMutant, fast: bool = False) -> tuple[str, str]:
-    """("killed", the test that failed), ("survived", ""), or (why the mutant could not be
-    judged, "")."""
+def judge(copy: Path, m: HandMutant, fast: bool = False) -> tuple[str, str, str]:
+    """("killed", the test that failed, its first E line), ("survived", "", ""), or (why the
+    mutant could not be judged, "", "")."""
     target = copy / m.path
     original = target.read_text()
     if original.count(m.old) != 1:
-        return f"not applied: the old text is in {m.path} {original.count(m.old)} times", ""
+        return f"not applied: the old text is in {m.path} {original.count(m.old)} times", "", ""
     target.write_text(original.replace(m.old, m.new))
     try:
-        rc, first = run_tests(copy, m.tests, fast)
+        rc, first, why = run_tests(copy, m.tests, fast)
     finally:
         target.write_text(original)
-    verdict = {0: "survived", 1: "killed"}.get(rc, f"tests could not run (pytest exit {rc})")
-    return verdict, first
+    # with -x, xdist ends an interrupted run with exit 2: a failure it names is still a kill
+    killed = rc == 1 or (rc == 2 and first)
+    verdict = "killed" if killed else "survived" if rc == 0 else f"tests could not run ({rc})"
+    return verdict, first, why
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -515,18 +523,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     copy = scratch_copy()
     listed = tuple(sorted({t for m in chosen for t in m.tests}))
-    rc, first = run_tests(copy, listed, args.fast)
+    rc, first, _ = run_tests(copy, listed, args.fast)
     if rc != 0:
         why = first or f"pytest exit {rc}"
         print(f"the unmutated copy fails its tests ({why}): fix them first")
         return 1
     killed = 0
+    if args.fast:
+        print("| mutant | first fast test that failed | its first E line |\n|---|---|---|")
     for m in chosen:
-        verdict, first = judge(copy, m, args.fast)
+        verdict, first, why = judge(copy, m, args.fast)
         killed += verdict == "killed"
         if args.fast:
             mark = first if verdict == "killed" else "SURVIVED" if verdict == "survived" else ""
-            print(f"| {m.name} | `{m.path}` | {mark or 'ERROR: ' + verdict} |", flush=True)
+            shown = why.replace("|", "\\|").replace("`", "'")
+            print(f"| {m.name} | {mark or 'ERROR: ' + verdict} | `{shown}` |", flush=True)
             continue
         mark = (
             "killed  "
