@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "mutants" / "hand"
 SLIPS = "tests/unit/test_hand_slips.py"
 FAST = "tests/unit"
-FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
 ASSERTION = re.compile(r"^E +(\S.*)$", re.M)
 
 
@@ -146,7 +146,7 @@ MUTANTS = [
         "foreign = others(running_here(host, vmid, unit))",
         "foreign = running_here(host, vmid, unit)",
         "others() dropped: the takeover stops pvegpu's own unit as if it were a user's training",
-        (),
+        ("tests/unit/test_takeover.py",),
     ),
     HandMutant(
         "takeover-unverified-build",
@@ -155,7 +155,7 @@ MUTANTS = [
         "if verified_here(host.state, host.name, vmid) is None:",
         "the wrong one of False/None: a build that failed verification still takes the "
         "running training over",
-        (),
+        ("tests/unit/test_takeover.py",),
     ),
     HandMutant(
         "takeover-starters-membership",
@@ -164,7 +164,7 @@ MUTANTS = [
         "units = [u for u in units if u in {t.unit for t in foreign}]",
         "membership turned around: an enabled unit that would start a second trainer at boot "
         "is left enabled",
-        (),
+        ("tests/unit/test_takeover.py",),
     ),
     HandMutant(
         "takeover-roles-held-dropped",
@@ -173,7 +173,7 @@ MUTANTS = [
         '"members": roles(trainer.members, procs, {}, script),',
         "a missing argument: a worker that holds a GPU but runs another command is no worker, "
         "so it gets no SIGTERM and no time to checkpoint",
-        (),
+        ("tests/unit/test_takeover.py",),
     ),
     HandMutant(
         "takeover-roles-wrapper",
@@ -181,7 +181,7 @@ MUTANTS = [
         "if is_launcher(argv) or m not in seeds:",
         "if is_launcher(argv):",
         "a dropped or clause: a bash run.sh loop is not held and starts the trainer again",
-        (),
+        ("tests/unit/test_takeover.py",),
     ),
     HandMutant(
         "stop-probe-term-before-cont",
@@ -192,7 +192,7 @@ MUTANTS = [
         '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
         "SIGTERM before SIGCONT: a worker paused with ctrl-Z is told to stop while it cannot "
         "act, its launcher's forwarding races the continue",
-        (),
+        ("tests/unit/test_stop_probe.py",),
     ),
     HandMutant(
         "stop-probe-start-field",
@@ -201,7 +201,7 @@ MUTANTS = [
         "return int(fields[20])",
         "a wrong /proc/<pid>/stat field (23, vsize, for 22, starttime): no member is ever "
         "the same process, nothing is signalled and the takeover reports success",
-        (),
+        ("tests/unit/test_stop_probe.py",),
     ),
     HandMutant(
         "stop-probe-no-unit-no-term",
@@ -210,7 +210,7 @@ MUTANTS = [
         'if by_role["launcher"] and not A.get("unit"):',
         "or become and: a training started by hand with no launcher gets no SIGTERM, only "
         "SIGKILL (no checkpoint)",
-        (),
+        ("tests/unit/test_stop_probe.py",),
     ),
     HandMutant(
         "node-probe-pgid-field",
@@ -219,7 +219,7 @@ MUTANTS = [
         '"pgid": int(fields[3]),',
         "a wrong /proc/<pid>/stat field: the process group is the session (the takeover "
         "signals a group by it)",
-        (),
+        ("tests/unit/test_node_probe_processes.py",),
     ),
     HandMutant(
         "node-probe-monitor",
@@ -227,7 +227,7 @@ MUTANTS = [
         'if not mine.search(cgroup) or "/lxc.monitor" in cgroup:',
         "if not mine.search(cgroup):",
         "a dropped or clause: lxc's monitor process is listed as one of the container's",
-        (),
+        ("tests/unit/test_node_probe_processes.py",),
     ),
     HandMutant(
         "node-probe-cgroup-anchor",
@@ -235,7 +235,7 @@ MUTANTS = [
         r'LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"',
         r'LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}"',
         "a lost anchor: CT 20's read lists CT 200's processes",
-        (),
+        ("tests/unit/test_node_probe_processes.py",),
     ),
     HandMutant(
         "gate-fresh-ignored",
@@ -243,7 +243,7 @@ MUTANTS = [
         "if not fresh and full and vmid in entry.request.vmids:",
         "if full and vmid in entry.request.vmids:",
         "a dropped clause: the check after the takeover reads the cached pre-takeover state",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "gate-consent-defers-all",
@@ -252,7 +252,7 @@ MUTANTS = [
         "if consent:",
         "a dropped clause: with restart_training=true a change under a GPU process or an "
         "unreadable state is deferred to a takeover that never stops those, and not recorded",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "venv-switch-own-unit",
@@ -260,7 +260,7 @@ MUTANTS = [
         "foreign = others(running_here(host, unit=unit_file(settings.training))) if switch else []",
         "foreign = running_here(host, unit=unit_file(settings.training)) if switch else []",
         "others() dropped: the venv switch waits for pvegpu's own unit forever",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "unit-start-boot-starter",
@@ -270,7 +270,7 @@ MUTANTS = [
         '        wait_for(host, None, f"systemctl enable {unit}", [boot])\n',
         "a dropped line: the unit is enabled beside an @reboot cron line that starts a second "
         "trainer at the next boot",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "unit-start-consent-neighbour",
@@ -279,7 +279,7 @@ MUTANTS = [
         "if settings.policy.restart_training:",
         "a dropped clause: with consent, another container's process on a training GPU fails "
         "the host instead of waiting",
-        (),
+        ("tests/unit/test_running_training.py",),
     ),
     HandMutant(
         "rebuild-venv-gate-state",
@@ -288,7 +288,7 @@ MUTANTS = [
         'if not policy.restart_training and container_state().get("unit_active") == "active":',
         "membership become equality: rebuild=venv passes while pvegpu's unit is deactivating "
         "(writing its checkpoint)",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "rebuild-container-wrong-ct",
@@ -297,7 +297,7 @@ MUTANTS = [
         "    trainers = running_here(host, unit=unit)\n",
         "a missing argument: the rebuild=container gate asks about the node host, not the "
         "container it is about to destroy, and finds nothing",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "rebuild-container-own-unit",
@@ -305,7 +305,7 @@ MUTANTS = [
         "if any(t.ours for t in trainers) and not policy.restart_training:",
         "if any(t.ours for t in others(trainers)) and not policy.restart_training:",
         "others(trainers) for trainers: pvegpu's running unit no longer stops rebuild=container",
-        (),
+        ("tests/unit/test_training_gates.py",),
     ),
     HandMutant(
         "preflight-restart-refuse-or-wait",
@@ -314,7 +314,7 @@ MUTANTS = [
         "if blocker and not settings.policy.restart_training:",
         "a dropped clause: a restart that a user's training blocks is refused at preflight "
         "instead of waiting (the rest of the deploy never runs)",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "preflight-adopt-flag",
@@ -322,7 +322,7 @@ MUTANTS = [
         'if ct.get("exists") and not is_ours(ct) and not settings.policy.adopt:',
         'if ct.get("exists") and not is_ours(ct) and not settings.policy.restart_training:',
         "the wrong consent: restart_training=true adopts a container pvegpu did not make",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "preflight-destroy-volumes-flag",
@@ -330,7 +330,7 @@ MUTANTS = [
         "if volumes and not settings.policy.destroy_volumes:",
         "if volumes and not settings.policy.adopt:",
         "the wrong consent: adopt=true lets rebuild=container destroy storage-backed volumes",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "adoption-plan-no-match",
@@ -338,7 +338,7 @@ MUTANTS = [
         "foreign = others(running_training(int(vmid), ct, state, unit, match))",
         "foreign = others(running_training(int(vmid), ct, state, unit))",
         "a missing argument: a training that holds no GPU yet is not in the adoption plan",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "boot-starters-earlier-unit",
@@ -346,7 +346,7 @@ MUTANTS = [
         '    own = {unit, *(live.get("other_units") or {})}\n    found = []',
         "    own = {unit}\n    found = []",
         "pvegpu's unit under an earlier name left out: it counts as a second trainer at boot",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "data-keys-one-run-tuple",
@@ -354,7 +354,7 @@ MUTANTS = [
         'ONE_RUN_KEYS = ("rebuild", "restart_training", "adopt", "destroy_volumes")',
         'ONE_RUN_KEYS = ("rebuild", "restart_training", "adopt")',
         "a key left out of a tuple: destroy_volumes=true in group_data stays on every run",
-        (),
+        ("tests/unit/test_data_keys.py",),
     ),
     HandMutant(
         "data-keys-extra-keys-string",
@@ -362,7 +362,7 @@ MUTANTS = [
         "    if isinstance(raw, str):\n        raw = [raw]\n",
         "",
         "an accepted form dropped: extra_data_keys as one string no longer declares its key",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "held-gpu-apps-unreadable",
@@ -371,7 +371,7 @@ MUTANTS = [
         "if used is None:",
         "a dropped or clause: with compute-apps unreadable a context is made on a GPU a "
         "process of this container holds",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "held-gpu-no-figure-idle",
@@ -379,7 +379,7 @@ MUTANTS = [
         "int(used) if used.strip().isdigit() else None",
         "int(used) if used.strip().isdigit() else 0",
         "fail open: a GPU whose memory figure is [N/A] counts as idle and takes a context",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "tree-script-basename",
@@ -387,7 +387,7 @@ MUTANTS = [
         'if word.startswith("-") or not word.endswith(os.path.basename(script)):',
         'if word.startswith("-") or word != os.path.basename(script):',
         "endswith become equality: ./train.py and the absolute path are no longer the script",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "tree-launcher-module",
@@ -395,7 +395,7 @@ MUTANTS = [
         '        "torch.distributed.run",\n',
         "",
         "a module left out: python -m torch.distributed.run is no launcher and is not held",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "running-unreadable-fail-open",
@@ -403,7 +403,7 @@ MUTANTS = [
         '        return [Trainer(None, "?", "?", kind=UNKNOWN, reason="; ".join(why))]',
         "        return []",
         "fail open: a container whose state could not be read runs nothing",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "running-cgroup-anchor",
@@ -411,7 +411,7 @@ MUTANTS = [
         r'm = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(/.*|$)", path)',
         r'm = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(.*)", path)',
         "a lost anchor: CT 200's GPU process is CT 20's training",
-        (),
+        ("tests/unit/test_recognition_slips.py",),
     ),
     HandMutant(
         "toolchain-apt-and",
@@ -419,7 +419,7 @@ MUTANTS = [
         "apt-get -q update; apt-get -q install",
         "apt-get -q update && apt-get -q install",
         "&& for ;: one apt source down (update fails) and the compiler is never installed",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "disk-min-free-not-estimate",
@@ -428,7 +428,7 @@ MUTANTS = [
         "if free_kib is None or free_kib >= min_free_gib * KIB_PER_GIB:",
         "the floor for the estimate: a root disk with min_free_gib free but less than a build "
         "needs passes",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "lock-wrong-level",
@@ -436,7 +436,7 @@ MUTANTS = [
         'lock = (ct.get("config") or {}).get("lock")',
         'lock = ct.get("lock")',
         "the wrong level of the read: a locked container passes the preflight",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
         "fabric-pending-and",
@@ -444,7 +444,7 @@ MUTANTS = [
         'if r["state"] != "Completed" or r.get("status") != "Success"]',
         'if r["state"] != "Completed" and r.get("status") != "Success"]',
         "or become and: a GPU whose registration Completed with a failure status passes",
-        (),
+        ("tests/unit/test_preflight_consents.py",),
     ),
 ]
 

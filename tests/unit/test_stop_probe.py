@@ -84,7 +84,7 @@ def test_a_training_started_by_hand_is_continued_then_asked_to_stop_and_checkpoi
     worker, out = spawn("worker")
     members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
     rc, doc, sent = run_stop(tmp_path, members)
-    worker.wait()
+    assert worker.poll() is not None  # gone when the probe returns (never waited on forever)
     assert out.with_name("worker.checkpoint").read_text() == "done"  # SIGTERM, not SIGKILL
     assert sent == [(worker.pid, "SIGCONT"), (worker.pid, "SIGTERM")]
     assert (rc, doc["stopped"], doc["killed"], doc["remaining"]) == (0, [worker.pid], [], [])
@@ -98,8 +98,7 @@ def test_the_launcher_is_held_while_its_worker_checkpoints_and_ended_after_it(tm
         {"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"},
     ]
     rc, doc, sent = run_stop(tmp_path, members)
-    launcher.wait()
-    worker.wait()
+    assert launcher.poll() is not None and worker.poll() is not None
     assert sent[:3] == [
         (launcher.pid, "SIGSTOP"),  # held first: it would SIGKILL or restart its workers
         (worker.pid, "SIGCONT"),

@@ -111,3 +111,14 @@ def test_a_worker_that_holds_a_gpu_is_a_worker_whatever_it_runs():
 def test_a_member_gone_since_the_read_is_left_out():
     procs = [{"pid": 3, "ppid": 1, "argv": ["python", "/d/t.py"], "start": 6}]
     assert roles((2, 3), procs, {}, "/d/t.py") == [{"pid": 3, "start": 6, "role": "worker"}]
+
+
+def test_a_parent_that_forked_its_gpu_worker_is_held_as_its_launcher():
+    # multiprocessing's fork: the parent holds no GPU and has its worker's very argv
+    argv = ["python", "-c", "import t; t.main()"]
+    procs = [
+        {"pid": 2, "ppid": 1, "argv": argv, "start": 5},
+        {"pid": 3, "ppid": 2, "argv": argv, "start": 6},
+    ]
+    found = [(m["pid"], m["role"]) for m in roles((2, 3), procs, {3: (0,)}, "/d/t.py")]
+    assert found == [(2, "launcher"), (3, "worker")]
