@@ -90,6 +90,8 @@ def test_container_processes_are_this_containers_only_with_argv_cwd_and_cgroup(p
     add(tmp_path, 310, cgroup="0::/lxc/20/ns/init.scope", argv=["python", "t.py"])  # CT 20's
     add(tmp_path, 311, cgroup="0::/lxc/2001/ns/init.scope", argv=["python", "t.py"])  # CT 2001's
     add(tmp_path, 312, cgroup="0::/lxc.monitor/200", argv=["[lxc monitor] /var/lib/lxc 200"])
+    # lxc's monitor on a hybrid (v1 + v2) host: one hierarchy names the container's cgroup too
+    add(tmp_path, 315, cgroup="12:pids:/lxc/200\n0::/lxc.monitor/200", argv=["[lxc monitor] 200"])
     add(tmp_path, 313, cgroup="0::/system.slice/pvedaemon.service", argv=["pvedaemon"])
     add(tmp_path, 314, cgroup=CT200, argv=["python"], state="Z")  # exiting: left out
     found = {p["pid"]: p for p in probe["container_processes"](200)}
