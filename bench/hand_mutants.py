@@ -1,6 +1,6 @@
 """Hand-written mutants: the slips mutmut's operators never make, kept beside bench/mutation.py.
 
-    nice -n 19 uv run python bench/hand_mutants.py [NAME ...] [--list]
+    nice -n 19 uv run python bench/hand_mutants.py [NAME ...] [--list] [--fast]
 
 mutmut swaps operators and constants one token at a time; it never drops a regex anchor, turns a
 membership test into an equality, ignores a failure it was told about or checks the wrong one of
@@ -11,12 +11,17 @@ alone there, runs its tests against the copy (``PYTHONPATH`` puts the copy's ``s
 restores the file, and prints killed/total with every survivor. It asserts nothing and is not
 part of the test run; a survivor is a behaviour to pin with a test (tests/unit/test_hand_slips.py
 holds the first ones). Add a mutant whenever a slip of this kind is found by other means.
+
+``--fast`` judges each mutant by the whole of ``tests/unit`` (not only its listed tests; two
+xdist workers, stop at the first failure) and names the first fast test that failed, so every
+mutant on the list must be caught without a booted node (issue 35; docs/dev/hand-mutants.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "mutants" / "hand"
 SLIPS = "tests/unit/test_hand_slips.py"
+FAST = "tests/unit"
+FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
+ASSERTION = re.compile(r"^E +(\S.*)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,313 @@ MUTANTS = [
         "a layer left out: a typo on the command line (--data torch_varient=cu128) passes",
         ("tests/unit/test_data_keys.py",),
     ),
+    # --- issue 35: the takeover, the gates, the probes' parsers and the preflights ------------
+    HandMutant(
+        "takeover-own-unit-foreign",
+        "src/pvegpu/operations/takeover.py",
+        "foreign = others(running_here(host, vmid, unit))",
+        "foreign = running_here(host, vmid, unit)",
+        "others() dropped: the takeover stops pvegpu's own unit as if it were a user's training",
+        ("tests/unit/test_takeover.py",),
+    ),
+    HandMutant(
+        "takeover-unverified-build",
+        "src/pvegpu/operations/takeover.py",
+        "if verified_here(host.state, host.name, vmid) is False:",
+        "if verified_here(host.state, host.name, vmid) is None:",
+        "the wrong one of False/None: a build that failed verification still takes the "
+        "running training over",
+        ("tests/unit/test_takeover.py",),
+    ),
+    HandMutant(
+        "takeover-starters-membership",
+        "src/pvegpu/operations/takeover.py",
+        "units = [u for u in units if u not in {t.unit for t in foreign}]",
+        "units = [u for u in units if u in {t.unit for t in foreign}]",
+        "membership turned around: an enabled unit that would start a second trainer at boot "
+        "is left enabled",
+        ("tests/unit/test_takeover.py",),
+    ),
+    HandMutant(
+        "takeover-roles-held-dropped",
+        "src/pvegpu/plan/takeover.py",
+        '"members": roles(trainer.members, procs, held, script),',
+        '"members": roles(trainer.members, procs, {}, script),',
+        "a missing argument: a worker that holds a GPU but runs another command is no worker, "
+        "so it gets no SIGTERM and no time to checkpoint",
+        ("tests/unit/test_takeover.py",),
+    ),
+    HandMutant(
+        "takeover-roles-wrapper",
+        "src/pvegpu/plan/takeover.py",
+        "if is_launcher(argv) or m not in seeds:",
+        "if is_launcher(argv):",
+        "a dropped or clause: a bash run.sh loop is not held and starts the trainer again",
+        ("tests/unit/test_takeover.py",),
+    ),
+    HandMutant(
+        "stop-probe-term-before-cont",
+        "src/pvegpu/probes/training_stop.py",
+        '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n'
+        '    stopped = send(by_role["worker"], signal.SIGTERM)\n',
+        '    stopped = send(by_role["worker"], signal.SIGTERM)\n'
+        '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
+        "SIGTERM before SIGCONT: a worker paused with ctrl-Z is told to stop while it cannot "
+        "act, its launcher's forwarding races the continue",
+        ("tests/unit/test_stop_probe.py",),
+    ),
+    HandMutant(
+        "stop-probe-start-field",
+        "src/pvegpu/probes/training_stop.py",
+        "return int(fields[19])",
+        "return int(fields[20])",
+        "a wrong /proc/<pid>/stat field (23, vsize, for 22, starttime): no member is ever "
+        "the same process, nothing is signalled and the takeover reports success",
+        ("tests/unit/test_stop_probe.py",),
+    ),
+    HandMutant(
+        "stop-probe-no-unit-no-term",
+        "src/pvegpu/probes/training_stop.py",
+        'if by_role["launcher"] or not A.get("unit"):',
+        'if by_role["launcher"] and not A.get("unit"):',
+        "or become and: a training started by hand with no launcher gets no SIGTERM, only "
+        "SIGKILL (no checkpoint)",
+        ("tests/unit/test_stop_probe.py",),
+    ),
+    HandMutant(
+        "node-probe-pgid-field",
+        "src/pvegpu/probes/ct_processes.py",
+        '"pgid": int(fields[2]),',
+        '"pgid": int(fields[3]),',
+        "a wrong /proc/<pid>/stat field: the process group is the session (the takeover "
+        "signals a group by it)",
+        ("tests/unit/test_node_probe_processes.py",),
+    ),
+    HandMutant(
+        "node-probe-monitor",
+        "src/pvegpu/probes/ct_processes.py",
+        'if not mine.search(cgroup) or "/lxc.monitor" in cgroup:',
+        "if not mine.search(cgroup):",
+        "a dropped or clause: lxc's monitor process is listed as one of the container's",
+        ("tests/unit/test_node_probe_processes.py",),
+    ),
+    HandMutant(
+        "node-probe-cgroup-anchor",
+        "src/pvegpu/probes/ct_processes.py",
+        r'LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"',
+        r'LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}"',
+        "a lost anchor: CT 20's read lists CT 200's processes",
+        ("tests/unit/test_node_probe_processes.py",),
+    ),
+    HandMutant(
+        "gate-fresh-ignored",
+        "src/pvegpu/operations/training_gate.py",
+        "if not fresh and full and vmid in entry.request.vmids:",
+        "if full and vmid in entry.request.vmids:",
+        "a dropped clause: the check after the takeover reads the cached pre-takeover state",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "gate-consent-defers-all",
+        "src/pvegpu/operations/training_gate.py",
+        "if consent and all(t.kind == TRAINING for t in trainers):",
+        "if consent:",
+        "a dropped clause: with restart_training=true a change under a GPU process or an "
+        "unreadable state is deferred to a takeover that never stops those, and not recorded",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "venv-switch-own-unit",
+        "src/pvegpu/operations/training.py",
+        "foreign = others(running_here(host, unit=unit_file(settings.training))) if switch else []",
+        "foreign = running_here(host, unit=unit_file(settings.training)) if switch else []",
+        "others() dropped: the venv switch waits for pvegpu's own unit forever",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "unit-start-boot-starter",
+        "src/pvegpu/operations/training.py",
+        '        wait_for(host, None, f"systemctl enable {unit}", [boot])\n'
+        "        enable = False\n",
+        '        wait_for(host, None, f"systemctl enable {unit}", [boot])\n',
+        "a dropped line: the unit is enabled beside an @reboot cron line that starts a second "
+        "trainer at the next boot",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "unit-start-consent-neighbour",
+        "src/pvegpu/operations/training.py",
+        "if settings.policy.restart_training and foreign[0].kind == TRAINING:",
+        "if settings.policy.restart_training:",
+        "a dropped clause: with consent, another container's process on a training GPU fails "
+        "the host instead of waiting",
+        ("tests/unit/test_running_training.py",),
+    ),
+    HandMutant(
+        "rebuild-venv-gate-state",
+        "src/pvegpu/operations/rebuild.py",
+        'if not policy.restart_training and container_state().get("unit_active") in RUNNING:',
+        'if not policy.restart_training and container_state().get("unit_active") == "active":',
+        "membership become equality: rebuild=venv passes while pvegpu's unit is deactivating "
+        "(writing its checkpoint)",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "rebuild-container-wrong-ct",
+        "src/pvegpu/operations/rebuild.py",
+        "    trainers = running_here(host, vmid, unit)\n",
+        "    trainers = running_here(host, unit=unit)\n",
+        "a missing argument: the rebuild=container gate asks about the node host, not the "
+        "container it is about to destroy, and finds nothing",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "rebuild-container-own-unit",
+        "src/pvegpu/operations/rebuild.py",
+        "if any(t.ours for t in trainers) and not policy.restart_training:",
+        "if any(t.ours for t in others(trainers)) and not policy.restart_training:",
+        "others(trainers) for trainers: pvegpu's running unit no longer stops rebuild=container",
+        ("tests/unit/test_training_gates.py",),
+    ),
+    HandMutant(
+        "preflight-restart-refuse-or-wait",
+        "src/pvegpu/startup/container_preflight.py",
+        "if blocker and not settings.policy.restart_training and not others(trainers):",
+        "if blocker and not settings.policy.restart_training:",
+        "a dropped clause: a restart that a user's training blocks is refused at preflight "
+        "instead of waiting (the rest of the deploy never runs)",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "preflight-adopt-flag",
+        "src/pvegpu/startup/container_preflight.py",
+        'if ct.get("exists") and not is_ours(ct) and not settings.policy.adopt:',
+        'if ct.get("exists") and not is_ours(ct) and not settings.policy.restart_training:',
+        "the wrong consent: restart_training=true adopts a container pvegpu did not make",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "preflight-destroy-volumes-flag",
+        "src/pvegpu/startup/container_preflight.py",
+        "if volumes and not settings.policy.destroy_volumes:",
+        "if volumes and not settings.policy.adopt:",
+        "the wrong consent: adopt=true lets rebuild=container destroy storage-backed volumes",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "adoption-plan-no-match",
+        "src/pvegpu/startup/adoption_plan.py",
+        "foreign = others(running_training(int(vmid), ct, state, unit, match))",
+        "foreign = others(running_training(int(vmid), ct, state, unit))",
+        "a missing argument: a training that holds no GPU yet is not in the adoption plan",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "boot-starters-earlier-unit",
+        "src/pvegpu/plan/adoption.py",
+        '    own = {unit, *(live.get("other_units") or {})}\n    found = []',
+        "    own = {unit}\n    found = []",
+        "pvegpu's unit under an earlier name left out: it counts as a second trainer at boot",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "data-keys-one-run-tuple",
+        "src/pvegpu/startup/data_keys.py",
+        'ONE_RUN_KEYS = ("rebuild", "restart_training", "adopt", "destroy_volumes")',
+        'ONE_RUN_KEYS = ("rebuild", "restart_training", "adopt")',
+        "a key left out of a tuple: destroy_volumes=true in group_data stays on every run",
+        ("tests/unit/test_data_keys.py",),
+    ),
+    HandMutant(
+        "data-keys-extra-keys-string",
+        "src/pvegpu/startup/data_keys.py",
+        "    if isinstance(raw, str):\n        raw = [raw]\n",
+        "",
+        "an accepted form dropped: extra_data_keys as one string no longer declares its key",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "held-gpu-apps-unreadable",
+        "src/pvegpu/probes/training_held.py",
+        "if used is None or apps is None:",
+        "if used is None:",
+        "a dropped or clause: with compute-apps unreadable a context is made on a GPU a "
+        "process of this container holds",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "held-gpu-no-figure-idle",
+        "src/pvegpu/probes/training_held.py",
+        "int(used) if used.strip().isdigit() else None",
+        "int(used) if used.strip().isdigit() else 0",
+        "fail open: a GPU whose memory figure is [N/A] counts as idle and takes a context",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "tree-script-basename",
+        "src/pvegpu/plan/process_tree.py",
+        'if word.startswith("-") or not word.endswith(os.path.basename(script)):',
+        'if word.startswith("-") or word != os.path.basename(script):',
+        "endswith become equality: ./train.py and the absolute path are no longer the script",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "tree-launcher-module",
+        "src/pvegpu/plan/process_tree.py",
+        '        "torch.distributed.run",\n',
+        "",
+        "a module left out: python -m torch.distributed.run is no launcher and is not held",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "running-unreadable-fail-open",
+        "src/pvegpu/plan/running_training.py",
+        '        return [Trainer(None, "?", "?", kind=UNKNOWN, reason="; ".join(why))]',
+        "        return []",
+        "fail open: a container whose state could not be read runs nothing",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "running-cgroup-anchor",
+        "src/pvegpu/plan/cgroup_origin.py",
+        r'm = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(/.*|$)", path)',
+        r'm = re.search(rf"/lxc(?:\.payload)?[./]{vmid}(.*)", path)',
+        "a lost anchor: CT 200's GPU process is CT 20's training",
+        ("tests/unit/test_recognition_slips.py",),
+    ),
+    HandMutant(
+        "toolchain-apt-and",
+        "src/pvegpu/plan/toolchain.py",
+        "apt-get -q update; apt-get -q install",
+        "apt-get -q update && apt-get -q install",
+        "&& for ;: one apt source down (update fails) and the compiler is never installed",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "disk-min-free-not-estimate",
+        "src/pvegpu/startup/site_preflight.py",
+        "if free_kib is None or free_kib >= need_gib(min_free_gib) * KIB_PER_GIB:",
+        "if free_kib is None or free_kib >= min_free_gib * KIB_PER_GIB:",
+        "the floor for the estimate: a root disk with min_free_gib free but less than a build "
+        "needs passes",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "lock-wrong-level",
+        "src/pvegpu/startup/site_preflight.py",
+        'lock = (ct.get("config") or {}).get("lock")',
+        'lock = ct.get("lock")',
+        "the wrong level of the read: a locked container passes the preflight",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
+    HandMutant(
+        "fabric-pending-and",
+        "src/pvegpu/startup/site_preflight.py",
+        'if r["state"] != "Completed" or r.get("status") != "Success"]',
+        'if r["state"] != "Completed" and r.get("status") != "Success"]',
+        "or become and: a GPU whose registration Completed with a failure status passes",
+        ("tests/unit/test_preflight_consents.py",),
+    ),
 ]
 
 
@@ -153,34 +468,53 @@ def scratch_copy() -> Path:
     return SCRATCH
 
 
-def run_tests(copy: Path, tests: tuple[str, ...]) -> int:
+def run_tests(copy: Path, tests: tuple[str, ...], fast: bool = False) -> tuple[int, str, str]:
+    """(pytest's exit status, the first test that failed or "", its first ``E`` line or ""):
+    ``tests`` (none: all of tests/unit), or with ``fast`` all of tests/unit on two workers."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(copy / "src"), str(copy)]),
         PYTHONDONTWRITEBYTECODE="1",
     )
-    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
-    return subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True).returncode
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rf"]
+    # test_hand_mutants.py checks that each old text is in its file: it would "kill" them all
+    argv += (
+        [FAST, "-n", "2", f"--ignore={FAST}/test_hand_mutants.py"]
+        if fast
+        else list(tests or (FAST,))
+    )
+    done = subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True)
+    first, why = FAILED.search(done.stdout), ASSERTION.search(done.stdout)
+    return done.returncode, first.group(1) if first else "", why.group(1)[:160] if why else ""
 
 
-def judge(copy: Path, m: HandMutant) -> str:
-    """ "killed", "survived", or why the mutant could not be judged."""
+def judge(copy: Path, m: HandMutant, fast: bool = False) -> tuple[str, str, str]:
+    """("killed", the test that failed, its first E line), ("survived", "", ""), or (why the
+    mutant could not be judged, "", "")."""
     target = copy / m.path
     original = target.read_text()
     if original.count(m.old) != 1:
-        return f"not applied: the old text is in {m.path} {original.count(m.old)} times"
+        return f"not applied: the old text is in {m.path} {original.count(m.old)} times", "", ""
     target.write_text(original.replace(m.old, m.new))
     try:
-        rc = run_tests(copy, m.tests)
+        rc, first, why = run_tests(copy, m.tests, fast)
     finally:
         target.write_text(original)
-    return {0: "survived", 1: "killed"}.get(rc, f"tests could not run (pytest exit {rc})")
+    # with -x, xdist ends an interrupted run with exit 2: a failure it names is still a kill
+    killed = rc == 1 or (rc == 2 and first)
+    verdict = "killed" if killed else "survived" if rc == 0 else f"tests could not run ({rc})"
+    return verdict, first, why
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="judge each mutant by all of tests/unit and name the first test that kills it",
+    )
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     if args.list:
@@ -188,13 +522,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.name}: {m.path}: - {m.old.strip()} + {m.new.strip()}\n    {m.why}")
         return 0
     copy = scratch_copy()
-    if run_tests(copy, tuple(sorted({t for m in chosen for t in m.tests}))) != 0:
-        print("the unmutated copy fails its tests: fix them first")
+    listed = tuple(sorted({t for m in chosen for t in m.tests}))
+    rc, first, _ = run_tests(copy, listed, args.fast)
+    if rc != 0:
+        why = first or f"pytest exit {rc}"
+        print(f"the unmutated copy fails its tests ({why}): fix them first")
         return 1
     killed = 0
+    if args.fast:
+        print("| mutant | first fast test that failed | its first E line |\n|---|---|---|")
     for m in chosen:
-        verdict = judge(copy, m)
+        verdict, first, why = judge(copy, m, args.fast)
         killed += verdict == "killed"
+        if args.fast:
+            mark = first if verdict == "killed" else "SURVIVED" if verdict == "survived" else ""
+            shown = why.replace("|", "\\|").replace("`", "'")
+            print(f"| {m.name} | {mark or 'ERROR: ' + verdict} | `{shown}` |", flush=True)
+            continue
         mark = (
             "killed  "
             if verdict == "killed"
@@ -203,9 +547,10 @@ def main(argv: list[str] | None = None) -> int:
             else "ERROR   "
         )
         print(
-            f"{mark} {m.name} ({m.path}): {m.why}" + ("" if mark != "ERROR   " else f": {verdict}")
+            f"{mark} {m.name} ({m.path}): {m.why}" + ("" if mark != "ERROR   " else f": {verdict}"),
+            flush=True,
         )
-    print(f"hand mutants: {killed}/{len(chosen)} killed")
+    print(f"hand mutants: {killed}/{len(chosen)} killed" + (" by tests/unit" if args.fast else ""))
     return 0
 
 

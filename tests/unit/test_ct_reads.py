@@ -200,10 +200,13 @@ def folded_lines(s):
 
 def _instrumented_by_mutmut() -> bool:
     """Under mutation testing (bench/mutation.py) mutmut rewrites guard.py, which every deleting
-    probe carries, with its trampolines: the probe's size is then mutmut's, not the product's."""
+    probe carries, or a probe (probes/training_held.py, the verification probe's prelude) with its
+    trampolines: the probe's size is then mutmut's, not the product's."""
     from importlib import resources
 
-    return "mutmut" in resources.files("pvegpu").joinpath("guard.py").read_text()
+    sources = [resources.files("pvegpu").joinpath("guard.py")]
+    sources += [f for f in resources.files("pvegpu.probes").iterdir() if f.name.endswith(".py")]
+    return any("mutmut" in f.read_text() for f in sources)
 
 
 @pytest.mark.skipif(_instrumented_by_mutmut(), reason="probe sources instrumented by mutmut")

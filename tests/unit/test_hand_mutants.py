@@ -23,6 +23,8 @@ MUTANTS = hand_mutants.MUTANTS
 @pytest.mark.parametrize("m", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_each_hand_mutant_applies_once_and_names_tests_that_exist(m):
     text = (ROOT / m.path).read_text()
+    if "__mutmut_" in text:  # under bench/mutation.py: mutmut keeps a copy of each function
+        pytest.skip(f"{m.path} is instrumented by mutmut")
     assert text.count(m.old) == 1, f"{m.name}: update its old text to {m.path} as it is now"
     for test in m.tests:
         path, _, name = test.partition("::")
