@@ -4,7 +4,7 @@
 from pyinfra import host
 
 from pvegpu.locks import early_lock_error
-from pvegpu.operations import python_env
+from pvegpu.operations import python_env, site_files
 from pvegpu.settings import SettingsError
 from pvegpu.startup.deploy_context import settings
 
@@ -18,8 +18,8 @@ error = early_lock_error(s)
 if error:
     raise SettingsError(f"{host.name}: {error}")
 
-python_env.index_credentials(s.torch)
-python_env.index_ca_bundle(s)
+site_files.index_credentials(s.torch)
+site_files.index_ca_bundle(s)
 python_env.uv_installed(
     name=f"Install uv {s.python_env.uv_version}",
     python_env=s.python_env,

@@ -22,14 +22,12 @@ on first use) and synced with ``--require-hashes``.
 
 from __future__ import annotations
 
-import io
 import shlex
 
 from gevent import subprocess as gevent_subprocess
 from gevent.lock import Semaphore
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
-from pyinfra.operations import files
 
 from ..facts.probe import probe_command
 from ..guard import delete_command, delete_refusal
@@ -37,14 +35,12 @@ from ..locks import (
     LockPlan,
     lock_plan,
     make_lock,
-    netrc_text,
     parse_pins,
     split_credentials,
     uv_wheel_hashes,
 )
-from ..output.diff import package_changes
 from ..plan.unit import BUILD_ENV, digest, render_build_env
-from ..plan.uv_commands import CA_BUNDLE, NETRC, has_credentials, site_assignments, uv_home
+from ..plan.uv_commands import NETRC, has_credentials, site_assignments, uv_home
 from ..plan.venv_build import build_progress_detail, build_progress_poll, build_script
 from ..plan.venvs import (
     SELECTED_FILE,
@@ -59,6 +55,7 @@ from ..plan.venvs import (
 from ..run.ct_reads import change_then_read
 from ..run.run_context import mark_container_only
 from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
+from .build_preview import build_notes, show_packages
 from .checks import torch_runtime
 from .container_fact import container_state, remember
 from .folded_reads import verification_reads_of
@@ -66,48 +63,6 @@ from .preview import show
 from .progress import Progress
 from .remote_step import remote_step
 from .util import failure, note, write_file_command
-
-
-def index_credentials(torch: TorchSettings) -> None:
-    """Put the indexes' credentials (from ``user:token@`` in ``package_index_url`` or
-    ``torch_index_base``) into the container as a 0600 netrc at ``NETRC``, for uv (``$NETRC``)
-    and pvegpu's own index checks: a file transfer (``pct push``), never a command line. Nothing
-    happens when no URL carries credentials.
-
-    .. code:: python
-
-        python_env.index_credentials(s.torch)  # from tasks/python_env.py
-    """
-    text = netrc_text(torch)
-    if not text:
-        return
-    files.put(
-        name="Index credentials for uv in the container (netrc, mode 600)",
-        src=io.StringIO(text),
-        dest=NETRC,
-        mode="600",
-        create_remote_dir=True,
-    )
-
-
-def index_ca_bundle(settings: Settings) -> None:
-    """Copy ``index_ca_bundle`` (a PEM file on the controller) into the container at
-    ``CA_BUNDLE``, where uv and pvegpu's index checks read it (``SSL_CERT_FILE``). Nothing
-    happens when it is unset.
-
-    .. code:: python
-
-        python_env.index_ca_bundle(s)  # from tasks/python_env.py
-    """
-    if not settings.site.index_ca_bundle:
-        return
-    files.put(
-        name="CA bundle of the indexes in the container (index_ca_bundle)",
-        src=settings.site.index_ca_bundle,
-        dest=CA_BUNDLE,
-        mode="644",
-        create_remote_dir=True,
-    )
 
 
 @operation()
@@ -231,33 +186,6 @@ def venv_built(settings: Settings):
             poll=build_progress_poll(settings),
             detail=build_progress_detail(len(parse_pins(plan.text))),
         ),
-    )
-
-
-def build_notes(state: dict, settings: Settings, reasons: list[str]) -> list[str]:
-    """The lines a build prints first: why it is built, and a uv cache that cannot hard-link."""
-    build = settings.torch.build_name
-    notes = [r if r.startswith(build) else f"{build} needs a build: {r}" for r in reasons]
-    if state.get("uv_cache_same_fs") is False:
-        notes.append(
-            f"uv_cache_dir={settings.python_env.uv_cache_dir} is on another filesystem than "
-            f"venvs_dir={settings.python_env.venvs_dir}: installs copy instead of hard-linking"
-        )
-    return notes
-
-
-def show_packages(state: dict, settings: Settings, pins: dict[str, str], why: list[str]) -> None:
-    """Show what the new build installs against the live venv's packages."""
-    link = state.get("venv_link") or ""
-    live = ((state.get("venvs") or {}).get(link.rstrip("/").rsplit("/", 1)[-1]) or {}).get(
-        "installed"
-    ) or {}
-    changes = package_changes(live, pins)
-    same = len(set(pins) & set(live)) - sum(" -> " in line for line in changes)
-    show(
-        f"builds {settings.build_venv}.next beside the live venv ({'; '.join(why)}); against "
-        f"{settings.python_env.venv_path} -> {link or '(none)'}:",
-        [*changes, *([f"{same} packages as there"] if same else [])],
     )
 
 

@@ -17,9 +17,23 @@ Two modes, chosen by what the node supports:
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
+from .hotplug import (
+    graceful_shutdown as graceful_shutdown,
+)
+from .hotplug import (
+    hotplug_additions as hotplug_additions,
+)
+from .hotplug import (
+    hotplug_failure as hotplug_failure,
+)
+from .hotplug import (
+    hotplug_shell as hotplug_shell,
+)
+from .hotplug import (
+    set_calls as set_calls,
+)
 from .lxc_raw import (
     DEV_KEY,
     is_our_raw_line,
@@ -28,6 +42,24 @@ from .lxc_raw import (
     raw_lines_match,
     raw_lxc_lines,
     rewrite_config,
+)
+from .pve_versions import (
+    DEVN_PVE_CONTAINER as DEVN_PVE_CONTAINER,
+)
+from .pve_versions import (
+    DEVN_PVE_MANAGER as DEVN_PVE_MANAGER,
+)
+from .pve_versions import (
+    device_hotplug as device_hotplug,
+)
+from .pve_versions import (
+    devn_supported as devn_supported,
+)
+from .pve_versions import (
+    select_mode as select_mode,
+)
+from .pve_versions import (
+    version_tuple as version_tuple,
 )
 from .running_training import UNKNOWN, Trainer, others
 from .unit import RUNNING
@@ -156,97 +188,6 @@ def dev_set_args(config: dict, paths: list[str]) -> list[str]:
     if stale:
         args += ["--delete", ",".join(f"dev{n}" for n in stale)]
     return args
-
-
-def hotplug_additions(config: dict, set_args: list[str]) -> list[str] | None:
-    """The paths ``set_args`` only adds as new devN keys (what pve-container >= 6.0.4 hot-plugs
-    into a running container), or None when it also edits or deletes an entry (those wait for
-    the next start).
-
-    >>> hotplug_additions({"dev0": "/dev/nvidia0"}, ["--dev1", "/dev/nvidia1"])
-    ['/dev/nvidia1']
-    >>> hotplug_additions({"dev0": "/dev/nvidia0"}, ["--dev0", "/dev/nvidia1"]) is None
-    True
-    """
-    added = []
-    it = iter(set_args)
-    for flag in it:
-        value = next(it, "")
-        if flag == "--delete" or flag[2:] in config:
-            return None
-        added.append(value.split(",")[0])
-    return added
-
-
-def set_calls(set_args: list[str], hotplug: bool) -> list[list[str]]:
-    """The `pct set` calls for ``set_args``: one devN per call where the node hot-plugs them
-    (``hotplug``), else one call. pve-container >= 6.0.4 writes no config when one hot-plug of
-    a call fails, while the devices hot-plugged before it stay in the container: one per call
-    keeps config and container in step.
-
-    >>> set_calls(["--dev1", "/dev/nvidia1", "--dev2", "/dev/nvidia2"], True)
-    [['--dev1', '/dev/nvidia1'], ['--dev2', '/dev/nvidia2']]
-    >>> set_calls(["--dev1", "/dev/nvidia1", "--delete", "dev0"], False)
-    [['--dev1', '/dev/nvidia1', '--delete', 'dev0']]
-    """
-    if not set_args:
-        return []
-    if not hotplug:
-        return [set_args]
-    return [set_args[i : i + 2] for i in range(0, len(set_args), 2)]
-
-
-def graceful_shutdown(vmid: int, unit: str, stop_timeout_s: int) -> str:
-    """The shell line that shuts container ``vmid`` down without cutting a checkpoint: pvegpu's
-    training ``unit``, if in any running state (``deactivating`` included: a stop in progress is
-    joined), stopped first with `systemctl stop` (its own TimeoutStopSec), then `pct shutdown`
-    with a timeout longer than that and no ``--forceStop``: a container that does not stop in
-    time fails the step (pct: "container did not stop") rather than being killed.
-
-    >>> line = graceful_shutdown(200, "t.service", 900)
-    >>> "pct exec 200 -- systemctl stop t.service" in line, line.endswith("--timeout 960")
-    (True, True)
-    >>> "forceStop" in line or "pct stop" in line
-    False
-    """
-    u = shlex.quote(unit)
-    return (
-        f"case $(pct exec {vmid} -- systemctl show -p ActiveState --value {u} 2>/dev/null) in "
-        f"active|activating|reloading|deactivating) pct exec {vmid} -- systemctl stop {u} "
-        f"|| exit 1;; esac; pct shutdown {vmid} --timeout {stop_timeout_s + 60}"
-    )
-
-
-def hotplug_shell(
-    vmid: int, args: list[str], blocker: str | None, shutdown: str | None = None
-) -> str:
-    """One devN hot-plug (`pct set <vmid> --devN <path>`) as a shell line that treats a failed
-    hot-plug as "restart needed", never as done: pct then wrote nothing and the device is not in
-    the container, so the container is shut down (``shutdown``: :func:`graceful_shutdown`), the
-    entry set (a stopped container takes it into its config) and started; where a restart is not
-    allowed (``blocker``: the training runs), the host fails with that line instead.
-
-    >>> print(hotplug_shell(200, ["--dev5", "/dev/nvidia5"], None)[:46])
-    pct set 200 --dev5 /dev/nvidia5 || { echo 'hot
-    >>> "exit 1" in hotplug_shell(200, ["--dev5", "/dev/nvidia5"], "CT 200 must restart ...")
-    True
-    """
-    call = " ".join(["pct", "set", str(vmid), *(shlex.quote(a) for a in args)])
-    if blocker is not None:
-        return f"{call} || {{ echo {shlex.quote(blocker)} >&2; exit 1; }}"
-    said = f"{hotplug_failure(args)}: restarting CT {vmid} to pass it through"
-    down = f"{{ {shutdown}; }}" if shutdown else f"pct shutdown {vmid} --timeout 960"
-    restart = f"{down} && {call} && pct start {vmid}"
-    return f"{call} || {{ echo {shlex.quote(said)} >&2; {restart}; }}"
-
-
-def hotplug_failure(args: list[str]) -> str:
-    """The restart reason a failed hot-plug of ``args`` (`--devN <path>`) gives.
-
-    >>> hotplug_failure(["--dev5", "/dev/nvidia5,mode=0666"])
-    'hot-plug of /dev/nvidia5 (dev5) failed'
-    """
-    return f"hot-plug of {args[1].split(',')[0]} ({args[0][2:]}) failed"
 
 
 # --- the whole plan ------------------------------------------------------------------------------
@@ -392,67 +333,6 @@ def restart_blocker(
             f"restart_training=true to restart it anyway"
         )
     return None
-
-
-def version_tuple(text: str | None) -> tuple[int, int, int]:
-    """The first three numbers of a Debian package version, zero-padded.
-
-    >>> version_tuple("5.0.7"), version_tuple("8.2"), version_tuple("4.4-4"), version_tuple(None)
-    ((5, 0, 7), (8, 2, 0), (4, 4, 4), (0, 0, 0))
-    """
-    parts = [int(x) for x in re.findall(r"\d+", text or "")[:3]] + [0, 0, 0]
-    return parts[0], parts[1], parts[2]
-
-
-# pve-container 5.0.7 (2023-11-21, commit ce1976b "Add device passthrough") brought devN; PVE 8.1
-# shipped it. pve-manager only depends on a pve-container with devN from 8.2.4 (>= 5.1.11).
-DEVN_PVE_CONTAINER = (5, 0, 7)
-DEVN_PVE_MANAGER = (8, 2, 4)
-
-
-def devn_supported(state: dict) -> bool:
-    """Whether the node's pct takes ``devN`` entries: by its pve-container version; by the
-    pve-manager whose dependencies guarantee one when pve-container is unknown.
-
-    >>> devn_supported({"pve_version": "8.1.4", "pve_container": "5.0.8"})
-    True
-    >>> devn_supported({"pve_version": "8.0.4", "pve_container": "5.0.4"})
-    False
-    >>> devn_supported({"pve_version": "8.2.2"}), devn_supported({"pve_version": "8.4.1"})
-    (False, True)
-    """
-    if state.get("pve_container"):
-        return version_tuple(state["pve_container"]) >= DEVN_PVE_CONTAINER
-    return version_tuple(state.get("pve_version")) >= DEVN_PVE_MANAGER
-
-
-def select_mode(setting: str, state: dict) -> str:
-    """``dev`` where the node's pct takes devN entries, ``lxc`` before, unless forced.
-
-    >>> select_mode("auto", {"pve_version": "8.1.4", "pve_container": "5.0.8"})
-    'dev'
-    >>> select_mode("auto", {"pve_container": "5.0.6"}), select_mode("lxc", {"pve_version": "9.1"})
-    ('lxc', 'lxc')
-    """
-    if setting != "auto":
-        return setting
-    return "dev" if devn_supported(state) else "lxc"
-
-
-def device_hotplug(state: dict) -> bool:
-    """Whether the node hot-plugs a devN added to a running container: pve-container >= 6.0.4
-    (commit "implement device hotplug", PVE 9); by the PVE major when pve-container is unknown.
-
-    >>> device_hotplug({"pve_container": "6.0.18"}), device_hotplug({"pve_container": "5.2.6"})
-    (True, False)
-    >>> device_hotplug({"pve_version": "9.0.3"}), device_hotplug({"pve_version": "8.4.1"})
-    (True, False)
-    """
-    container = re.findall(r"\d+", state.get("pve_container") or "")
-    if len(container) >= 3:
-        return tuple(int(x) for x in container[:3]) >= (6, 0, 4)
-    major = re.match(r"(\d+)", state.get("pve_version") or "")
-    return major is not None and int(major.group(1)) >= 9
 
 
 def plan_passthrough(setting: str, extras, state: dict, ct: dict) -> Plan:
