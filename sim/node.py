@@ -740,7 +740,9 @@ LogLevel ERROR
                     proc.kill()
                     proc.wait(timeout=5)
                 if self._pid is not None and self._mntns is not None:
-                    deadline = time.monotonic() + 10
+                    # bounded waits, generous: under load (CI's parallel workers on two cores)
+                    # a node with booted containers takes a while to tear its namespaces down
+                    deadline = time.monotonic() + 30
                     while True:
                         holders = _mntns_holders(self._mntns)
                         if not holders:
@@ -753,7 +755,7 @@ LogLevel ERROR
                                         os.kill(pid, signal.SIGKILL)
                                     except ProcessLookupError:
                                         pass
-                            if time.monotonic() > deadline + 5:
+                            if time.monotonic() > deadline + 30:
                                 errors.append(
                                     "processes still in the node's mount namespace: "
                                     f"{_describe(holders)}"
