@@ -59,3 +59,14 @@ def test_started_how_names_the_unit_or_says_by_hand():
     assert started_how("/ns/system.slice/train.service") == "under train.service"
     assert started_how("/ns/user.slice/user-0.slice/session-3.scope") == "started by hand"
     assert started_how("/ns/user.slice/user-0.slice/user@0.service") == "started by hand"
+
+
+def test_a_unit_name_with_a_colon_and_a_cgroup_dir_with_a_blank_keep_their_whole_path():
+    # systemd allows ":" in unit names; a cgroup made by hand may hold a blank
+    text = "1:name=systemd:/lxc/200/ns/system.slice/train:v2.service"
+    assert container_path(text, 200) == "/ns/system.slice/train:v2.service"
+    assert container_path("0::" + text.split(":", 2)[2], 200) == (
+        "/ns/system.slice/train:v2.service"
+    )
+    assert started_by(container_path(text, 200)) == "train:v2.service"
+    assert container_path("0::/lxc/200/ns/my jobs/run.scope", 200) == "/ns/my jobs/run.scope"

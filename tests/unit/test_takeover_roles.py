@@ -25,7 +25,7 @@ def role_of(found):
 def test_every_wrapper_above_a_trainer_is_a_launcher_not_only_its_parent():
     procs = [
         p(2, 1, ["/bin/bash", "run.sh"]),
-        p(3, 2, ["sh", "-c", "exec nice python t.py"]),
+        p(3, 2, ["/usr/bin/nice", "-n", "19", "/bin/sh", "go.sh"]),
         p(4, 3, ["python", "t.py"]),
     ]
     assert roles((2, 3, 4), procs, {}, SCRIPT) == [

@@ -7,7 +7,8 @@ not UTF-8 and the real ``/proc`` as the default.
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 
 from pvegpu.probes import training_held as th
 
@@ -79,8 +80,13 @@ def test_a_command_line_that_is_not_utf8_is_read_with_replacements(tmp_path):
 
 
 def test_the_real_proc_is_read_by_default():
-    with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
-        argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
-    assert len(argv) >= 2, argv  # the interpreter and what it runs (pytest, mutmut)
-    matcher = {"script": argv[1], "pythons": [argv[0]]}
-    assert os.getpid() in th.training_pids(matcher)
+    # a child with a known command line (pytest's own may be retitled by xdist)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        matcher = {"script": "-c", "pythons": [sys.executable]}
+        assert child.pid in th.training_pids(matcher)
+    finally:
+        child.stdin.close()
+        child.wait()
