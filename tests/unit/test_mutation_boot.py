@@ -46,3 +46,24 @@ def test_a_template_variable_left_unset_fails_instead_of_rendering_empty(tmp_pat
 
 def test_persistenced_unit_written_when_no_unit_file_is_reported():
     assert manages_persistenced({})
+
+
+def test_persistenced_left_alone_names_every_outside_pid_and_an_admins_unit():
+    from pvegpu.plan.boot import persistenced_left_alone
+
+    assert persistenced_left_alone({"persistenced": {"outside_pids": [812, 813]}}) == (
+        "nvidia-persistenced already runs outside systemd (pid 812, 813): left alone (pvegpu "
+        "neither writes nor starts nvidia-persistenced.service)"
+    )
+    assert persistenced_left_alone({"persistenced": {"outside_pids": [], "unit_ours": False}}) == (
+        "/etc/systemd/system/nvidia-persistenced.service is not pvegpu's (no pvegpu marker on its "
+        "first line): left alone (never rewritten, enabled or started by pvegpu)"
+    )
+    assert persistenced_left_alone({"persistenced": {"unit_ours": None}}) is None
+    assert persistenced_left_alone({}) is None
+
+
+def test_the_fabric_wait_runs_the_default_nvidia_smi():
+    unit = render_uvm_unit([0, 1], fabric=True)
+    assert "/usr/bin/nvidia-smi " in unit
+    assert "/usr/bin/nvidia-smi " not in render_uvm_unit([0, 1])
