@@ -26,6 +26,7 @@ from pvegpu.plan.venvs import drift
 from pvegpu.settings import Settings, defaults
 from sim.index import PackageIndex
 from sim.wheels import build_torch_wheels, build_wheel
+from tests.unit.mutmut_state import instrumented_by_mutmut
 
 UV = uv_package.find_uv_bin()
 
@@ -327,6 +328,7 @@ def test_sync_requires_a_hash_for_every_entry(box):
     assert "filelock" not in box.installed(py)
 
 
+@pytest.mark.skipif(instrumented_by_mutmut(), reason="sources instrumented by mutmut")
 def test_reachability_checks_send_credentials_from_the_netrc_not_the_url(wheelhouse, tmp_path):
     """The container's check (REACH, via $NETRC) and the controller's (index_problem) against an
     index that needs basic auth: no token in their argv or in a host name to resolve; a wrong

@@ -12,6 +12,7 @@ from pvegpu.locks.credentials import site_opener
 from pvegpu.plan.uv_commands import CA_BUNDLE, reach_command, uv_env
 from pvegpu.settings import Settings, SettingsError, defaults
 from sim.tls import private_ca
+from tests.unit.mutmut_state import instrumented_by_mutmut
 
 
 def settings(tmp_path, **over):
@@ -141,6 +142,7 @@ def container_reach(env: dict, *urls: str):
     return run.returncode, run.stderr
 
 
+@pytest.mark.skipif(instrumented_by_mutmut(), reason="sources instrumented by mutmut")
 @pytest.mark.parametrize("no_proxy", ["127.0.0.0/8", "localhost,127.0.0.1/32", "*"])
 def test_the_container_side_checks_read_no_proxy_as_uv_does(loopback_index, no_proxy):
     """uv reads NO_PROXY with CIDR blocks; urllib's own bypass matches names only, so a CIDR

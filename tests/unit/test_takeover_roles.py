@@ -136,3 +136,26 @@ def test_restart_hint_runs_a_hand_started_training_from_the_root_when_its_cwd_is
         "pct exec 201 -- sh -c 'cd / && nohup python t.py --resume >/dev/null 2>&1 &'"
     )
     assert restart_hint(201, t, "") == restart_hint(201, t, None)
+
+
+def test_two_members_naming_each_other_as_parent_end_the_walk():
+    """A parent loop (20 <-> 21, a reused pid caught mid-read) above the worker: roles() ends and
+    the trainer is still the worker (a loop once hung the takeover's planning)."""
+    from pvegpu.plan.takeover import roles
+
+    procs = [
+        {"pid": 20, "ppid": 21, "argv": ["bash", "a.sh"], "start": 1},
+        {"pid": 21, "ppid": 20, "argv": ["bash", "run.sh"], "start": 2},
+        {"pid": 30, "ppid": 20, "argv": ["python", "/data/t.py"], "start": 3},
+    ]
+    found = {r["pid"]: r["role"] for r in roles((20, 21, 30), procs, {}, "/data/t.py")}
+    assert found[30] == "worker"
+    assert set(found) == {20, 21, 30}
+
+
+def test_neighbours_unknown_says_the_nodes_gpu_processes_could_not_be_read():
+    from pvegpu.plan.running_training import UNKNOWN, neighbours
+
+    (t,) = neighbours(200, {"gpus": [{"index": 0, "uuid": "GPU-a"}], "compute_apps": None}, [0])
+    assert t.kind == UNKNOWN
+    assert t.reason.startswith("the node's GPU processes could not be read"), t.reason

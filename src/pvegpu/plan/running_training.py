@@ -146,6 +146,13 @@ def _command(argv, fallback: str) -> str:
     return " ".join(argv) if isinstance(argv, list) and argv else fallback
 
 
+#: Why a node's GPU processes are unknown (its compute-apps query failed).
+NODE_APPS_UNREAD = (
+    "the node's GPU processes could not be read (`nvidia-smi --query-compute-apps=pid` on the "
+    "node failed)"
+)
+
+
 def unreadable(vmid: int, ct: dict, node: dict) -> list[str]:
     """What of a running container's state could not be read (empty: all of it was).
 
@@ -173,10 +180,7 @@ def unreadable(vmid: int, ct: dict, node: dict) -> list[str]:
             f"({ct.get('processes_error') or 'no list'})"
         )
     if node.get("compute_apps") is None:
-        why.append(
-            "the node's GPU processes could not be read (`nvidia-smi --query-compute-apps=pid` "
-            "on the node failed)"
-        )
+        why.append(NODE_APPS_UNREAD)
     return why
 
 
@@ -303,7 +307,7 @@ def neighbours(vmid: int, node: dict, gpus) -> list[Trainer]:
     ['pid 7, under CT 201 (train.service)']
     """
     if node.get("compute_apps") is None:
-        return [Trainer(None, "?", "?", kind=UNKNOWN, reason=unreadable(vmid, {}, node)[-1])]
+        return [Trainer(None, "?", "?", kind=UNKNOWN, reason=NODE_APPS_UNREAD)]
     index = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
     found: dict[int, Trainer] = {}
     for app in node.get("compute_apps") or []:

@@ -64,8 +64,10 @@ def roles(
     workers = set()
     for s in seeds - launchers:
         parent = by_pid.get(int(by_pid[s].get("ppid") or 0))
-        under_worker = False
-        while parent is not None and int(parent["pid"]) in below:
+        under_worker, seen = False, set()
+        # a pid read twice (a parent loop: a reused pid caught mid-read) ends the walk
+        while parent is not None and int(parent["pid"]) in below and parent["pid"] not in seen:
+            seen.add(parent["pid"])
             if int(parent["pid"]) in seeds - launchers:
                 under_worker = True
                 break
