@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from pvegpu.probes import training_held as th
 
@@ -85,6 +86,13 @@ def test_the_real_proc_is_read_by_default():
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
     try:
+        # bounded wait until the child's command line is its own (read before the interpreter
+        # has finished its exec, it may still be pytest's)
+        for _ in range(100):
+            with open(f"/proc/{child.pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [sys.executable.encode(), b"-c"]:
+                    break
+            time.sleep(0.05)
         matcher = {"script": "-c", "pythons": [sys.executable]}
         assert child.pid in th.training_pids(matcher)
     finally:
