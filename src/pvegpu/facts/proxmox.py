@@ -46,10 +46,11 @@ class NodeState(ProbeFact):
       code's paths on the node, checked by the preflight in the same read);
     - ``data_dir_places``: for each of ``data_dirs`` (every data_dir_node of the node's hosts),
       whether its parent exists and whether it (or that parent) is on the root filesystem;
-    - ``containers[<vmid>]["processes"]`` ("full", running only): the container's processes
-      running ``training_script`` (node pid, argv, cgroup, pgid), and ``memory_current`` (bytes
-      its cgroup uses, cgroup v2, else None); ``live["build_present"]``: ``build_dir`` (the
-      selected venv build) exists in it;
+    - ``containers[<vmid>]["processes"]`` ("full", running only): every process of the
+      container (node pid, ppid, pgid, session, state, start time, its pid in the container,
+      argv, cwd, cgroup; None with ``processes_error`` when the scan failed), and
+      ``memory_current`` (bytes its cgroup uses, with ``memory_cgroup`` "v2" or "v1");
+      ``live["build_present"]``: ``build_dir`` (the selected venv build) exists in it;
     - ``fabric`` (each GPU's NVSwitch fabric state and status), ``nvswitches`` (the NVSwitch
       devices /proc/driver/nvidia-nvswitch lists), ``fabricmanager_version`` (on a fabric only),
       ``storages`` (`pvesm status
