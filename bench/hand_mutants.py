@@ -196,9 +196,9 @@ MUTANTS = [
     ),
     HandMutant(
         "stop-probe-start-field",
-        "src/pvegpu/probes/training_stop.py",
-        "return int(fields[19])",
-        "return int(fields[20])",
+        "src/pvegpu/probes/ct_processes.py",
+        '"start": int(fields[19]),',
+        '"start": int(fields[20]),',
         "a wrong /proc/<pid>/stat field (23, vsize, for 22, starttime): no member is ever "
         "the same process, nothing is signalled and the takeover reports success",
         ("tests/unit/test_stop_probe.py",),

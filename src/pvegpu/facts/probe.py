@@ -27,6 +27,7 @@ PRELUDE_IMPORT = re.compile(r"^from pvegpu\.probes\.prelude import [\w, ]+(#.*)?
 PRELUDES = {
     "node_state": ("ct_view", "ct_processes", "node_site"),
     "verification": ("training_held",),
+    "training_stop": ("ct_processes",),  # /proc/<pid>/stat read as the node probe reads it
 }
 
 

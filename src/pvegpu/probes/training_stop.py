@@ -1,6 +1,7 @@
 # Action script (not a read-only probe): on the Proxmox NODE, stop one recognised training of a
 # container gracefully and whole, with consent (restart_training=true). Runs with the node's system
-# python3 (stdlib only). ARGS (a JSON string) is prepended (pvegpu.plan.takeover.stop_args):
+# python3 (stdlib only), after probes/ct_processes.py (/proc/<pid>/stat read as the node probe reads
+# it). ARGS (a JSON string) is prepended (pvegpu.plan.takeover.stop_args):
 # {"vmid": 200, "members": [{"pid": 4242, "start": 123456, "role": "launcher|worker|helper"}],
 #  "unit": "train.service" or null, "timeout_s": 900, "log": "/var/log/pvegpu/...log",
 #  "gpus": [0, 1], "command": "torchrun ..."}
@@ -29,13 +30,7 @@ GRACE_S = 15  # what a launcher or wrapper gets once its workers are gone
 
 def start_time(pid):
     """Field 22 of /proc/<pid>/stat, None when gone or a zombie (its exit already happened)."""
-    stat = read(f"/proc/{pid}/stat")
-    if not stat or ")" not in stat:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
-        return None
-    return int(fields[19])
+    return (proc_fields(pid) or {}).get("start")  # noqa: F821 (probes/ct_processes.py)
 
 
 def alive(member):
