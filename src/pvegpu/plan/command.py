@@ -6,7 +6,7 @@ the build's training settings file (``plan.unit.BUILD_ENV``) as one ``set --`` l
 argument quoted for sh, so no value is ever split or interpreted by systemd or the shell.
 
 >>> c = ("{script}", "--gpus", "{gpus}", "--tb={token_budget}", "{resume_flag}")
->>> command_argv(c, values(script="/d/t.py", gpus="0,1", token_budget=48, resume=False))
+>>> command_argv(c, {"script": "/d/t.py", "gpus": "0,1", "token_budget": 48, "resume": False})
 ['/d/t.py', '--gpus', '0,1', '--tb=48']
 """
 
@@ -21,11 +21,6 @@ from ..settings.command import fields_of
 PLAIN_RE = re.compile(r"[\w@%+=:,./{}-]+")
 #: The shell fragment {python} becomes: ``$b`` is the build the unit resolved when it started.
 PYTHON_WORD = '"$b/bin/python"'
-
-
-def values(**kw) -> dict[str, object]:
-    """Placeholder values (strings), ``resume`` as a bool (for tests and docs)."""
-    return {k: v if isinstance(v, bool) else str(v) for k, v in kw.items()}
 
 
 #: The torch launcher, one node, a local rendezvous (torch/distributed/run.py: --standalone is
