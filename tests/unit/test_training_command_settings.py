@@ -190,6 +190,23 @@ def test_training_env_is_exported_quoted_and_may_not_change_what_pvegpu_sets(tmp
     ]
 
 
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("a\tb", "tab"),
+        ("a\rb", "CR"),
+        ("a\nb", "newline"),
+        ("a\0b", "NUL"),
+        ("a\x1bb", "0x1b"),
+        ("a\t\tb\r", "tab, CR"),
+    ],
+)
+def test_a_control_character_in_training_env_is_refused_at_preflight(value, words):
+    assert refusal(training_env={"MY_FLAGS": value}) == [
+        f"training_env['MY_FLAGS'] holds a control character ({words}): remove it"
+    ]
+
+
 def test_a_changed_command_is_a_pending_restart_like_any_change_of_what_a_start_runs():
     s = settings()
     unit, env = render_unit(s), render_build_env(s)

@@ -139,6 +139,23 @@ def env_problems(env: Mapping) -> list[str]:
             errs.append(f"training_env sets {name}, which pvegpu sets: {RESERVED_ENV[name]}")
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             errs.append(f"training_env[{name!r}]={value!r} must be a string: quote it")
-        elif "\0" in str(value) or "\n" in str(value):
-            errs.append(f"training_env[{name!r}] holds a newline or NUL: remove it")
+        elif bad := control_chars(str(value)):
+            errs.append(f"training_env[{name!r}] holds {bad}: remove it")
     return errs
+
+
+def control_chars(value: str) -> str:
+    """The control characters in ``value`` in words ('' when none): a tab or CR in an exported
+    value is refused like a newline, since the build's settings file and the venv switch's
+    checks take it line by line.
+
+    >>> control_chars("a\\tb\\r")
+    'a control character (tab, CR)'
+    >>> control_chars("a b $x")
+    ''
+    """
+    names = {"\0": "NUL", "\n": "newline", "\t": "tab", "\r": "CR"}
+    found = [names.get(c, f"0x{ord(c):02x}") for c in value if ord(c) < 0x20 or ord(c) == 0x7F]
+    if not found:
+        return ""
+    return f"a control character ({', '.join(dict.fromkeys(found))})"
