@@ -241,6 +241,7 @@ def install(state, root, cfg):
     put(os.path.join(HERE, "enter.py"), "/usr/lib/pve-sim/enter.py", 0o644)
     put(os.path.join(HERE, "simctl.py"), "/usr/lib/pve-sim/simctl.py", 0o644)
     put(os.path.join(HERE, "pvelxc.py"), "/usr/lib/pve-sim/pvelxc.py", 0o644)
+    put(os.path.join(HERE, "debarchive.py"), "/usr/lib/pve-sim/debarchive.py", 0o644)
     put(os.path.join(HERE, "ctsystemd.py"), "/usr/lib/pve-sim/ctsystemd.py", 0o644)
 
     gpu = R("/var/lib/pve-sim/gpu")

@@ -594,6 +594,25 @@ def test_a_container_without_the_compile_toolchain_fails_verification(toolchain,
     assert run().ok  # gcc and Python.h: no problem
 
 
+def test_a_toolchain_install_that_waits_for_a_training_is_a_warning_not_a_failure():
+    """Where the archive has only a newer libpython3.X-dev, the install waits for the training
+    running on that python (the deploy said so): the container lacks Python.h, the new build is
+    fine, the run ends true with the wait named; another container's wait changes nothing."""
+    ct = ct_facts()
+    ct["toolchain"] = {"cc": "/usr/bin/gcc", "python": "python3.11", "python_h": False}
+    wait = (
+        "CT 200: apt-get install libpython3.11-dev (CT 200's apt sources have no "
+        "libpython3.11-dev of its installed python3.11: ...) waits for the running training"
+    )
+    v = run(ct=ct, waiting=(wait,))
+    assert v.ok and any(wait in w for w in v.warnings), v.warnings
+    other = wait.replace("CT 200: ", "CT 201: ", 1)
+    assert checks_of(run(ct=ct, waiting=(other,))) == ["torch.compile toolchain"]
+    assert checks_of(run(ct=ct, waiting=("CT 200: the venv switch waits for x",))) == [
+        "torch.compile toolchain"
+    ]
+
+
 def test_a_triton_that_links_with_lcuda_needs_the_libcuda_so_link():
     """Triton compiles a launcher for every new kernel signature while the training runs; before
     triton-lang/triton pull 8668 (3.6) it links them with -lcuda, which needs libcuda.so."""

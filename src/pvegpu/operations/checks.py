@@ -196,6 +196,7 @@ def verified(settings: Settings):
         unit=unit_file(settings.training),
         # deploy.py's training unit stage follows: a leftover it clears is a warning there
         deploying=run.mode == "deploy",
+        waiting=tuple(w for w in run.waiting.get(node_name, []) if w.startswith(f"CT {vmid}: ")),
     )
     # Print at execution; verify.py also prints in its preview (without -y), so the verdict shows
     # before pyinfra asks to go on.

@@ -10,6 +10,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from ..facts.toolchain import ToolchainArchive
 from ..plan.installer_tools import (
     install_kmod_script,
     missing_installer_line,
@@ -17,7 +18,14 @@ from ..plan.installer_tools import (
     plan_tools,
 )
 from ..plan.running_training import others
-from ..plan.toolchain import install_toolchain_script, toolchain_lacks, toolchain_packages
+from ..plan.toolchain import (
+    dev_package,
+    install_toolchain_script,
+    pinned_in_archive,
+    toolchain_lacks,
+    toolchain_packages,
+    toolchain_wait_change,
+)
 from ..settings import GpuSettings, RunPolicy
 from .preview import show
 from .progress import Progress, with_progress
@@ -47,16 +55,32 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     packages = toolchain_packages(toolchain)
     if not packages:
         return
-    # no wait for a running training: libpython3.X-dev is pinned to the installed stdlib's
-    # version (install_toolchain_script), so the install never changes its interpreter
+    # unpinned, libpython3.X-dev upgrades python3.X to the archive's version: only where no
+    # training runs on it (a state that cannot be read counts as one); pinned where one runs,
+    # and Debian's archive keeps only the newest version, so the pin may not be there
+    trainers = running_here(host, vmid)
+    if trainers and not pinned_version_there(vmid, packages):
+        consent = bool(policy and policy.restart_training) and not any(t.ours for t in trainers)
+        wait_for(host, vmid, toolchain_wait_change(vmid, packages), trainers, consent)
+        return
     line = (
         f"CT {vmid} lacks {toolchain_lacks(toolchain)}, which torch.compile (Triton) needs: "
         f"installing {' '.join(packages)} from the container's apt sources"
     )
     show(f"installs (apt) in CT {vmid}: {' '.join(packages)}", [line])
     yield note(line)
-    script = install_toolchain_script(vmid, packages)
+    script = install_toolchain_script(vmid, packages, pinned=bool(trainers))
     yield StringCommand(f"pct exec {vmid} -- sh -c {shlex.quote(script)}")
+
+
+def pinned_version_there(vmid: int, packages: list[str]) -> bool:
+    """Whether CT ``vmid``'s apt sources have ``libpython3.X-dev`` at its installed python's
+    version (True when ``packages`` holds no libpython3.X-dev: gcc alone changes no python)."""
+    dev = dev_package(packages)
+    if dev is None:
+        return True
+    found = host.get_fact(ToolchainArchive, vmid=vmid, dev=dev, _ignore_errors=True)
+    return pinned_in_archive(found)
 
 
 @operation()

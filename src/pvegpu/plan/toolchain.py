@@ -15,6 +15,10 @@ from __future__ import annotations
 import re
 import shlex
 
+#: How the toolchain install that waits for a training begins (its waiting line: verification
+#: reads it).
+TOOLCHAIN_INSTALL = "apt-get install "
+
 
 def toolchain_packages(toolchain: dict | None) -> list[str]:
     """The Debian packages a container's ``toolchain`` view lacks ([] when complete or unread):
@@ -42,23 +46,35 @@ def toolchain_lacks(toolchain: dict) -> str:
     return " and ".join(lacks)
 
 
-def install_toolchain_script(vmid: int, packages: list[str]) -> str:
+def dev_package(packages: list[str]) -> str | None:
+    """The ``libpython3.X-dev`` among ``packages`` (None: none).
+
+    >>> dev_package(["gcc", "libpython3.11-dev"])
+    'libpython3.11-dev'
+    """
+    return next((p for p in packages if re.fullmatch(r"libpython3\.\d+-dev", p)), None)
+
+
+def install_toolchain_script(vmid: int, packages: list[str], pinned: bool = False) -> str:
     """A sh script for inside the container: ``packages`` from its own apt sources,
     non-interactive; on failure one line on stderr with apt's first error or warning, exit 1.
 
-    ``libpython3.X-dev`` is pinned to the installed ``libpython3.X-stdlib``'s version: it depends
-    on exactly its own version of the stdlib (Debian's control file: ``libpython3.X-stdlib (=
-    ${binary:Version})``), so an unpinned install may upgrade the stdlib under a running
-    training's interpreter; pinned, it never does (apt fails instead when the mirror lacks that
-    version), and the install needs no wait for a training.
+    ``pinned`` (a training runs there): ``libpython3.X-dev`` at the installed
+    ``libpython3.X-stdlib``'s version. It depends on exactly its own version of the stdlib
+    (Debian's control file: ``libpython3.X-stdlib (= ${binary:Version})``), so unpinned it
+    upgrades python3.X to the archive's version, which is right when nothing runs on it and
+    wrong under a running interpreter. Debian's archive keeps only the newest version, so the
+    caller checks that the pinned one is there first (``facts.toolchain.ToolchainArchive``).
 
     >>> "install -y --no-install-recommends gcc" in install_toolchain_script(200, ["gcc"])
     True
-    >>> s = install_toolchain_script(200, ["libpython3.11-dev"])
+    >>> s = install_toolchain_script(200, ["libpython3.11-dev"], pinned=True)
     >>> "dpkg-query -W -f='${Version}' libpython3.11-stdlib" in s and '"libpython3.11-dev$v"' in s
     True
+    >>> "dpkg-query" in install_toolchain_script(200, ["libpython3.11-dev"])
+    False
     """
-    dev = next((p for p in packages if re.fullmatch(r"libpython3\.\d+-dev", p)), None)
+    dev = dev_package(packages) if pinned else None
     names = " ".join(shlex.quote(p) for p in packages if p != dev)
     pin = ""
     if dev:
@@ -79,4 +95,33 @@ def install_toolchain_script(vmid: int, packages: list[str]) -> str:
         "2>&1 ) || { err=$(printf '%s\\n' \"$out\" | grep -m1 -E '^[EW]: '); "
         f"printf '%s (%s): %s\\n' {shlex.quote(what)} \"${{err:-apt-get failed}}\" "
         f"{shlex.quote(fix)} >&2; exit 1; }}"
+    )
+
+
+def pinned_in_archive(found: dict | None) -> bool:
+    """Whether the archive read (``facts.toolchain.ToolchainArchive``) has the installed
+    version; False when it could not be read (fail closed: the install would fail).
+
+    >>> pinned_in_archive({"installed": "3.11.2-6+deb12u7", "archive": ["3.11.2-6+deb12u8"]})
+    False
+    >>> pinned_in_archive({"installed": "3.11.2-6+deb12u8", "archive": ["3.11.2-6+deb12u8"]})
+    True
+    """
+    if not found or not found.get("installed"):
+        return False
+    return found["installed"] in found.get("archive", [])
+
+
+def toolchain_wait_change(vmid: int, packages: list[str]) -> str:
+    """The toolchain install that waits for a training, in words: the archive has only a newer
+    libpython3.X-dev, which would upgrade the training's python3.X under it.
+
+    >>> toolchain_wait_change(200, ["gcc", "libpython3.11-dev"])[:60]
+    "apt-get install gcc libpython3.11-dev (CT 200's apt sources "
+    """
+    dev = dev_package(packages) or "libpython3-dev"
+    python = dev.removeprefix("lib").removesuffix("-dev")
+    return (
+        f"{TOOLCHAIN_INSTALL}{' '.join(packages)} (CT {vmid}'s apt sources have no {dev} of its "
+        f"installed {python}: a newer one would upgrade {python} under the training)"
     )

@@ -58,6 +58,7 @@ class Inputs:
     lock_source: str | None = None
     unit: str | None = None
     deploying: bool = False
+    waiting: tuple[str, ...] = ()
 
     @cached_property
     def torch_wanted(self) -> str:

@@ -47,6 +47,7 @@ def verify(
     lock_source: str | None = None,
     unit: str | None = None,
     deploying: bool = False,
+    waiting: tuple[str, ...] = (),
 ) -> Verdict:
     """Compare one container's facts and its node's with the settings.
 
@@ -54,14 +55,15 @@ def verify(
     training process on a training GPU (:func:`~pvegpu.verification.processes.cleared_at_start`)
     that stage will clear (the unit is not running, or a pending restart is asked for) is then a
     warning, and its memory counts as free; verify.py (read-only) reports it as a problem whose
-    fix is to run deploy.py.
+    fix is to run deploy.py. ``waiting``: this run's lines of the changes to this container that
+    wait for a training (a toolchain install among them makes its absence a warning).
 
     >>> from pvegpu.settings import defaults
     >>> v = verify(Settings.from_data(defaults()), {}, {}, where="CT 200 on n1", vmid=200)
     >>> [p.check for p in v.problems]
     ['node facts', 'container facts']
     """
-    f = Inputs(settings, node, ct, vmid, node_name, lock, lock_source, unit, deploying)
+    f = Inputs(settings, node, ct, vmid, node_name, lock, lock_source, unit, deploying, waiting)
     v = Verdict(where)
     for check in CHECKS:
         check(v, f)

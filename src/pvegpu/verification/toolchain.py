@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..plan.toolchain import TOOLCHAIN_INSTALL
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
@@ -69,6 +70,12 @@ def check_toolchain(v: Verdict, f: Inputs) -> None:
     if not ct.get("present") or not isinstance(tc, dict):
         return
     if tc.get("cc") and tc.get("python_h"):
+        return
+    waits = [w for w in f.waiting if w.startswith(f"CT {f.vmid}: {TOOLCHAIN_INSTALL}")]
+    if waits:
+        # the install waits for the training running on this python (this run said so): the
+        # build is fine, the container gets its toolchain once that training is gone
+        v.warnings.append(f"{toolchain_text(tc)}: {waits[0]}")
         return
     v.problems.append(
         Problem(
