@@ -1,4 +1,4 @@
-"""Issue 11's table, the rows about settings: each bad value is refused with one line naming it,
+"""The rows about settings: each bad value is refused with one line naming it,
 before any change to the node or the container (the sim's tree digest, which covers the node's
 data dir and the container, is unchanged; on a deployed node the training keeps its InvocationID),
 and never with a traceback. A unit that systemd-analyze rejects is refused the same way."""
@@ -46,6 +46,11 @@ DEPLOYED_ROWS = [
     ),
     (["data_dir_ct=/root"], "data_dir_ct='/root' is a system directory of the container"),
     (["data_dir_node=/etc"], "data_dir_node='/etc' is a system directory of the node"),
+    # a tab passed the preflight and aborted the whole run at the venv switch (JSON's "\t")
+    (
+        ['training_env={"MY_FLAGS": "a\\tb"}', "restart_training=true"],
+        "training_env['MY_FLAGS'] holds a control character (tab): remove it",
+    ),
 ]
 
 
