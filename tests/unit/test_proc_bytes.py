@@ -13,7 +13,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pvegpu.plan.running_training import TRAINING, running_training
 from pvegpu.probes import prelude
+from pvegpu.probes import training_held as th
 from tests.unit.test_probe_side_by_side import run_probe
 
 NAME = b"caf\xe9.txt"  # "café.txt" as a Latin-1 file system names it
@@ -58,10 +60,28 @@ def test_a_live_process_with_a_latin1_argument_has_its_argv_read():
     assert prelude.proc_argv(pid) is None  # gone (reaped above)
 
 
+def test_a_training_with_a_latin1_argument_is_still_recognised():
+    """Each argument is decoded on its own: a Latin-1 byte in a later one leaves the python and
+    the script, on which the node (controller) and the container (verification) recognise it."""
+    argv = prelude.split_argv(b"/root/venv/bin/python\0/data/t.py\0--data\0" + NAME + b"\0")
+    assert argv == ["/root/venv/bin/python", "/data/t.py", "--data", READ]
+    session = "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope"
+    ct = {
+        "exists": True,
+        "status": "running",
+        "live": {"unit_active": "inactive", "units": []},
+        "processes": [{"pid": 4242, "ppid": 1, "argv": argv, "cwd": "/", "cgroup": session}],
+    }
+    [t] = running_training(200, ct, {"compute_apps": []}, "t.service", {"script": "/data/t.py"})
+    assert (t.kind, t.named) == (TRAINING, "pid 4242, started by hand")
+    matcher = {"script": "/data/t.py", "pythons": ["/root/venv/bin/python"]}
+    assert th.is_training_argv(argv, matcher)
+
+
 FAKE_SMI = """#!/bin/sh
 case "$1" in
   --query-gpu=index,*) echo "0, NVIDIA H200, GPU-a, 143771, 00000000:18:00.0, 580.95.05" ;;
-  --query-compute-apps=*) echo "{pid}, 1000, GPU-a, {python}" ;;
+  --query-compute-apps=*) printf '%s, 1000, GPU-a, /opt/caf\\351/python\\n' {pid} ;;
   *) exit 2 ;;
 esac
 """
@@ -74,12 +94,17 @@ def test_the_node_probe_lists_a_gpu_process_whose_argv_is_not_utf8(tmp_path):
     bindir.mkdir()
     with process(sys.executable, "-c", SLEEP, NAME) as pid:
         smi = bindir / "nvidia-smi"
-        smi.write_text(FAKE_SMI.format(pid=pid, python=sys.executable))
+        smi.write_text(FAKE_SMI.format(pid=pid))
         smi.chmod(0o755)
         env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
         doc = run_probe("node_state", {"vmids": [], "data_dir": str(tmp_path)}, env)
-    assert [(a["pid"], a["argv"], a["cmdline"]) for a in doc["compute_apps"]] == [
-        (pid, [sys.executable, "-c", SLEEP, READ], f"{sys.executable} -c {SLEEP} {READ}")
+    assert [(a["pid"], a["argv"], a["cmdline"], a["name"]) for a in doc["compute_apps"]] == [
+        (
+            pid,
+            [sys.executable, "-c", SLEEP, READ],
+            f"{sys.executable} -c {SLEEP} {READ}",
+            "/opt/caf\\xe9/python",  # nvidia-smi's output is decoded the same way
+        )
     ]
     assert doc["persistenced"]["outside_pids"] == []
 

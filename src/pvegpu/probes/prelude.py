@@ -9,6 +9,9 @@ import subprocess
 #: Read-only commands started at once by start_early (they run side by side); run() of the same
 #: argv collects the started process instead of starting another.
 STARTED: dict = {}
+#: How a command's output is decoded: UTF-8, a byte that is not as \xNN (as_text below), so a
+#: file or process name in another encoding in what it prints never fails the probe.
+TEXT = {"encoding": "utf-8", "errors": "backslashreplace"}
 
 
 def start_early(*argvs, env=None):
@@ -17,7 +20,7 @@ def start_early(*argvs, env=None):
     for argv in argvs:
         try:
             STARTED[tuple(argv)] = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **TEXT
             )
         except OSError:
             pass
@@ -36,7 +39,7 @@ def run(argv, timeout=120, env=None):
             return 124, "", f"{argv[0]}: timed out after {timeout} s"
         return proc.returncode, out, err
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, **TEXT)
     except OSError:
         return 127, "", f"{argv[0]}: not found"
     except subprocess.TimeoutExpired:
