@@ -62,7 +62,11 @@ def as_text(data):
 def read(path):
     r"""The text of ``path`` (UTF-8, another byte as ``\xNN``: :func:`as_text`; never the
     locale's codec, whose strict decoding raises on such a byte), or None when it cannot be
-    read."""
+    read.
+
+    >>> read("/nonexistent") is None
+    True
+    """
     try:
         with open(path, encoding="utf-8", errors="backslashreplace") as f:
             return f.read()
@@ -71,7 +75,11 @@ def read(path):
 
 
 def read_bytes(path):
-    """The bytes of ``path``, or None when it cannot be read."""
+    """The bytes of ``path``, or None when it cannot be read.
+
+    >>> read_bytes("/nonexistent") is None
+    True
+    """
     try:
         with open(path, "rb") as f:
             return f.read()
