@@ -4,6 +4,7 @@ the pid in the container, cgroup and cwd, read from a fake /proc in tmp_path (is
 
 from __future__ import annotations
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -38,15 +39,17 @@ def add(root, pid, *, cgroup, argv, cwd="/data/dflash", nspid=None, **stat):
 def probe(tmp_path):
     """The node probe's functions reading ``tmp_path/proc`` for ``/proc``."""
     p = probe_functions()
-    real_read = p["read"]
+    real_read, real_read_bytes = p["read"], p["read_bytes"]
 
     def moved(path: str) -> str:
         return str(tmp_path) + path if path.startswith("/proc") else path
 
     p["read"] = lambda path: real_read(moved(path))
+    p["read_bytes"] = lambda path: real_read_bytes(moved(path))
     p["os"] = SimpleNamespace(
         listdir=lambda path: os.listdir(moved(path)),
         readlink=lambda path: os.readlink(moved(path)),
+        fsencode=os.fsencode,
         path=os.path,
     )
     (tmp_path / "proc").mkdir()
@@ -109,3 +112,27 @@ def test_another_containers_read_does_not_list_these(probe, tmp_path):
     add(tmp_path, 300, cgroup=CT200, argv=["python", "t.py"])
     assert probe["container_processes"](20) == []
     assert probe["container_processes"](2) == []
+
+
+def test_a_process_whose_argv_cwd_and_name_are_not_utf8_is_listed(probe, tmp_path):
+    """A Latin-1 file name in its argv, its working directory and its program's name (comm, in
+    stat and status): listed with each such byte as ``\\xNN``, never a scan that fails (the
+    container's state would be unknown for as long as the process lives)."""
+    add(tmp_path, 300, cgroup=CT200, argv=["python3"], ppid=299)
+    d = tmp_path / "proc" / "300"
+    (d / "cmdline").write_bytes(b"python3\0-c\0import time\0caf\xe9.txt\0")
+    (d / "stat").write_bytes((d / "stat").read_bytes().replace(b"(python)", b"(caf\xe9)"))
+    (d / "status").write_bytes(b"Name:\tcaf\xe9\nNSpid:\t300\t7\n")
+    os.remove(d / "cwd")
+    os.symlink(b"/data/caf\xe9", os.fsencode(d / "cwd"))
+    processes, error = probe["container_processes_or_error"](200)
+    assert error is None
+    [p] = processes
+    assert (p["pid"], p["ppid"], p["ct_pid"], p["argv"], p["cwd"]) == (
+        300,
+        299,
+        7,
+        ["python3", "-c", "import time", "caf\\xe9.txt"],
+        "/data/caf\\xe9",
+    )
+    json.dumps(p).encode("utf-8")  # what the probe prints, and the controller can print

@@ -1,4 +1,5 @@
-"""One prelude for every probe (issue 13): the small run/read/mtime/digest helpers are defined in
+"""One prelude for every probe (issue 13): the small run/read/mtime/digest helpers (and the /proc
+byte readers: read_bytes, as_text, split_argv, proc_argv) are defined in
 pvegpu/probes/prelude.py only, and pvegpu.facts.probe sends it in front of each probe."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from pvegpu.facts.probe import probe_command, probe_source
 
-HELPERS = {"run", "read", "mtime", "digest"}
+HELPERS = {"run", "read", "read_bytes", "as_text", "split_argv", "proc_argv", "mtime", "digest"}
 PROBES = sorted(
     p.name[:-3]
     for p in resources.files("pvegpu.probes").iterdir()

@@ -21,8 +21,11 @@ from importlib import resources
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-#: A probe's import of the prelude's helpers: for readers and linters; the prelude itself is sent.
-PRELUDE_IMPORT = re.compile(r"^from pvegpu\.probes\.prelude import [\w, ]+(#.*)?\n", re.M)
+#: A probe's import of the prelude's helpers (on one line, or parenthesized over several): for
+#: readers and linters; the prelude itself is sent.
+PRELUDE_IMPORT = re.compile(
+    r"^from pvegpu\.probes\.prelude import (?:[\w, ]+|\([^)]*\)[ \t]*)(#.*)?\n", re.M
+)
 #: Probes that start with another probe file's functions (pvegpu is not installed where they run).
 PRELUDES = {
     "node_state": ("ct_view", "ct_processes", "node_site"),
@@ -33,10 +36,11 @@ PRELUDES = {
 
 def probe_source(name: str) -> str:
     """The probe's source as sent: the shared prelude (pvegpu/probes/prelude.py: ``run``,
-    ``start_early``, ``read``, ``mtime``, ``digest``) in front, in place of the probe's import of
-    it, then its ``PRELUDES``; a probe that deletes (calls ``remove_tree``) also gets the delete
-    guard's source (pvegpu/guard.py, plain Python), one that reaches an index (``site_urlopen``)
-    pvegpu/netrules.py. pvegpu is not installed where probes run.
+    ``start_early``, ``read``, ``read_bytes``, ``proc_argv``, ``mtime``, ``digest`` ...) in
+    front, in place of the probe's import of it, then its ``PRELUDES``; a probe that deletes
+    (calls ``remove_tree``) also gets the delete guard's source (pvegpu/guard.py, plain Python),
+    one that reaches an index (``site_urlopen``) pvegpu/netrules.py. pvegpu is not installed
+    where probes run.
 
     >>> "def run(" in probe_source("pollution") and "import pvegpu" not in probe_source("pollution")
     True

@@ -4,7 +4,7 @@
 import os
 import re
 
-from pvegpu.probes.prelude import read  # sent as the prelude
+from pvegpu.probes.prelude import as_text, proc_argv, read  # sent as the prelude
 
 
 def cfg_sections(text):
@@ -84,15 +84,15 @@ def container_processes(vmid):
         cgroup = read(f"/proc/{pid}/cgroup") or ""
         if not mine.search(cgroup) or "/lxc.monitor" in cgroup:
             continue
-        raw = read(f"/proc/{pid}/cmdline") or ""
+        argv = proc_argv(pid) or []
         fields = proc_fields(pid)
         if fields is None:
             continue
         try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
+            # the link's own bytes (fsencode undoes readlink's decoding), as the argv's
+            cwd = as_text(os.fsencode(os.readlink(f"/proc/{pid}/cwd")))
         except OSError:
             cwd = None
-        argv = raw.split("\0")[:-1] if raw else []
         found.append(dict(fields, pid=int(pid), argv=argv, cwd=cwd, cgroup=cgroup.strip()))
     return found
 

@@ -13,7 +13,15 @@
 import json
 import os
 
-from pvegpu.probes.prelude import STARTED, digest, mtime, read, run, start_early  # the prelude
+from pvegpu.probes.prelude import (  # sent as the prelude
+    STARTED,
+    digest,
+    mtime,
+    read,
+    read_bytes,
+    run,
+    start_early,
+)
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MARKER = ".pvegpu-build.json"
@@ -114,9 +122,11 @@ def users(root):
             except OSError:
                 pass
         try:
-            with open(f"{base}/maps") as f:
+            # bytes, decoded as readlink and realpath decode a path: a file name that is not
+            # UTF-8 neither raises here nor misses its match
+            with open(f"{base}/maps", "rb") as f:
                 for line in f:
-                    parts = line.split(None, 5)
+                    parts = os.fsdecode(line).split(None, 5)
                     if len(parts) == 6:
                         hit(pid, parts[5].strip())
         except OSError:
@@ -129,14 +139,10 @@ def users(root):
                     pass
         except OSError:
             pass
-        try:
-            with open(f"{base}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-            if argv0.startswith("/"):
-                # the venv dir the interpreter was started from (bin/python links out of it)
-                hit(pid, os.path.realpath(os.path.dirname(argv0)) + "/")
-        except OSError:
-            pass
+        argv0 = os.fsdecode((read_bytes(f"{base}/cmdline") or b"").split(b"\0", 1)[0])
+        if argv0.startswith("/"):
+            # the venv dir the interpreter was started from (bin/python links out of it)
+            hit(pid, os.path.realpath(os.path.dirname(argv0)) + "/")
     return {k: sorted(v) for k, v in found.items()}
 
 

@@ -7,6 +7,8 @@ import shlex
 import subprocess
 import sys
 
+from pvegpu.probes.prelude import TEXT  # sent as the prelude
+
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 # First line of every training unit pvegpu renders (pvegpu.plan.unit.UNIT_MARKER): units that
 # carry it under another name are earlier training_unit_names (a rename must not run two trainers).
@@ -132,7 +134,7 @@ def start_view(vmid, unit, reads, installer_tools=(), build_dir=None):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
+            **TEXT,  # a byte that is not UTF-8 in what the container prints never fails the view
         )
     except FileNotFoundError:
         return None

@@ -4,7 +4,7 @@
 import os
 import re
 
-from pvegpu.probes.prelude import read, run  # sent as the prelude
+from pvegpu.probes.prelude import as_text, read, read_bytes, run  # sent as the prelude
 
 SMI_FABRIC = ["nvidia-smi", "--query-gpu=uuid,fabric.state,fabric.status", "--format=csv,noheader"]
 
@@ -90,8 +90,8 @@ def persistenced_outside_systemd():
     characters), leaving out containers' processes (PVE's /lxc/<vmid>/ cgroups)."""
     found = []
     for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
-        raw = read(f"/proc/{pid}/cmdline")
-        if not raw or os.path.basename(raw.split("\0")[0]) != "nvidia-persistenced":
+        raw = read_bytes(f"/proc/{pid}/cmdline")  # bytes: any argv, UTF-8 or not, is read
+        if not raw or os.path.basename(as_text(raw.split(b"\0")[0])) != "nvidia-persistenced":
             continue
         cgroup = read(f"/proc/{pid}/cgroup") or ""
         if "/lxc/" in cgroup or "/nvidia-persistenced.service" in cgroup:

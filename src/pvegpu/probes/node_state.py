@@ -25,7 +25,15 @@ import os
 import re
 import shutil
 
-from pvegpu.probes.prelude import STARTED, read, run, start_early  # sent as the prelude
+from pvegpu.probes.prelude import (  # sent as the prelude
+    STARTED,
+    as_text,
+    read,
+    read_bytes,
+    run,
+    split_argv,
+    start_early,
+)
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 UNIT_DIRS = (
@@ -156,19 +164,20 @@ def compute_apps():
     for line in out.strip().splitlines():
         cells = [c.strip() for c in line.split(",", 3)]
         if len(cells) == 4 and cells[0].isdigit():
-            raw = read(f"/proc/{cells[0]}/cmdline")
+            # bytes: an argument that is not UTF-8 (a Latin-1 file name) is a process to list
+            raw = read_bytes(f"/proc/{cells[0]}/cmdline")
             if not raw and exiting(cells[0]):
                 continue  # it exited since nvidia-smi listed it: its contexts go with it
-            cmdline = raw.replace("\0", " ").strip()
+            raw = raw or b""
             apps.append(
                 {
                     "pid": int(cells[0]),
                     "name": cells[3],
                     "gpu_uuid": cells[2],
                     "used_mib": int(cells[1]) if cells[1].isdigit() else None,
-                    "cmdline": cmdline,
+                    "cmdline": as_text(raw.replace(b"\0", b" ")).strip(),
                     # exact argv (the verify stage matches the training command on it)
-                    "argv": raw.split("\0")[:-1] if raw else [],
+                    "argv": split_argv(raw),
                     # whose it is: PVE's LXC layout, e.g. 0::/lxc/200/ns/system.slice/x.service
                     "cgroup": (read(f"/proc/{cells[0]}/cgroup") or "").strip(),
                 }

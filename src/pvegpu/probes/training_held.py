@@ -9,6 +9,8 @@
 # tests/unit/test_training_held.py; the controller's view: pvegpu.verification.training_gpus.
 import os
 
+from pvegpu.probes.prelude import split_argv  # sent as the prelude (probes/verification.py's)
+
 CONTEXT_FLOOR_MIB = 64  # MiB in use: below one context (hundreds), above an idle GPU (0-few)
 UNIT_RUNNING = ("active", "activating", "reloading", "deactivating")
 
@@ -32,12 +34,13 @@ def is_training_argv(argv, matcher):
 
 
 def training_pids(matcher, proc="/proc"):
-    """Pids of this container's processes that run the training command."""
+    """Pids of this container's processes that run the training command (argv decoded as the
+    node probe decodes it: the same process is a training, or not, in both)."""
     found = []
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
         try:
             with open(os.path.join(proc, name, "cmdline"), "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+                argv = split_argv(f.read())
         except OSError:
             continue  # not a process, or gone
         if name.isdigit() and is_training_argv(argv, matcher):

@@ -24,6 +24,8 @@ import signal
 import subprocess
 import time
 
+from pvegpu.probes.prelude import proc_argv, read  # sent as the prelude
+
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 MATCH = A["match"]
 
@@ -68,21 +70,10 @@ def cuda_numbers(rows):
     return {r[1]: number for number, r in enumerate(ranked)}
 
 
-def argv_of(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
-
-
 def other_container(pid):
     """The vmid of another container whose cgroup holds pid (PVE: /lxc/<vmid>/...), else None."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            text = f.read()
-    except OSError:
+    text = read(f"/proc/{pid}/cgroup")  # the prelude's: a byte that is not UTF-8 never raises
+    if text is None:
         return None
     m = re.search(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)", text, re.M)
     return m.group(1) if m and m.group(1) != str(A["vmid"]) else None
@@ -90,11 +81,7 @@ def other_container(pid):
 
 def in_unit(pid):
     """In this container's training unit's cgroup."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
+    lines = (read(f"/proc/{pid}/cgroup") or "").splitlines()
     return any(
         f"/lxc/{A['vmid']}/" in line and line.rstrip().endswith("/" + A["unit"]) for line in lines
     )
@@ -102,11 +89,7 @@ def in_unit(pid):
 
 def other_unit(pid):
     """The name of another service of this container whose cgroup holds pid, else None."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
+    lines = (read(f"/proc/{pid}/cgroup") or "").splitlines()
     for line in lines:
         path = line.rstrip().rsplit(":", 1)[-1]
         if f"/lxc/{A['vmid']}/" not in path + "/":
@@ -123,10 +106,10 @@ def is_training(pid):
 
 
 def alive(pid):
+    stat = read(f"/proc/{pid}/stat")  # comm (in it) is the program's file name: any bytes
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        return stat is not None and stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except IndexError:
         return False
 
 
@@ -184,7 +167,7 @@ for cells in apps:
     if gpu not in A["gpus"]:
         continue
     target = found if is_training(pid) else foreign
-    entry = target.setdefault(pid, {"pid": pid, "gpus": [], "argv": argv_of(pid) or []})
+    entry = target.setdefault(pid, {"pid": pid, "gpus": [], "argv": proc_argv(pid) or []})
     entry["gpus"].append(gpu)
 leftovers = sorted(found)
 if leftovers:

@@ -22,7 +22,7 @@ import os
 import signal
 import time
 
-from pvegpu.probes.prelude import read, run  # sent as the prelude
+from pvegpu.probes.prelude import proc_argv, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 GRACE_S = 15  # what a launcher or wrapper gets once its workers are gone
@@ -46,7 +46,7 @@ def log(member, sig):
         "role": member["role"],
         "signal": sig,
         "gpus": A.get("gpus") or [],
-        "argv": (read(f"/proc/{member['pid']}/cmdline") or "").split("\0")[:-1],
+        "argv": proc_argv(member["pid"]) or [],
         "by": "takeover",
     }
     try:
