@@ -152,8 +152,21 @@ CONFIG_KEYS = (
     "storages",
     "fabric_state",
     "fabric_status",
+    "fabric_fields",
     "nvswitches",
 )
+#: what real nvidia-smi prints for fabric.state in CSV (docs/real-tools.md): NVML's four states,
+#: a bare N/A (no fabric), [N/A] / [Not Supported] (a value it cannot give); None: N/A
+FABRIC_STATE_ANSWERS = (None, "Not Supported", "Not Started", "In Progress", "Completed")
+FABRIC_STATE_ANSWERS += ("N/A", "[N/A]", "[Not Supported]")
+
+
+def check_fabric_state(cfg: dict):
+    """Refuse a fabric.state the real tool never prints (a double that prints it would pass
+    tests no real node can)."""
+    if cfg.get("fabric_state") not in FABRIC_STATE_ANSWERS:
+        raise ValueError(f"fabric_state={cfg['fabric_state']!r}: nvidia-smi never prints it")
+
 
 # Paths (relative to an upper dir) that tree_digest ignores: logs, sim-private state, runtime bits.
 DIGEST_SKIP_NODE = (
@@ -385,6 +398,7 @@ class SimNode:
         storages=None,
         fabric_state=None,
         fabric_status=None,
+        fabric_fields=True,
         nvswitches=0,
         pools=("/tank",),
     ):
@@ -401,7 +415,9 @@ class SimNode:
         avail_kib, enabled, active}]; None: a fresh install's local + local-lvm, see
         sim/pvelxc.py DEFAULT_STORAGES). fabric_state/fabric_status: what nvidia-smi's
         `fabric.state`/`fabric.status` print for every GPU (None: `N/A`, a GPU without an
-        NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success").
+        NVSwitch fabric; e.g. "Not Started", "In Progress", "Completed" with "Success" or an
+        NVML error such as "Insufficient Resources", "Not Supported", "[N/A]"). fabric_fields:
+        False is a driver whose nvidia-smi predates the fabric.* fields (exit 2 for them).
         nvswitches: how many NVSwitch devices the nvidia-nvswitch module lists in
         /proc/driver/nvidia-nvswitch/devices/ (an HGX board; 0: none).
         pools: mount points of the node's storage pools, each a filesystem of its own (a ZFS
@@ -464,9 +480,11 @@ class SimNode:
             "storages": storages,
             "fabric_state": fabric_state,
             "fabric_status": fabric_status,
+            "fabric_fields": bool(fabric_fields),
             "nvswitches": int(nvswitches),
             "pools": [str(p) for p in pools],
         }
+        check_fabric_state(self.cfg)
         self._cgroups: list[Path] = []
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
@@ -856,6 +874,7 @@ LogLevel ERROR
         bad = set(changes) - set(CONFIG_KEYS)
         if bad:
             raise TypeError(f"unknown node settings: {sorted(bad)}")
+        check_fabric_state({**self.cfg, **changes})
         self.cfg.update(changes)
         for k in ("gpus", "gpu_memory_mib", "uvm_major", "caps_major"):
             self.cfg[k] = int(self.cfg[k])

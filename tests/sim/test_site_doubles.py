@@ -135,3 +135,37 @@ def test_nvidia_smi_prints_the_fabric_as_configured(node):
         assert node.run(query).stdout == "0, In Progress, N/A\n1, In Progress, N/A\n"
     finally:
         node.configure(fabric_state=None, fabric_status=None)
+
+
+def test_nvidia_smi_gives_every_fabric_answer_real_nodes_give(node):
+    """Real nodes print more than N/A and the three registration states: Not Supported (a
+    single-GPU H100/H200, some GB200 boards), [N/A] (a value the driver cannot give), Completed
+    with an NVML error as its status (a failed registration), and a driver older than the
+    fabric.* fields rejects them like any unknown field (exit 2, on stdout)."""
+    query = ["nvidia-smi", "--query-gpu=fabric.state,fabric.status", "--format=csv,noheader"]
+    answers = [
+        ("Not Supported", "Success"),
+        ("[N/A]", "[N/A]"),
+        ("Completed", "Insufficient Resources"),
+    ]
+    try:
+        for state, status in answers:
+            node.configure(fabric_state=state, fabric_status=status)
+            assert node.run(query).stdout == f"{state}, {status}\n" * 2
+        node.configure(fabric_state=None, fabric_status=None, fabric_fields=False)
+        old = node.run(query)
+        assert (old.returncode, old.stdout, old.stderr) == (
+            2,
+            'Field "fabric.state" is not a valid field to query.\n\n',
+            "",
+        )
+        help_text = node.run(["nvidia-smi", "--help-query-gpu"]).stdout
+        assert '"fabric.state"' not in help_text and '"uuid"' in help_text
+        uuids = ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"]
+        assert node.run(uuids).stdout.count("GPU-") == 2  # the driver's other fields still answer
+    finally:
+        node.configure(fabric_state=None, fabric_status=None, fabric_fields=True)
+    # a state the real tool never prints is refused, not simulated
+    with pytest.raises(ValueError, match="nvidia-smi never prints it"):
+        node.configure(fabric_state="Done")
+    assert node.run(query).stdout == "N/A, N/A\n" * 2
