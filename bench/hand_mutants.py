@@ -439,12 +439,15 @@ MUTANTS = [
         ("tests/unit/test_preflight_consents.py",),
     ),
     HandMutant(
-        "fabric-pending-and",
-        "src/pvegpu/startup/site_preflight.py",
-        'if r["state"] != "Completed" or r.get("status") != "Success"]',
-        'if r["state"] != "Completed" and r.get("status") != "Success"]',
-        "or become and: a GPU whose registration Completed with a failure status passes",
-        ("tests/unit/test_preflight_consents.py",),
+        "fabric-failed-registered",
+        "src/pvegpu/plan/boot.py",
+        'return "registered" if row.get("status") == FABRIC_SUCCESS else "failed"',
+        'return "registered"',
+        "a GPU whose registration Completed with a failure status counts as registered",
+        (
+            "tests/unit/test_preflight_consents.py",
+            "tests/unit/test_boot_units.py::test_the_wait_reads_every_real_fabric_answer_as_the_preflight_does",
+        ),
     ),
 ]
 

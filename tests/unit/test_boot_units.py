@@ -3,16 +3,21 @@ verify), create the right nodes with nvidia-modprobe's real grammar, and run bef
 
 import shutil
 import subprocess
+from unittest import mock
 
 import pytest
 
 from pvegpu.plan.boot import (
+    FABRIC_STATES,
+    fabric_answer,
     manages_persistenced,
+    on_fabric,
     render_modules,
     render_persistenced_unit,
     render_uvm_unit,
     uvm_init_commands,
 )
+from pvegpu.probes import node_site
 
 
 def exec_lines(text):
@@ -85,16 +90,29 @@ def test_uvm_unit_on_an_nvswitch_board_pulls_in_fabric_manager_before_guests():
     assert "Before=pve-guests.service" in fabric
 
 
-def fabric_wait(tmp_path, states: list[str], wait_s: int):
+#: real nvidia-smi's answer to a field its driver predates (docs/real-tools.md)
+UNKNOWN_FIELD = 'Field "fabric.state" is not a valid field to query.\n'
+
+
+def answer(text: str) -> str:
+    """One call of the stand-in nvidia-smi: ``text`` for each of 2 GPUs (``state, status``),
+    or the unknown-field refusal (stdout, then exit 2) as the real tool prints it."""
+    if text == UNKNOWN_FIELD:
+        return f"printf '%s\\n' '{UNKNOWN_FIELD.strip()}'; exit 2"
+    return f"printf '%s\\n%s\\n' '{text}' '{text}'"
+
+
+def fabric_wait(tmp_path, answers: list[str], wait_s: int):
     """The rendered unit's fabric wait, run by sh as systemd would (``$$`` is ``$``, ``%%`` is
-    ``%``), against an nvidia-smi that answers ``states`` in turn (then the last one)."""
+    ``%``), against an nvidia-smi that gives ``answers`` in turn (then the last one)."""
     smi = tmp_path / "nvidia-smi"
     calls = tmp_path / "calls"
+    calls.unlink(missing_ok=True)
     smi.write_text(
         f"#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n"
         + "case $n in\n"
-        + "".join(f"  {i}) printf '{s}\\n{s}\\n';;\n" for i, s in enumerate(states[:-1]))
-        + f"  *) printf '{states[-1]}\\n{states[-1]}\\n';;\nesac\n"
+        + "".join(f"  {i}) {answer(s)};;\n" for i, s in enumerate(answers[:-1]))
+        + f"  *) {answer(answers[-1])};;\nesac\n"
     )
     smi.chmod(0o755)
     unit = render_uvm_unit(range(2), fabric=True, nvidia_smi=str(smi), fabric_wait_s=wait_s)
@@ -109,10 +127,59 @@ def fabric_wait(tmp_path, states: list[str], wait_s: int):
 def test_on_a_fabric_the_boot_unit_waits_bounded_until_every_gpu_registered(tmp_path):
     """Fabric Manager's unit is up before the GPUs have registered with the fabric (CUDA error
     802 until then): the boot unit waits for fabric.state Completed on every GPU, bounded."""
-    run, calls = fabric_wait(tmp_path, ["Not Started", "In Progress", "Completed"], 30)
+    steps = ["Not Started, N/A", "In Progress, N/A", "Completed, Success"]
+    run, calls = fabric_wait(tmp_path, steps, 30)
     assert (run.returncode, calls) == (0, 3), run.stderr
-    (tmp_path / "calls").unlink()
-    run, calls = fabric_wait(tmp_path, ["In Progress"], 1)
+    run, calls = fabric_wait(tmp_path, ["In Progress, N/A"], 1)
     assert run.returncode == 1 and calls >= 1
     assert run.stderr.startswith("NVIDIA GPUs not registered with the NVSwitch fabric after 1 s")
     assert "fabric.state" not in render_uvm_unit(range(8))  # no fabric: no wait
+
+
+@pytest.mark.parametrize(
+    "answer_, meaning",
+    [
+        ("Not Supported, Success", "none"),  # a single-GPU H100/H200, some GB200 boards
+        ("N/A, N/A", "none"),  # a GPU without a fabric (GeForce, L40S; pre-Hopper HGX)
+        ("[N/A], [N/A]", "none"),  # a value the driver cannot give
+        ("[Not Supported], [Not Supported]", "none"),
+        (UNKNOWN_FIELD, "none"),  # a driver older than the field
+        ("Completed, Insufficient Resources", "failed"),
+        ("Completed, Success", "registered"),
+    ],
+)
+def test_the_wait_reads_every_real_fabric_answer_as_the_preflight_does(tmp_path, answer_, meaning):
+    """No fabric to wait for ends the wait at once and the unit succeeds; a failed registration
+    fails it at once with one line: never the whole wait and a failed unit on every boot. The
+    node probe's rows mean the same to the preflight (fabric_answer)."""
+    run, calls = fabric_wait(tmp_path, [answer_], 30)
+    assert calls == 1, (calls, run.stderr)
+    lines = (run.stdout + run.stderr).splitlines()
+    if meaning == "failed":
+        assert run.returncode == 1
+        assert lines == [
+            "NVIDIA GPUs failed to register with the NVSwitch fabric (fabric.state, fabric.status:"
+            f" {answer_}): CUDA cannot use them; see journalctl -u nvidia-fabricmanager"
+        ]
+    else:
+        assert run.returncode == 0, run.stderr
+        assert lines == (
+            ["nvidia-smi has no fabric.state on this driver: not waiting for the NVSwitch fabric"]
+            if answer_ == UNKNOWN_FIELD
+            else []
+        )
+    rows = probe_rows(answer_)
+    assert [fabric_answer(r) for r in rows] == ([meaning] * 2 if rows else [])
+    assert on_fabric({"fabric": rows}) == (meaning != "none")
+
+
+def probe_rows(answer_: str) -> list[dict]:
+    """The node probe's rows (probes/node_site.py fabric()) for the same nvidia-smi answer."""
+    out = UNKNOWN_FIELD if answer_ == UNKNOWN_FIELD else f"GPU-0, {answer_}\nGPU-1, {answer_}\n"
+    code = 2 if answer_ == UNKNOWN_FIELD else 0
+    with mock.patch.object(node_site, "run", lambda argv: (code, out, "")):
+        return node_site.fabric()
+
+
+def test_the_node_probe_knows_the_fabric_states_the_plan_knows():
+    assert node_site.FABRIC_STATES == FABRIC_STATES  # the probe runs alone: its own copy

@@ -273,12 +273,22 @@ def test_a_fabric_needs_fabric_manager_enabled_active_and_every_gpu_registered()
     )
     (line,) = node_problems(s, disabled, "n1")[0]
     assert "is active, not enabled" in line
-    failed = node(fabric=fabric("Completed", "Unknown Error"), units={FM: fm_unit})
-    (line,) = node_problems(s, failed, "n1")[0]
+    joining = node(fabric=fabric("In Progress"), units={FM: fm_unit})
+    (line,) = node_problems(s, joining, "n1")[0]
     assert line.startswith(
-        "n1: 8 GPU(s) have not joined the NVSwitch fabric (GPU-0: state "
-        "Completed, status Unknown Error)"
+        "n1: 8 GPU(s) have not joined the NVSwitch fabric (GPU-0: state In Progress, status N/A)"
     )
+    # Completed with an error status: the registration failed, no wait will help
+    failed = node(fabric=fabric("Completed", "Insufficient Resources"), units={FM: fm_unit})
+    (line,) = node_problems(s, failed, "n1")[0]
+    assert line == (
+        "n1: 8 GPU(s) failed to register with the NVSwitch fabric (GPU-0: state Completed, "
+        "status Insufficient Resources): CUDA cannot use them; see `journalctl -u "
+        "nvidia-fabricmanager`, fix the cause, then reboot the node"
+    )
+    # the answers of a GPU without a fabric, as real nodes print them: nothing to refuse
+    for none in ("Not Supported", "[N/A]", "[Not Supported]"):
+        assert node_problems(s, node(fabric=fabric(none, "Success")), "n1") == ([], [])
 
 
 def test_a_new_container_needs_its_storages_and_the_space_of_a_build():

@@ -28,9 +28,16 @@ PERSISTENCED_UNIT = "nvidia-persistenced.service"
 #: NVIDIA Fabric Manager's unit (package nvidia-fabricmanager-<branch>): NVSwitch boards need it
 #: running before CUDA works.
 FABRICMANAGER_UNIT = "nvidia-fabricmanager.service"
-#: nvidia-smi's fabric.state of a GPU in an NVSwitch fabric (NVML nvmlGpuFabricState_t
-#: NOT_STARTED, IN_PROGRESS, COMPLETED); "Not Supported" and N/A mean no fabric.
-FABRIC_STATES = ("Not Started", "In Progress", "Completed")
+#: nvidia-smi's fabric.state of a GPU still registering with its NVSwitch fabric (NVML
+#: nvmlGpuFabricState_t NOT_STARTED, IN_PROGRESS): the boot unit waits for these.
+FABRIC_REGISTERING = ("Not Started", "In Progress")
+#: fabric.state once registration ended; fabric.status then says how (FABRIC_SUCCESS, else an
+#: NVML error such as "Insufficient Resources": the registration failed).
+FABRIC_COMPLETED = "Completed"
+FABRIC_SUCCESS = "Success"
+#: every fabric.state of a GPU on a fabric; any other answer ("Not Supported", N/A, [N/A],
+#: [Not Supported]) means no fabric to wait for.
+FABRIC_STATES = (*FABRIC_REGISTERING, FABRIC_COMPLETED)
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -65,6 +72,24 @@ def uvm_init_commands(gpu_minors, extras=()) -> list[str]:
     return [" ".join(nodes), "-u -c 0"]
 
 
+def fabric_answer(row: dict) -> str:
+    """What one GPU's fabric.state and fabric.status mean, the same for the node probe, the
+    preflight and the boot unit's wait: "none" (no fabric to wait for), "registering",
+    "registered" or "failed" (Completed with an error status).
+
+    >>> [fabric_answer({"state": s, "status": "N/A"}) for s in ("Not Supported", "[N/A]")]
+    ['none', 'none']
+    >>> fabric_answer({"state": "Completed", "status": "Insufficient Resources"})
+    'failed'
+    """
+    state = row.get("state")
+    if state in FABRIC_REGISTERING:
+        return "registering"
+    if state == FABRIC_COMPLETED:
+        return "registered" if row.get("status") == FABRIC_SUCCESS else "failed"
+    return "none"
+
+
 def on_fabric(state: dict) -> bool:
     """Whether the node is an NVSwitch board: its GPUs report a fabric (the node read's
     ``fabric``), or the nvswitch module lists NVSwitches (``nvswitches``: pre-Hopper boards
@@ -76,7 +101,7 @@ def on_fabric(state: dict) -> bool:
     True
     """
     rows = state.get("fabric") or []
-    return bool(state.get("nvswitches")) or any(r.get("state") in FABRIC_STATES for r in rows)
+    return bool(state.get("nvswitches")) or any(fabric_answer(r) != "none" for r in rows)
 
 
 #: How long the boot unit waits, at most, for the GPUs to register with the NVSwitch fabric
@@ -94,8 +119,14 @@ def render_uvm_unit(
 ) -> str:
     """The boot unit making the device nodes before pve-guests; on an NVSwitch board
     (``fabric``) also ordered after, and pulling in, nvidia-fabricmanager.service, and waiting
-    (at most ``fabric_wait_s``) until every GPU has registered with the fabric: Fabric
-    Manager's unit is up before the GPUs are, and CUDA fails until then."""
+    (at most ``fabric_wait_s``) until no GPU is still registering with the fabric: Fabric
+    Manager's unit is up before the GPUs are, and CUDA fails until then. The wait reads
+    fabric.state as :func:`fabric_answer` does: a failed registration fails the unit at once,
+    and an answer without a fabric (or an nvidia-smi without the field) ends the wait.
+
+    >>> "fabric.state,fabric.status" in render_uvm_unit([0, 1], fabric=True)
+    True
+    """
     minors = sorted(set(gpu_minors))
     nodes = f"nvidia{minors[0]}-{minors[-1]}" if len(minors) > 1 else f"nvidia{(minors or [0])[0]}"
     return (
@@ -108,6 +139,9 @@ def render_uvm_unit(
             fabric=fabric,
             nvidia_smi=nvidia_smi,
             fabric_wait_s=int(fabric_wait_s),
+            registering="|".join(FABRIC_REGISTERING),
+            completed=FABRIC_COMPLETED,
+            success=FABRIC_SUCCESS,
         )
     )
 

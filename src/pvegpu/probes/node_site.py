@@ -10,7 +10,10 @@ SMI_FABRIC = ["nvidia-smi", "--query-gpu=uuid,fabric.state,fabric.status", "--fo
 
 
 def fabric():
-    """[{uuid, state, status}] per GPU; [] when nvidia-smi cannot say (older driver, no GPU)."""
+    """[{uuid, state, status}] per GPU, each answer as printed (Not Supported, [N/A], ...:
+    pvegpu.plan.boot.fabric_answer says what it means); [] when nvidia-smi cannot say (a driver
+    older than the fields answers `Field "fabric.state" is not a valid field to query.`, exit 2;
+    no GPU)."""
     code, out, _ = run(SMI_FABRIC)
     rows = []
     for line in out.strip().splitlines() if code == 0 else []:
@@ -25,7 +28,8 @@ def fabric():
 # fabric.state: the NVSwitches themselves are listed by the nvidia-nvswitch module
 # (open-gpu-kernel-modules kernel-open/nvidia/procfs_nvswitch.c: devices/<dddd:bb:dd.f>/).
 NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
-# fabric.state of a GPU that registers with a fabric (pvegpu.plan.boot.FABRIC_STATES)
+# fabric.state of a GPU that registers with a fabric (pvegpu.plan.boot.FABRIC_STATES; the
+# probe runs alone on the node, so a copy, kept equal by tests/unit/test_boot_units.py)
 FABRIC_STATES = ("Not Started", "In Progress", "Completed")
 # `nv-fabricmanager --version` prints "Fabric Manager version is : 535.161.08"
 FM_VERSION = ["nv-fabricmanager", "--version"]

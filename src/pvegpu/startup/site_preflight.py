@@ -266,7 +266,7 @@ def fabric_problems(state: dict, node: str) -> tuple[list[str], list[str]]:
     >>> fabric_problems({"fabric": [{"uuid": "GPU-1", "state": "N/A", "status": "N/A"}]}, "n1")
     ([], [])
     """
-    rows = [r for r in state.get("fabric") or [] if r.get("state") in boot.FABRIC_STATES]
+    rows = [r for r in state.get("fabric") or [] if boot.fabric_answer(r) != "none"]
     switches = state.get("nvswitches") or []
     if not rows and not switches:
         return [], []
@@ -276,7 +276,7 @@ def fabric_problems(state: dict, node: str) -> tuple[list[str], list[str]]:
         if rows
         else f"the node has {len(switches)} NVSwitch device(s) (/proc/driver/nvidia-nvswitch)"
     )
-    pending = [r for r in rows if r["state"] != "Completed" or r.get("status") != "Success"]
+    pending = [r for r in rows if boot.fabric_answer(r) != "registered"]
     unit = (state.get("units") or {}).get(boot.FABRICMANAGER_UNIT) or {}
     if not unit.get("path"):
         if rows and not pending:
@@ -293,7 +293,7 @@ def fabric_problems(state: dict, node: str) -> tuple[list[str], list[str]]:
 
 def fabric_unit_problems(state: dict, node: str, fabric: str, unit: dict, pending) -> list[str]:
     """An installed Fabric Manager: enabled and active, at the driver's version, every GPU
-    registered (``pending``: the GPUs that are not).
+    registered (``pending``: the GPUs that are not, still registering or failed).
 
     >>> u = {"path": "/lib/systemd/system/nvidia-fabricmanager.service", "enabled": True,
     ...      "active": "active"}
@@ -317,6 +317,15 @@ def fabric_unit_problems(state: dict, node: str, fabric: str, unit: dict, pendin
             f"the driver's exact version; install nvidia-fabricmanager {driver} (package "
             f"nvidia-fabricmanager-{driver.split('.')[0]}), then `systemctl restart "
             "nvidia-fabricmanager`"
+        ]
+    failed = [r for r in pending if boot.fabric_answer(r) == "failed"]
+    if failed:
+        r = failed[0]
+        # no wait helps: Fabric Manager ended this registration with an error
+        return [
+            f"{node}: {len(failed)} GPU(s) failed to register with the NVSwitch fabric "
+            f"({r['uuid']}: state {r['state']}, status {r.get('status')}): CUDA cannot use "
+            "them; see `journalctl -u nvidia-fabricmanager`, fix the cause, then reboot the node"
         ]
     if pending:
         r = pending[0]
