@@ -54,40 +54,33 @@ def boot_record(node, vmid):
     return node.ct_run(vmid, ["cat", RECORD], check=True).stdout.splitlines()
 
 
-def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
+def node_container(node, vmid=900):
+    """A running container playing the node at boot: the nvidia-modprobe and
+    nvidia-persistenced doubles, the simulated driver's node.json, pve-guests.service unchanged
+    with its recording stand-in, enabled."""
     tpl = node.cfg["template_name"]
-    assert (
-        node.run(
-            [
-                "pct",
-                "create",
-                "900",
-                f"local:vztmpl/{tpl}",
-                "--hostname",
-                "pve1",
-                "--rootfs",
-                "local-lvm:4",
-            ]
-        ).returncode
-        == 0
-    )
-    assert node.run(["pct", "start", "900"]).returncode == 0
+    create = ["pct", "create", str(vmid), f"local:vztmpl/{tpl}", "--hostname", "pve1"]
+    assert node.run([*create, "--rootfs", "local-lvm:4"]).returncode == 0
+    assert node.run(["pct", "start", str(vmid)]).returncode == 0
     # the node's tools and state the doubles read (the simulated driver's node.json)
-    node.run(["mkdir", "-p", "/tmp/boot"], check=True)
     for double in ("nvidia-modprobe", "nvidia-persistenced"):
-        push(node, 900, f"/usr/bin/{double}", (SIM / "doubles" / double).read_text(), "0755")
+        push(node, vmid, f"/usr/bin/{double}", (SIM / "doubles" / double).read_text(), "0755")
     node.ct_run(
-        900, ["mkdir", "-p", "/var/lib/pve-sim/gpu", "/usr/share/pve-manager/helpers"], check=True
+        vmid, ["mkdir", "-p", "/var/lib/pve-sim/gpu", "/usr/share/pve-manager/helpers"], check=True
     )
-    push(node, 900, "/var/lib/pve-sim/gpu/node.json", node.read("/var/lib/pve-sim/gpu/node.json"))
-    push(node, 900, "/usr/bin/pvesh", PVESH, "0755")
+    push(node, vmid, "/var/lib/pve-sim/gpu/node.json", node.read("/var/lib/pve-sim/gpu/node.json"))
+    push(node, vmid, "/usr/bin/pvesh", PVESH, "0755")
     push(
         node,
-        900,
+        vmid,
         "/lib/systemd/system/pve-guests.service",
         (SIM / "doubles" / "pve-guests.service").read_text(),
     )
-    assert node.ct_run(900, ["systemctl", "enable", "pve-guests.service"]).returncode == 0
+    assert node.ct_run(vmid, ["systemctl", "enable", "pve-guests.service"]).returncode == 0
+
+
+def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
+    node_container(node)
 
     # Control: without pvegpu's units the nodes are missing when the guests would start.
     assert boot_record(node, 900) == [f"missing {n}" for n in NODES]
@@ -127,4 +120,63 @@ def test_device_nodes_exist_before_pve_guests_starts_in_a_real_boot(node):
         ],
     ).stdout
     assert 0 < int(done) <= int(began), (done, began)
+    assert node.run(["pct", "stop", "900"]).returncode == 0
+
+
+#: the fabric wait of the test's unit (the deployed one waits FABRIC_WAIT_S, 300 s): any answer
+#: that makes it wait to the end fails the unit, as it would on every boot of a real node
+WAIT_S = 20
+UNIT = "nvidia-uvm-init.service"
+
+
+def fabric_boot(node, vmid, **fabric):
+    """Reboot with the simulated driver's fabric answers set to ``fabric`` (SimNode.configure:
+    the container's nvidia-smi reads them live): the unit's result and its fabric lines."""
+    node.configure(**fabric)
+    assert boot_record(node, vmid) == [f"present {n}" for n in NODES]  # the guests started
+    result = node.ct_run(vmid, ["systemctl", "show", "-p", "Result", "--value", UNIT]).stdout
+    journal = node.ct_run(vmid, ["journalctl", "-b", "-u", UNIT, "-o", "cat", "--no-pager"])
+    return result.strip(), [ln for ln in journal.stdout.splitlines() if "NVSwitch" in ln]
+
+
+def test_the_fabric_wait_reads_what_real_nodes_answer_in_a_real_boot(node):
+    """On an NVSwitch board the boot unit waits for the GPUs' fabric registration. Real nodes
+    also answer Not Supported (single-GPU boards, some GB200), [N/A], an unknown field (a driver
+    older than fabric.state: exit 2) and Completed with an error status: none of them is waited
+    for to the end; a failed registration fails the unit at once with one journal line."""
+    node_container(node)
+    # the node's nvidia-smi double (the real field lists embedded) and the NVML library it
+    # checks against the kernel module's version
+    push(node, 900, "/usr/bin/nvidia-smi", node.read("/usr/bin/nvidia-smi"), "0755")
+    lib, ver = "/usr/lib/x86_64-linux-gnu", node.cfg["driver_version"]
+    link = f"mkdir -p {lib} && : > {lib}/libnvidia-ml.so.{ver} && "
+    link += f"ln -sf libnvidia-ml.so.{ver} {lib}/libnvidia-ml.so.1"
+    node.ct_run(900, ["sh", "-c", link], check=True)
+    unit = render_uvm_unit(range(GPUS), fabric=True, fabric_wait_s=WAIT_S)
+    push(node, 900, f"/etc/systemd/system/{UNIT}", unit)
+    assert node.ct_run(900, ["systemctl", "enable", UNIT]).returncode == 0
+    registered = {"fabric_state": "Completed", "fabric_status": "Success", "fabric_fields": True}
+    try:
+        assert fabric_boot(node, 900, **registered) == ("success", [])
+        for state, status in (("Not Supported", "Success"), ("[N/A]", "[N/A]")):
+            assert fabric_boot(node, 900, fabric_state=state, fabric_status=status) == (
+                "success",
+                [],
+            ), state
+        old_driver = fabric_boot(node, 900, fabric_state=None, fabric_fields=False)
+        assert old_driver == (
+            "success",
+            ["nvidia-smi has no fabric.state on this driver: not waiting for the NVSwitch fabric"],
+        )
+        failed = {"fabric_state": "Completed", "fabric_status": "Insufficient Resources"}
+        assert fabric_boot(node, 900, fabric_fields=True, **failed) == (
+            "exit-code",
+            [
+                "NVIDIA GPUs failed to register with the NVSwitch fabric (fabric.state, "
+                "fabric.status: Completed, Insufficient Resources): CUDA cannot use them; see "
+                "journalctl -u nvidia-fabricmanager"
+            ],
+        )
+    finally:
+        node.configure(fabric_state=None, fabric_status=None, fabric_fields=True)
     assert node.run(["pct", "stop", "900"]).returncode == 0
