@@ -186,10 +186,10 @@ MUTANTS = [
     HandMutant(
         "stop-probe-term-before-cont",
         "src/pvegpu/probes/training_stop.py",
-        '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n'
-        '    stopped = send(by_role["worker"], signal.SIGTERM)\n',
-        '    stopped = send(by_role["worker"], signal.SIGTERM)\n'
-        '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
+        'send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n'
+        'stopped = send(by_role["worker"], signal.SIGTERM)\n',
+        'stopped = send(by_role["worker"], signal.SIGTERM)\n'
+        'send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
         "SIGTERM before SIGCONT: a worker paused with ctrl-Z is told to stop while it cannot "
         "act, its launcher's forwarding races the continue",
         ("tests/unit/test_stop_probe.py",),
@@ -204,12 +204,13 @@ MUTANTS = [
         ("tests/unit/test_stop_probe.py",),
     ),
     HandMutant(
-        "stop-probe-no-unit-no-term",
+        "stop-probe-unit-no-term",
         "src/pvegpu/probes/training_stop.py",
-        'if by_role["launcher"] or not A.get("unit"):',
-        'if by_role["launcher"] and not A.get("unit"):',
-        "or become and: a training started by hand with no launcher gets no SIGTERM, only "
-        "SIGKILL (no checkpoint)",
+        'stopped = send(by_role["worker"], signal.SIGTERM)\n',
+        'stopped = [] if unit else send(by_role["worker"], signal.SIGTERM)\n',
+        "a unit that is the training gets no SIGTERM of the probe's: its own stop signals its "
+        "trainer's DataLoader workers with it (KillMode=control-group) or no one but the main "
+        "process (transient, user, KillMode=process), and the checkpoint is lost",
         ("tests/unit/test_stop_probe.py",),
     ),
     HandMutant(

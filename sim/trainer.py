@@ -13,12 +13,24 @@ there, which makes the CUDA context (the torch double logs it in ``contexts.log`
 ``register_contexts``, the node's nvidia-smi lists the worker on that GPU). The second line of
 ``started-<pid>`` is JSON: its arguments and the launcher's rank variables.
 
+Like most real trainers it loads data with helper processes (torch's DataLoader workers):
+``helpers`` in its checkpoint dir says how many (default 2), forked before it records its start
+(their pids in ``helpers-<pid>``), each with the trainer's very argv. They follow torch's rules
+(torch/csrc/DataLoader.cpp ``handler_SIGTERM``, torch/utils/data/_utils/signal_handling.py): a
+helper exits quietly on SIGTERM only when its parent sent it, otherwise it dies by the signal, and
+the trainer's SIGCHLD handler then raises ``RuntimeError: DataLoader worker (pid(s) N) exited
+unexpectedly`` wherever it is, a checkpoint in progress included (exit 1, no checkpoint). SIGTERM
+to the trainer only sets a flag that the next step boundary (every second) reads: then the
+checkpoint, then the helpers ended by their parent, then exit 0. A helper whose parent is gone
+exits (torch's worker watchdog).
+
 ``python3 sim/trainer.py --checkpoint-dir DIR`` runs it (torch optional: tests/sim run it on the
 host).
 """
 
 TRAINER = '''\
-"""Stand-in trainer (sim/trainer.py): checkpoints on SIGTERM, taking checkpoint_s seconds."""
+"""Stand-in trainer (sim/trainer.py): DataLoader-like helpers; checkpoints at the step boundary
+after SIGTERM, taking checkpoint_s seconds."""
 import json
 import os
 import signal
@@ -44,22 +56,69 @@ if local_rank is not None and torch is not None:
 ranks = {k: os.environ[k] for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE") if k in os.environ}
 
 
-def checkpoint(signum, frame):
+def setting(name, default):
     try:
-        seconds = float(open(os.path.join(ckpt, "checkpoint_s")).read())
+        return float(open(os.path.join(ckpt, name)).read())
     except (OSError, ValueError):
-        seconds = 0
-    open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
-    time.sleep(seconds)
-    with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
-        f.write("saved on SIGTERM\\n")
-    sys.exit(0)
+        return default
 
 
-signal.signal(signal.SIGTERM, checkpoint)
+def helper(parent):
+    """A DataLoader worker: quiet exit on its parent's SIGTERM, death by anyone else's."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    while os.getppid() == parent:
+        info = signal.sigtimedwait({signal.SIGTERM}, 1)
+        if info is None:
+            continue
+        if info.si_pid == parent:
+            os._exit(0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(0)  # the trainer is gone (torch's worker watchdog)
+
+
+helpers = []
+for _ in range(int(setting("helpers", 2))):
+    child = os.fork()
+    if child == 0:
+        helper(pid)
+    helpers.append(child)
+ending_helpers = False
+
+
+def helper_died(signum, frame):
+    if ending_helpers:
+        return
+    for h in helpers:
+        try:
+            done, _status = os.waitpid(h, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        if done:
+            raise RuntimeError(f"DataLoader worker (pid(s) {h}) exited unexpectedly")
+
+
+stop = []
+signal.signal(signal.SIGCHLD, helper_died)
+signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
+with open(os.path.join(ckpt, f"helpers-{pid}"), "w") as f:
+    f.write("".join(f"{h}\\n" for h in helpers))
 with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
     f.write(f"{version} {sys.executable}\\n")
     f.write(json.dumps({"argv": sys.argv[1:], **ranks}) + "\\n")
-while True:
+while not stop:  # one step a second; SIGTERM is read at the step boundary
     time.sleep(1)
+open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()
+time.sleep(setting("checkpoint_s", 0))
+with open(os.path.join(ckpt, f"checkpoint-{pid}"), "w") as f:
+    f.write("saved on SIGTERM\\n")
+ending_helpers = True  # the DataLoader's shutdown: its parent's SIGTERM, then reaped
+for h in helpers:
+    try:
+        os.kill(h, signal.SIGTERM)
+        os.waitpid(h, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+sys.exit(0)
 '''

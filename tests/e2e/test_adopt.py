@@ -163,15 +163,18 @@ def start_users_unit(site) -> int:
 
 
 def trainers(site) -> list[int]:
-    """Container pids running the training script."""
+    """Container pids running the training script, less their DataLoader-like helpers (forked
+    with the trainer's very argv: the ones whose parent runs it too)."""
     out = site.ct(
         "sh",
         "-c",
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null "
-        "| grep -q '^[^ ]*python[^ ]* /data/dflash/train.py' && echo ${p#/proc/}; "
-        "done",
+        "| grep -q '^[^ ]*python[^ ]* /data/dflash/train.py' && "
+        "echo ${p#/proc/} $(sed 's/.*) //' $p/stat | cut -d' ' -f2); done",
     ).stdout
-    return sorted(int(p) for p in out.split())
+    pairs = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+    pids = {int(p) for p, _ in pairs}
+    return sorted(int(p) for p, ppid in pairs if int(ppid) not in pids)
 
 
 def data_digest(site) -> str:

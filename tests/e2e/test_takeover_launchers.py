@@ -19,7 +19,7 @@ from sim.fixtures import check_host, skip_without_real_systemd
 from sim.index import PackageIndex
 from sim.node import SimNode
 from tests.e2e.conftest import Site
-from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, handmade_ct, wait_for
+from tests.e2e.test_adopt import CKPT_NODE, ckpt_files, handmade_ct, trainers, wait_for
 from tests.e2e.test_trainings_recognised import (
     TRAIN,
     VENV_PY,
@@ -96,7 +96,7 @@ def taken_over(site, plan_lines, *data):
 def one_trainer_ours(site) -> None:
     """Exactly one trainer afterwards: pvegpu's unit's (enabled), nothing else of the tests'."""
     pid = wait_for("the unit's trainer", lambda: unit_trainer(site))
-    assert training_pids(site) == [pid]
+    assert trainers(site) == [pid]  # its DataLoader-like helpers aside
     assert site.ct("systemctl", "is-enabled", UNIT).stdout.strip() == "enabled"
 
 
@@ -109,7 +109,8 @@ def test_a_torchrun_with_8_workers_lets_every_worker_checkpoint(site):
     run = taken_over(
         site,
         [
-            f"CT 200 already trains (pid {root}, started by hand, 9 processes",
+            # torchrun, 8 workers, 2 DataLoader-like helpers each
+            f"CT 200 already trains (pid {root}, started by hand, 25 processes",
             "stop the training started by hand (pid",
         ],
     )

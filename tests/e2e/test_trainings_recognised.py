@@ -145,9 +145,10 @@ def test_a_training_started_while_the_deploy_builds_is_seen_before_the_switch(ha
         assert site.ct("test", "-d", f"{BUILD}").returncode == 0
         assert site.ct("stat", "-c", "%i %F", "/root/venv").stdout == before["venv"] + "\n"
         assert site.ct("systemctl", "is-active", "dflash-train.service").stdout.strip() != "active"
+        # (its DataLoader-like helpers may or may not be forked yet when it is read)
         assert (
             f"the switch of /root/venv to torch-2.11.0-cu130 waits for the running training "
-            f"(pid {root}, started by hand)" in done.output
+            f"(pid {root}, started by hand" in done.output
         ), done.output[-6000:]
     finally:
         stop_all(site)
@@ -160,16 +161,16 @@ def test_a_training_started_while_the_deploy_builds_is_seen_before_the_switch(ha
             f"/root/venv/bin/torchrun --nproc_per_node=8 --standalone {TRAIN}",
             "torchrun",
             range(8),
-            9,
+            25,  # the launcher, 8 workers, 2 DataLoader-like helpers each
         ),
         (
             f"{VENV_PY} -m torch.distributed.run --nproc_per_node=2 --standalone {TRAIN}",
             "-m torch",
             range(2),
-            3,
+            7,
         ),
-        (f"{VENV_PY} {TRAIN}", "train.py", [], 1),
-        ("bash run.sh", "run.sh", [3], 2),
+        (f"{VENV_PY} {TRAIN}", "train.py", [], 3),
+        ("bash run.sh", "run.sh", [3], 4),
     ],
     ids=["torchrun", "m-torch-distributed-run", "relative-python", "bash-loop"],
 )

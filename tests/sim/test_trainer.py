@@ -1,5 +1,6 @@
-"""The stand-in trainer (sim/trainer.py): SIGTERM -> a checkpoint that takes checkpoint_s,
-exit 0."""
+"""The stand-in trainer (sim/trainer.py): SIGTERM -> at the step boundary a checkpoint that takes
+checkpoint_s, its helpers ended by itself, exit 0; a helper signalled by anyone else costs the
+checkpoint, as torch's DataLoader workers do."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from sim.torch_double.fake_tree import make_fake_nvidia_root
 from sim.trainer import TRAINER
@@ -42,13 +45,83 @@ def test_sigterm_marks_stopping_then_writes_the_checkpoint_and_exits_0(tmp_path)
             p.wait()
 
 
-def test_under_torchrun_each_worker_takes_its_own_gpu(tmp_path, wheelhouse):
+def start(tmp_path, checkpoint_s="1"):
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "checkpoint_s").write_text(checkpoint_s)
+    p = subprocess.Popen(
+        [sys.executable, str(script), "--checkpoint-dir", str(ckpt)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(ckpt / f"started-{p.pid}")
+    helpers = [int(x) for x in (ckpt / f"helpers-{p.pid}").read_text().split()]
+    return p, ckpt, helpers
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_its_helpers_are_forked_with_its_argv_and_ended_by_it_after_the_checkpoint(tmp_path):
+    p, ckpt, helpers = start(tmp_path)
+    try:
+        assert len(helpers) == 2
+        argv = open(f"/proc/{p.pid}/cmdline", "rb").read()
+        assert all(open(f"/proc/{h}/cmdline", "rb").read() == argv for h in helpers)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        assert (ckpt / f"checkpoint-{p.pid}").exists()
+        assert all(gone(h) for h in helpers)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_a_helper_signalled_by_anyone_but_its_trainer_costs_the_checkpoint(tmp_path):
+    """What KillMode=control-group does: SIGTERM to every process of the unit at once."""
+    p, ckpt, helpers = start(tmp_path, checkpoint_s="5")
+    try:
+        for pid in (p.pid, *helpers):
+            os.kill(pid, signal.SIGTERM)
+        assert p.wait(timeout=60) == 1
+        assert "DataLoader worker (pid(s) " in p.stderr.read()
+        assert not (ckpt / f"checkpoint-{p.pid}").exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_helpers_end_when_their_trainer_is_killed(tmp_path):
+    p, _ckpt, helpers = start(tmp_path)
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 30
+    while not all(gone(h) for h in helpers):  # the watchdog polls each second
+        assert time.monotonic() < deadline, "a helper outlived its trainer"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("helpers", [0, 2])
+def test_under_torchrun_each_worker_takes_its_own_gpu(tmp_path, wheelhouse, helpers):
     """LOCAL_RANK set (torchrun): set_device(local_rank) and a tensor there, before the start is
-    recorded: one CUDA context per worker, on its own GPU (the double's contexts.log)."""
+    recorded: one CUDA context per worker, on its own GPU (the double's contexts.log). torchrun
+    forwards SIGTERM to each worker's process group (os.killpg), its DataLoader helpers
+    included: a worker without helpers checkpoints, one with them raises and loses it."""
     make_fake_nvidia_root(tmp_path / "root", gpus=2)
     script = tmp_path / "train.py"
     script.write_text(TRAINER)
     ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "helpers").write_text(str(helpers))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_SIM", "OMP_"))}
     env.update(
         PYTHONPATH=str(wheelhouse.torch["cu130"]),
@@ -76,14 +149,13 @@ def test_under_torchrun_each_worker_takes_its_own_gpu(tmp_path, wheelhouse):
         }
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == 1  # torchrun ends with the signal's exception
-        assert sorted(f.name for f in ckpt.glob("checkpoint-*")) == [
-            f"checkpoint-{pid}" for pid in sorted(docs)
-        ]
+        saved = [f"checkpoint-{pid}" for pid in sorted(docs)] if not helpers else []
+        assert sorted(f.name for f in ckpt.glob("checkpoint-*")) == saved
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-        for f in ckpt.glob("started-*"):  # its workers have their own sessions
+        for f in ckpt.glob("started-*"):  # its workers have their own sessions (and helpers)
             try:
                 os.killpg(int(f.name.split("-")[1]), signal.SIGKILL)
             except ProcessLookupError:

@@ -6,6 +6,7 @@ booted node (issue 35)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,13 +60,14 @@ def spawn(tmp_path):
         p.wait()
 
 
-def run_stop(tmp_path, members, timeout_s=30, unit=None):
+def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None):
     """Run the stop probe; (exit status, its JSON line, the signal log as (pid, signal))."""
     log = tmp_path / "log" / "signals.jsonl"
     args = {
         "vmid": 200,
         "members": members,
         "unit": unit,
+        "unit_uid": unit_uid,
         "timeout_s": timeout_s,
         "log": str(log),
         "gpus": [0],
@@ -117,3 +119,99 @@ def test_a_reused_pid_is_never_signalled(tmp_path, spawn):
     rc, doc, sent = run_stop(tmp_path, members)
     assert other.poll() is None and not out.with_name("other.checkpoint").exists()
     assert sent == [] and (rc, doc["stopped"], doc["killed"]) == (0, [], [])
+
+
+@pytest.fixture
+def fake_pct(tmp_path, monkeypatch):
+    """`pct` on PATH: logs each call's argv (and whether the worker's checkpoint was written by
+    then); `systemctl show` answers from ``show`` (Transient, TimeoutStopUSec)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "pct-calls.jsonl"
+    (tmp_path / "show").write_text("Transient=no\nTimeoutStopUSec=1min 30s\n")
+    (bindir / "pct").write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"d = {str(tmp_path)!r}\n"
+        "done = os.path.exists(os.path.join(d, 'worker.checkpoint'))\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], 'ckpt': done}})"
+        " + '\\n')\n"
+        "if 'show' in sys.argv:\n"
+        "    sys.stdout.write(open(os.path.join(d, 'show')).read())\n"
+    )
+    (bindir / "pct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+    def read():
+        return [json.loads(line) for line in calls.read_text().splitlines()]
+
+    return read
+
+
+def test_a_units_trainer_gets_sigterm_first_and_its_unit_is_disabled_after_the_checkpoint(
+    tmp_path, spawn, fake_pct
+):
+    """A users' unit (KillMode=control-group, the default) would SIGTERM the trainer's
+    DataLoader workers with it: the trainer alone gets SIGTERM, the unit is stopped after."""
+    worker, out = spawn("worker")
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    rc, doc, sent = run_stop(tmp_path, members, unit="train.service")
+    assert sent == [(worker.pid, "SIGCONT"), (worker.pid, "SIGTERM")]
+    assert out.with_name("worker.checkpoint").read_text() == "done"
+    calls = fake_pct()
+    assert [c["argv"][3:] for c in calls] == [
+        ["systemctl", "show", "-p", "Transient", "-p", "TimeoutStopUSec", "train.service"],
+        ["systemctl", "disable", "--now", "train.service"],
+    ]
+    assert calls[-1]["ckpt"] and (rc, doc["unit_rc"]) == (0, 0)
+
+
+def test_a_transient_unit_is_stopped_and_a_user_units_manager_is_the_users(
+    tmp_path, spawn, fake_pct
+):
+    """`systemd-run --unit=train` has no unit file to disable; `systemctl --user` units live in
+    their user's manager (user@<uid>.service)."""
+    (tmp_path / "show").write_text("Transient=yes\nTimeoutStopUSec=1min 30s\n")
+    worker, out = spawn("worker")
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    rc, _doc, _sent = run_stop(tmp_path, members, unit="train.service", unit_uid=1000)
+    calls = [c["argv"] for c in fake_pct()]
+    assert rc == 0 and out.with_name("worker.checkpoint").exists()
+    assert calls[-1][:3] == ["exec", "200", "--"] and calls[-1][-2:] == ["stop", "train.service"]
+    script = calls[-1][5]
+    assert "getent passwd 1000" in script and "XDG_RUNTIME_DIR=/run/user/1000" in script
+    assert "systemctl --user" in script and calls[0][-6] == "show"
+
+
+def test_a_unit_whose_own_stop_timeout_is_longer_gives_the_trainer_that_long(
+    tmp_path, spawn, fake_pct
+):
+    (tmp_path / "show").write_text("Transient=no\nTimeoutStopUSec=20s\n")
+    slow = textwrap.dedent(
+        """
+        import signal, sys, time
+        out = sys.argv[1]
+        def stop(*_):
+            time.sleep(3)
+            open(out + ".checkpoint", "w").write("done")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        open(out + ".ready", "w").write("ready")
+        while True:
+            time.sleep(0.05)
+        """
+    )
+    worker = subprocess.Popen([sys.executable, "-c", slow, str(tmp_path / "worker")])
+    try:
+        while not (tmp_path / "worker.ready").exists():
+            assert worker.poll() is None
+            subprocess.run(["sleep", "0.02"], check=True)
+        members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+        rc, doc, _sent = run_stop(tmp_path, members, timeout_s=1, unit="train.service")
+        # training_stop_timeout_s (1 s) alone would have cut the 3 s checkpoint short
+        assert (tmp_path / "worker.checkpoint").read_text() == "done"
+        assert (rc, doc["killed"]) == (0, [])
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()

@@ -123,6 +123,7 @@ def test_stop_args_are_the_whole_dict_the_probe_reads():
             {"pid": 3, "start": 30, "role": "worker"},
         ],
         "unit": "users.service",
+        "unit_uid": None,
         "timeout_s": 900,
         "log": "/var/log/pvegpu/takeover.log",
         "gpus": [1, 3],

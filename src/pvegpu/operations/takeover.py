@@ -5,10 +5,12 @@ then the venv switch and the unit):
 
 1. each recognised training (:mod:`pvegpu.plan.running_training`, asked again now) stopped
    gracefully and whole by the node's stop probe (probes/training_stop.py, roles from
-   :mod:`pvegpu.plan.takeover`): launchers held, workers continued and sent SIGTERM, up to
-   ``training_stop_timeout_s`` for their checkpoints; a unit that is the training stopped and
-   disabled in one `systemctl disable --now` under its own TimeoutStopSec; a unit that only
-   started one (cron, ssh, a login) is never touched;
+   :mod:`pvegpu.plan.takeover`): launchers held, workers (never their helpers) continued and
+   sent SIGTERM at once, up to ``training_stop_timeout_s`` (or the unit's own TimeoutStopSec when
+   longer) for their checkpoints; then a unit that is the training stopped and kept from
+   starting again by its own manager (`systemctl disable --now`, `stop` for a transient unit,
+   `systemctl --user` for a user's); a unit that only started one (cron, ssh, a login) is never
+   touched;
 2. whatever would start a training at boot (an enabled unit or timer, an ``@reboot`` cron line)
    disabled, so the next boot cannot run two trainers;
 3. a read afterwards: if anything of a training still runs, or a process of the container holds
@@ -108,10 +110,12 @@ def stop_commands(vmid: int, t, settings: Settings, procs: list[dict], held: dic
     steps = []
     if launchers:
         steps.append(f"its launchers held (SIGSTOP to pid {', '.join(map(str, launchers))})")
-    if launchers or not t.unit:
-        steps.append("SIGCONT and SIGTERM to its workers")
+    steps.append("SIGCONT and SIGTERM to its workers (not their helpers)")
     if t.unit:
-        steps.append(f"systemctl disable --now {t.unit} (its own TimeoutStopSec)")
+        steps.append(
+            f"up to {timeout} s (or its own TimeoutStopSec) to checkpoint, then {t.unit} "
+            "stopped and disabled by its manager"
+        )
     else:
         steps.append(f"up to {timeout} s to checkpoint, then SIGKILL")
     yield note(

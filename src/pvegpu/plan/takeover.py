@@ -23,6 +23,7 @@ Every member gets a role:
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from .process_tree import is_launcher, training_like
@@ -84,12 +85,35 @@ def roles(
     return found
 
 
+def unit_uid(trainer, procs: list[dict]) -> int | None:
+    """The uid whose own manager (``user@<uid>.service``) runs ``trainer``'s unit, from its
+    members' cgroups; None: the system's manager (or no unit).
+
+    >>> from pvegpu.plan.running_training import Trainer
+    >>> t = Trainer(2, "python t.py", "t.service", members=(2,), unit="t.service")
+    >>> cg = "0::/lxc/200/ns/user.slice/user-0.slice/user@0.service/app.slice/t.service"
+    >>> unit_uid(t, [{"pid": 2, "cgroup": cg}]), unit_uid(t, [{"pid": 2, "cgroup": ""}])
+    (0, None)
+    """
+    if not trainer.unit:
+        return None
+    cgroups = {int(p["pid"]): p.get("cgroup") or "" for p in procs}
+    for member in trainer.members:
+        found = re.search(
+            rf"/user@(\d+)\.service/(?:.*/)?{re.escape(trainer.unit)}\b",
+            cgroups.get(int(member), ""),
+        )
+        if found:
+            return int(found.group(1))
+    return None
+
+
 def stop_args(
     vmid: int, trainer, procs: list[dict], held: dict, script: str | None, timeout_s: int, log: str
 ) -> dict:
     """The arguments of the node's stop probe (probes/training_stop.py) for ``trainer``: its
     members with their roles and start times (a reused pid is never signalled), the unit that is
-    it (stopped and disabled with one `systemctl disable --now` after its workers are done),
+    it and the user whose manager runs it (stopped and disabled after its workers are done),
     the time the workers have, and the node's signal log.
 
     >>> from pvegpu.plan.running_training import Trainer
@@ -103,6 +127,7 @@ def stop_args(
         "vmid": vmid,
         "members": roles(trainer.members, procs, held, script),
         "unit": trainer.unit,
+        "unit_uid": unit_uid(trainer, procs),
         "timeout_s": timeout_s,
         "log": log,
         "gpus": list(trainer.gpus),

@@ -86,6 +86,9 @@ def unit_context(settings: Settings) -> dict:
         "launcher": settings.training.launcher,
         "command_summary": Quoted(summary(settings.training.launcher, settings.training.command)),
         "stop_timeout_s": settings.training.stop_timeout_s,
+        # the torchrun ExecStop's wait for its workers ends before TimeoutStopSec, which
+        # applies to ExecStop too: its own end, not systemd's kill of it, moves the stop on
+        "exec_stop_wait_s": max(1, settings.training.stop_timeout_s - 5),
         "restart_delay_s": settings.training.restart_delay_s,
         "restart_burst": settings.training.restart_burst,
     }

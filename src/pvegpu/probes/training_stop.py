@@ -3,22 +3,27 @@
 # python3 (stdlib only), after probes/ct_processes.py (/proc/<pid>/stat read as the node probe reads
 # it). ARGS (a JSON string) is prepended (pvegpu.plan.takeover.stop_args):
 # {"vmid": 200, "members": [{"pid": 4242, "start": 123456, "role": "launcher|worker|helper"}],
-#  "unit": "train.service" or null, "timeout_s": 900, "log": "/var/log/pvegpu/...log",
+#  "unit": "train.service" or null, "unit_uid": null or the uid whose user manager runs it,
+#  "timeout_s": 900, "log": "/var/log/pvegpu/...log",
 #  "gpus": [0, 1], "command": "torchrun ..."}
 #
-# Order (pvegpu.plan.takeover; a unit with no launcher goes straight to its own stop below):
-# launchers held (SIGSTOP: torchrun would SIGKILL its workers 30 s
-# after it forwards a signal, a wrapper loop would start the trainer again); every other member
-# continued (SIGCONT: a trainer paused with ctrl-Z cannot checkpoint while stopped), workers sent
-# SIGTERM; up to timeout_s for the workers to exit; then the unit that is the training (if any)
-# stopped and disabled in one `systemctl disable --now` inside the container (its own
-# TimeoutStopSec; systemd sends SIGTERM and SIGCONT to what is left), else the launchers ended
+# Order (pvegpu.plan.takeover), whatever started the training: launchers held (SIGSTOP: torchrun
+# would SIGKILL its workers 30 s after it forwards a signal, and forwards it to each worker's
+# whole process group; a wrapper loop would start the trainer again); every other member
+# continued (SIGCONT: a trainer paused with ctrl-Z cannot checkpoint while stopped); the workers,
+# and only they, sent SIGTERM, all at once (a DataLoader worker dies by anyone's SIGTERM but its
+# parent's, and its trainer then raises before its checkpoint); up to timeout_s, or the unit's own
+# TimeoutStopSec when longer, for the workers to exit; then the unit that is the training (if
+# any) stopped and kept from starting again inside the container, by the means its kind has
+# (`systemctl disable --now`; a transient unit, which has no file, `systemctl stop`; a unit of a
+# user's manager through that manager), which signals what is left; else the launchers ended
 # (SIGTERM, SIGCONT); then SIGKILL to any member still there. A pid is signalled only while it
 # is the same process (its start time, /proc/<pid>/stat field 22): a reused pid is never touched.
 # Every signal is appended to `log` (one JSON line). Prints one JSON line: stopped, killed,
 # remaining, unit_rc; exits 1 (with one line on stderr) when anything of the training remains.
 import json
 import os
+import re
 import signal
 import time
 
@@ -82,30 +87,61 @@ def wait_gone(members, seconds):
     return True
 
 
-def stop_unit(unit):
-    """`systemctl disable --now` of the unit inside the container: disabled and stopped in one
-    remote step (systemd honours the unit's own TimeoutStopSec; no timeout of ours cuts it)."""
-    rc, out, err = run(
-        ["pct", "exec", str(A["vmid"]), "--", "systemctl", "disable", "--now", unit],
-        timeout=None,
+def unit_manager(argv):
+    """``pct exec`` of ``systemctl <argv>`` in the manager that runs the unit: the system's, or
+    the user's (``unit_uid``) through runuser, as that user's session would."""
+    base = ["pct", "exec", str(A["vmid"]), "--"]
+    uid = A.get("unit_uid")
+    if uid is None:
+        return run(base + ["systemctl", *argv], timeout=None)
+    script = (
+        f'u=$(getent passwd {int(uid)} | cut -d: -f1) && exec runuser -u "$u" -- '
+        f'env XDG_RUNTIME_DIR=/run/user/{int(uid)} systemctl --user "$@"'
     )
+    return run(base + ["sh", "-c", script, "sh", *argv], timeout=None)
+
+
+TIMESPAN = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def seconds(span):
+    """systemd's timespan (``1min 30s``, ``15min``) in seconds; None: ``infinity`` or unread."""
+    total, found = 0.0, False
+    for value, unit in re.findall(r"(\d+(?:\.\d+)?)(us|ms|min|s|h|d|w)\b", span or ""):
+        total, found = total + float(value) * TIMESPAN[unit], True
+    return total if found else None
+
+
+def unit_facts(unit):
+    """(transient, stop timeout in seconds or None) of the unit, from its manager."""
+    rc, out, _err = unit_manager(["show", "-p", "Transient", "-p", "TimeoutStopUSec", unit])
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if not rc else {}
+    return props.get("Transient") == "yes", seconds(props.get("TimeoutStopUSec"))
+
+
+def stop_unit(unit, transient):
+    """Stop the unit and keep it from starting again, in one remote step of its manager (systemd
+    honours the unit's own TimeoutStopSec; no timeout of ours cuts it): `disable --now`, or
+    `stop` for a transient unit, which has no unit file to disable."""
+    argv = ["stop", unit] if transient else ["disable", "--now", unit]
+    rc, out, err = unit_manager(argv)
     return rc, (err or out).strip().splitlines()[-1:] if rc else []
 
 
 members = A["members"]
 by_role = {r: [m for m in members if m["role"] == r] for r in ("launcher", "worker", "helper")}
 started = time.monotonic()
-stopped = []
-# a unit whose workers are its own main processes is left to systemd's stop (its KillMode and
-# TimeoutStopSec; no Restart= after a stop it was asked for); only launchers need holding
-if by_role["launcher"] or not A.get("unit"):
-    send(by_role["launcher"], signal.SIGSTOP)
-    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)
-    stopped = send(by_role["worker"], signal.SIGTERM)
-    wait_gone(by_role["worker"], A["timeout_s"])
+unit, transient, wait_s = A.get("unit"), False, A["timeout_s"]
+if unit:
+    transient, own = unit_facts(unit)
+    wait_s = max(wait_s, own or 0)
+send(by_role["launcher"], signal.SIGSTOP)
+send(by_role["worker"] + by_role["helper"], signal.SIGCONT)
+stopped = send(by_role["worker"], signal.SIGTERM)
+wait_gone(by_role["worker"], wait_s)
 unit_rc, unit_err = 0, []
-if A.get("unit"):
-    unit_rc, unit_err = stop_unit(A["unit"])
+if unit:
+    unit_rc, unit_err = stop_unit(unit, transient)
 else:
     rest = by_role["launcher"]
     send(rest, signal.SIGTERM)

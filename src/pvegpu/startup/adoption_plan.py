@@ -73,8 +73,9 @@ def _training_lines(settings: Settings, foreign: list, wait: str) -> list[str]:
             lines.append(f"  {t.what} ({t.named}): never stopped by pvegpu; {t.fix}")
         elif t.unit:
             lines.append(
-                f"  stop {t.unit} (its own TimeoutStopSec; launchers held while their workers "
-                f"checkpoint) and disable it in one step: {wait}"
+                f"  stop {t.unit}: SIGTERM to its workers (launchers held), up to "
+                f"{settings.training.stop_timeout_s} s or its own TimeoutStopSec to checkpoint, "
+                f"then stopped and disabled by its manager: {wait}"
             )
         elif t.pid is not None:
             lines.append(

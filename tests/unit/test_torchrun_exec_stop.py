@@ -1,0 +1,115 @@
+"""The torchrun unit's ExecStop, run for real by sh against a real process tree: the launcher
+held (SIGSTOP), SIGTERM to its own children only (the workers), never to their DataLoader helpers
+(which die by anyone's SIGTERM but their parent's and cost the checkpoint) nor to a process of
+the unit that torchrun did not start, and the wait over once the workers are gone.
+
+The unit's processes come from its cgroup v2 directory; the test gives the script one in a
+private mount namespace (a tmpfs at /sys/fs/cgroup whose cgroup.procs lists the tree), so it runs
+alike on a cgroup v1, hybrid or v2 machine and nothing outside the namespace sees it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pvegpu.plan.unit import render_unit
+from pvegpu.settings import Settings, defaults
+
+WORKER = """
+import os, signal, sys, time
+d = sys.argv[1]
+parent = os.getpid()
+helper = os.fork()
+if helper == 0:  # a DataLoader worker: any SIGTERM is recorded (none may come)
+    signal.signal(signal.SIGTERM, lambda *a: (open(f"{d}/helper-{os.getpid()}", "w").close(),
+                                               os._exit(1)))
+    while os.getppid() == parent:
+        time.sleep(0.1)
+    os._exit(0)
+def stop(*a):  # its helper sees it gone and exits
+    open(f"{d}/worker-{os.getpid()}", "w").close()
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(f"{d}/ready-{os.getpid()}", "w").write(f"{helper}\\n")
+while True:
+    time.sleep(0.1)
+"""
+LAUNCHER = """
+import subprocess, sys, time
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]]) for _ in range(2)]
+time.sleep(600)
+"""
+
+
+def exec_stop(stop_timeout_s: int) -> str:
+    """The rendered unit's ExecStop as sh runs it (systemd's $$ and %% unescaped)."""
+    data = {**defaults(), "training_launcher": "torchrun"}
+    data["training_stop_timeout_s"] = stop_timeout_s
+    text = render_unit(Settings.from_data(data)).replace("\\\n", "")
+    (line,) = [x for x in text.splitlines() if x.startswith("ExecStop=")]
+    script = line.removeprefix("ExecStop=/bin/sh -c '").removesuffix("'")
+    return script.replace("$$", "$").replace("%%", "%")
+
+
+def state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0]
+    except OSError:
+        return "gone"
+
+
+def wait_for(done, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (mounts)"
+)
+def test_the_stop_signals_the_launchers_children_only_and_ends_when_they_are_gone(tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path), WORKER])
+    stranger = subprocess.Popen(["sleep", "600"])  # in the unit, not torchrun's
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 2, "the workers")
+        workers = sorted(int(f.name.split("-")[1]) for f in tmp_path.glob("ready-*"))
+        helpers = [int(f.read_text()) for f in tmp_path.glob("ready-*")]
+        procs = [launcher.pid, *workers, *helpers, stranger.pid]
+        listing = "".join(f"{p}\n" for p in procs)
+        mount = (
+            "mount -t tmpfs none /sys/fs/cgroup && printf %s \"$PROCS\" > "
+            '/sys/fs/cgroup/cgroup.procs && exec sh -c "$STOP"'
+        )
+        env = {**os.environ, "MAINPID": str(launcher.pid), "PROCS": listing}
+        env["STOP"] = exec_stop(stop_timeout_s=30)
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert sorted(int(f.name.split("-")[1]) for f in tmp_path.glob("worker-*")) == workers
+        assert list(tmp_path.glob("helper-*")) == []  # spared: their workers end them
+        assert state(launcher.pid) == "T"  # held until systemd's SIGTERM and SIGCONT
+        assert state(stranger.pid) == "S"
+        assert all(state(w) in "Zgone" for w in workers)  # zombies of the held launcher
+    finally:
+        for p in (launcher, stranger):
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        for f in tmp_path.glob("ready-*"):
+            for pid in (int(f.name.split("-")[1]), int(f.read_text())):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
