@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,8 +74,8 @@ def test_its_helpers_are_forked_with_its_argv_and_ended_by_it_after_the_checkpoi
     p, ckpt, helpers = start(tmp_path)
     try:
         assert len(helpers) == 2
-        argv = open(f"/proc/{p.pid}/cmdline", "rb").read()
-        assert all(open(f"/proc/{h}/cmdline", "rb").read() == argv for h in helpers)
+        argv = Path(f"/proc/{p.pid}/cmdline").read_bytes()
+        assert all(Path(f"/proc/{h}/cmdline").read_bytes() == argv for h in helpers)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0, p.stderr.read()
         assert (ckpt / f"checkpoint-{p.pid}").exists()
