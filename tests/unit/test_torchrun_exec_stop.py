@@ -85,7 +85,7 @@ def test_the_stop_signals_the_launchers_children_only_and_ends_when_they_are_gon
         procs = [launcher.pid, *workers, *helpers, stranger.pid]
         listing = "".join(f"{p}\n" for p in procs)
         mount = (
-            "mount -t tmpfs none /sys/fs/cgroup && printf %s \"$PROCS\" > "
+            'mount -t tmpfs none /sys/fs/cgroup && printf %s "$PROCS" > '
             '/sys/fs/cgroup/cgroup.procs && exec sh -c "$STOP"'
         )
         env = {**os.environ, "MAINPID": str(launcher.pid), "PROCS": listing}
