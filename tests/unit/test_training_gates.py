@@ -88,6 +88,20 @@ def test_the_venv_switch_goes_ahead_under_pvegpus_own_unit(monkeypatch):
     assert len(waits) == 1 and "/root/venv.pvegpu-tmp" not in commands
 
 
+def test_the_switch_and_the_start_read_the_container_again_right_before_they_act(monkeypatch):
+    """However recent the run's last read (a compile check can take minutes with nothing run
+    since), the venv switch and the unit's start ask with a fresh read."""
+    asked = []
+    switch_commands(monkeypatch, [])
+    monkeypatch.setattr(training, "running_here", lambda host, *a, **k: asked.append(k) or [])
+    s = settings_with()
+    list(training.live_build_and_unit._inner(settings=s))
+    monkeypatch.setattr(training, "neighbours_here", lambda host, gpus: [])
+    monkeypatch.setattr(training, "boot_starters_here", lambda host, unit: [])
+    list(training.beside_others(s, "dflash-train.service", enable=True, start=True))
+    assert [k.get("fresh") for k in asked] == [True, True], asked
+
+
 def test_the_unit_is_not_enabled_beside_what_starts_a_second_trainer_at_boot(monkeypatch):
     waits = gate(monkeypatch, training, [])
     monkeypatch.setattr(training, "neighbours_here", lambda host, gpus: [])

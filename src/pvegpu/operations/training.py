@@ -103,9 +103,11 @@ def live_build_and_unit(settings: Settings):
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
-    # asked now, not at preflight: a training started during the build is seen; after a
-    # takeover (restart_training=true) whatever still runs keeps its venv too
-    foreign = others(running_here(host, unit=unit_file(settings.training))) if switch else []
+    # asked now, not at preflight, and read again even when no command ran since the last read
+    # (a verify_level=compile check can take minutes): a training started during the build or
+    # the verification is seen; after a takeover whatever still runs keeps its venv too
+    unit_name = unit_file(settings.training)
+    foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []
     if foreign:
         # the build is built and verified beside it; what runs from venv_path is left alone
         venv = settings.python_env.venv_path
@@ -237,7 +239,8 @@ def beside_others(settings: Settings, unit: str, enable: bool, start: bool):
     on the same GPUs and checkpoints, nor one at the next boot; a training pvegpu did not start
     is no leftover: nothing is cleared. Records what waits; fails after a takeover that left
     one."""
-    foreign = others(running_here(host, unit=unit)) if enable or start else []
+    # read again right before it acts, however recent the run's last read (see the switch)
+    foreign = others(running_here(host, unit=unit, fresh=True)) if enable or start else []
     if start and not foreign:  # another container's or the node's process on a training GPU
         foreign = neighbours_here(host, settings.gpus.training)
     starters = boot_starters_here(host, unit) if enable and not foreign else []
