@@ -258,6 +258,11 @@ def test_one_deploy_at_a_time_per_node(deployed, tmp_path):
         assert node.tree_digest() == before
         # verify.py takes no lock: it reads beside a deploy.
         assert site.pyinfra("verify.py").rc == 0
+        # Nor does a preview, whatever else is on its command line: --dry, with -y too.
+        for yes in (True, False):
+            dry = site.pyinfra("deploy.py", "deploy_lock_wait_s=60", extra=("--dry",), yes=yes)
+            assert "for the deploy lock" not in dry.output, (yes, dry.output[-3000:])
+            assert "another deploy holds the node" not in dry.output, (yes, dry.output[-3000:])
         # Two deploys at once (a swap, another requirement): both wait for the lock ...
         a = start_deploy(site, tmp_path / "a.log", "torch_variant=cu128")
         b = start_deploy(site, tmp_path / "b.log", 'training_requirements=["transformers==5.6.0"]')

@@ -109,6 +109,8 @@ class RunContext:
     node_locks: dict[str, Any] = field(default_factory=dict)
     #: a preview (no -y) or --dry: no lock at the start; taken when changes start, if ever
     lock_deferred: bool = False
+    #: pyinfra's --dry (read where click's context is at hand: not in an operation's greenlet)
+    dry: bool = False
     #: the preflight's lines printed so far (a preflight read again prints only new ones)
     preflight_printed: set[str] = field(default_factory=set)
     #: what the preview (or --diff) showed: (host name, title, lines), shown once

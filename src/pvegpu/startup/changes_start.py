@@ -1,7 +1,8 @@
 """When a previewed deploy's changes start: the node's deploy lock, then its preflight again.
 
-A preview (deploy.py without -y) and ``--dry`` change nothing, so they take no lock and never
-wait behind a running deploy (:func:`pvegpu.startup.node_lock.lock_at_start`). When the user goes
+A preview (deploy.py without -y) and ``--dry`` (with -y too) change nothing, so they take no
+lock and never wait behind a running deploy (:func:`pvegpu.startup.node_lock.lock_at_start`,
+:func:`pvegpu.startup.node_lock.is_dry`). When the user goes
 on, deploy.py's first operation (``fleet.node_ready``) calls :func:`changes_start` for each host:
 the node's lock is taken then (waiting ``deploy_lock_wait_s`` for another deploy, as at a -y
 run's start), and the node is read and preflighted again under it. What the preview read may be
@@ -29,8 +30,10 @@ def changes_start(host) -> list[str]:
     state = host.state
     run = run_context(state)
     node = node_of_host(host)
-    if not run.lock_deferred or run.node_failures.get(node):
-        return run.node_failures.get(node, [])  # a -y run, or a node the preview refused
+    if not run.lock_deferred or run.node_failures.get(node) or run.dry:
+        # a -y run, a node the preview refused, or --dry (with -y too: pyinfra generates the
+        # operations for its plan, but no change starts, so it never waits for the lock)
+        return run.node_failures.get(node, [])
     node_host = host.inventory.get_host(node, None)
     if node_host is None:
         return []

@@ -67,8 +67,26 @@ def lock_at_start(state) -> bool:
     """
     if state.should_check_for_changes():  # a preview first: the user may never go on
         return False
-    context = click.get_current_context(silent=True)  # pyinfra's CLI: its --dry flag
-    return not (context is not None and context.params.get("dry"))
+    return not is_dry()
+
+
+def is_dry(argv: list[str] | None = None) -> bool:
+    """Whether this is pyinfra's ``--dry`` (its CLI's flag): no change is ever made, even with
+    -y, though pyinfra still generates each operation's commands (its JSON plan lists them).
+
+    Click's context is no help here: pyinfra loads deploy files in one greenlet per host, and
+    click's context stack is thread-local, which gevent makes greenlet-local (it is None there).
+    So the flag is read from pyinfra's command line, as click parsed it (a flag, never a value).
+
+    >>> is_dry(["pyinfra", "inventory.py", "deploy.py", "--dry", "-y"])
+    True
+    >>> is_dry(["pyinfra", "inventory.py", "deploy.py", "--data", "note=--dry"])
+    False
+    """
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        return bool(context.params.get("dry"))
+    return "--dry" in (sys.argv if argv is None else argv)
 
 
 def holder_script(wait_s: int, who: str) -> str:

@@ -228,6 +228,7 @@ def _check_fleet(state, inventory) -> dict[str, Settings]:
     # a preview (without -y) and --dry change nothing: they take no lock and never wait for one;
     # the lock is taken when changes start (pvegpu.startup.changes_start)
     run.lock_deferred = not node_lock.lock_at_start(state)
+    run.dry = node_lock.is_dry()
     run.node_failures = preflight_nodes(state, inventory, settings, nodes, not run.lock_deferred)
     return settings
 
