@@ -258,8 +258,8 @@ MUTANTS = [
     HandMutant(
         "venv-switch-own-unit",
         "src/pvegpu/operations/training.py",
-        "foreign = others(running_here(host, unit=unit_file(settings.training))) if switch else []",
-        "foreign = running_here(host, unit=unit_file(settings.training)) if switch else []",
+        "foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []",
+        "foreign = running_here(host, unit=unit_name, fresh=True) if switch else []",
         "others() dropped: the venv switch waits for pvegpu's own unit forever",
         ("tests/unit/test_training_gates.py",),
     ),
