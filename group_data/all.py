@@ -134,8 +134,8 @@ resume = True
 # Tokens per step and sequences per batch (defaults; see variant_overrides).
 token_budget = 65536
 max_batch_size = 64
-# Seconds systemd waits after SIGTERM before SIGKILL: long enough to write a checkpoint (a child
-# that ignores SIGTERM after the trainer exits gets as long again: a stop takes at most twice this).
+# Seconds systemd waits after SIGTERM (to the trainer only) before SIGKILL: long enough to write a
+# checkpoint; what is left once the trainer has exited is SIGKILLed at once.
 training_stop_timeout_s = 900
 # Back-off of Restart=on-failure: seconds before each automatic restart, and at most this many
 # starts an hour, the deploy's own start included (StartLimitBurst: 5 is 4 automatic restarts
@@ -170,6 +170,10 @@ training_command = [
 training_launcher = "python"
 # Extra environment variables of the training process, e.g. {"NCCL_DEBUG": "WARN"}.
 training_env = {}
+# Seconds the deploy watches the trainer it started (or restarted): the unit must stay active,
+# with no automatic restart, that long, or the run fails with the journal's last lines (a trainer
+# that dies at import). 0: no watch.
+training_start_watch_s = 60
 
 # --- site ---------------------------------------------------------------------------------------
 # Free space (GiB) the container's root disk (and, for a new container, its rootfs storage) must

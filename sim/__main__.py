@@ -65,8 +65,12 @@ def site_env(node: SimNode) -> dict:
 def site_data(index: PackageIndex, locks_dir) -> list[str]:
     """--data overrides that point the deploy at the loopback indexes (and nothing else), and at
     a scratch ``locks_dir``: locks made against the loopback index never land in the repo's
-    locks/."""
+    locks/. The watch of each start the deploy makes is 5 s (the stand-in trainer is up in well
+    under a second; the default 60 s on every start would add minutes to the suite): a test
+    about the watch sets its own."""
     return [
+        "--data",
+        "training_start_watch_s=5",
         "--data",
         f"torch_index_base={index.torch_index_base}",
         "--data",

@@ -178,3 +178,23 @@ def test_a_failed_build_after_consent_leaves_the_training_running(site):
     assert training_pids(site) == before and ckpt_files(site, "stopping") == []
     assert f"stopping the running training (pid {root}" not in run.output
     assert site.ct("systemctl", "is-active", UNIT).stdout.strip() != "active"
+
+
+def test_a_new_trainer_that_dies_at_import_fails_the_run_and_says_how_to_start_the_old_one(site):
+    """After a takeover pvegpu's unit starts the new trainer; one that exits while it loads (a
+    package the hand-made venv had and the build lacks) is watched and fails the run with its
+    journal, and the last line says how to start the stopped training again."""
+    site.node.run(["sh", "-c", f"echo 3 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"{VENV_PY} {TRAIN}")
+    (trainer,) = wait_for("the trainer", lambda: started(site))
+    dies = (
+        'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", '
+        '"--exit-at-start", "1"]'
+    )
+    run = site.deploy("restart_training=true", dies, "training_start_watch_s=20")
+    assert run.rc != 0, run.output[-6000:]
+    assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]  # the old one's kept
+    assert f"CT 200: {UNIT} did not come up: " in run.output, run.output[-6000:]
+    last = run.output.strip().splitlines()[-1]
+    assert "the takeover had stopped 1 training(s): start again with " in last, last
+    assert "converged" not in last, last

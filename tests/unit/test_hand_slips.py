@@ -182,6 +182,7 @@ def started(monkeypatch, node) -> tuple[list[str], CtHost]:
         training, "container_state", lambda: {"unit_active": "inactive", "unit_enabled": "enabled"}
     )
     monkeypatch.setattr(training, "host", ct)
+    monkeypatch.setattr(training, "watched", lambda settings: iter(()))  # its own tests
     return run_like_pyinfra(list(training.unit_running._inner(settings=S)), ct), ct
 
 

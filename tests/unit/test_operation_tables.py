@@ -20,6 +20,7 @@ from pvegpu.digests import text_digest
 from pvegpu.operations import proxmox, python_env, training
 from pvegpu.operations.progress import ProgressCommand
 from pvegpu.plan import boot
+from pvegpu.plan.start_watch import watch_script
 from pvegpu.settings import Settings, defaults
 
 
@@ -274,16 +275,26 @@ STOPPING = (
     f"fail: {UNIT} is stopping (deactivating): not started; run deploy.py again once it "
     f"has stopped (`systemctl is-active {UNIT}` in the container says inactive or failed)"
 )
+# every start the deploy makes is watched until the trainer is up (training_start_watch_s)
+WATCH = watch_script(UNIT, 60, 200)
 UNIT_RUNNING = {
     "stopped: clear leftovers, start (its start count reset first)": (
         {"unit_active": "inactive", "unit_enabled": "enabled"},
         {},
-        ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
+        [
+            "clear_leftovers_command: ",
+            f"systemctl reset-failed {UNIT}; systemctl start {UNIT}",
+            WATCH,
+        ],
     ),
     "failed (start limit): reset the failed state, then start": (
         {"unit_active": "failed", "unit_enabled": "enabled"},
         {},
-        ["clear_leftovers_command: ", f"systemctl reset-failed {UNIT}; systemctl start {UNIT}"],
+        [
+            "clear_leftovers_command: ",
+            f"systemctl reset-failed {UNIT}; systemctl start {UNIT}",
+            WATCH,
+        ],
     ),
     "a stop in progress: fail the host with one line, start nothing": (
         {"unit_active": "deactivating", "unit_enabled": "enabled"},
@@ -302,6 +313,6 @@ UNIT_RUNNING = {
 def test_unit_running_table(monkeypatch, case):
     doc, overrides, commands = UNIT_RUNNING[case]
     monkeypatch.setattr(training, "container_state", lambda: doc)
-    monkeypatch.setattr(training, "host", SimpleNamespace(name="ct200"))
+    monkeypatch.setattr(training, "host", SimpleNamespace(name="ct200", data={"pct_vmid": 200}))
     got = [shown(c) for c in training.unit_running._inner(settings=settings(**overrides))]
     assert got == commands

@@ -26,6 +26,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from ..plan.running_training import BOOT, TRAINING, Trainer, others
+from ..plan.start_watch import watch_script
 from ..plan.unit import (
     RUNNING,
     build_env_path,
@@ -44,7 +45,7 @@ from ..settings import Settings
 from .container_fact import container_state, remember
 from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
 from .preview import show, show_file
-from .progress import ProgressCommand, unit_stop_progress, with_progress
+from .progress import Progress, ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
 from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
 from .util import failure, notice, write_file_command
@@ -309,6 +310,7 @@ def unit_running(settings: Settings):
     if active not in RUNNING:
         yield clear_leftovers_command(settings)
         yield start_command(settings)
+        yield from watched(settings)
         return
     if not reasons:
         return
@@ -324,6 +326,26 @@ def unit_running(settings: Settings):
     yield stop_and_wait_command(settings)
     yield clear_leftovers_command(settings)
     yield start_command(settings)
+    yield from watched(settings)
+
+
+def watched(settings: Settings):
+    """The watch after a start: the unit stays active with no automatic restart for
+    ``training_start_watch_s`` (:mod:`pvegpu.plan.start_watch`), with progress lines; a trainer
+    that does not come up fails the run with the journal's last lines."""
+    seconds = settings.training.start_watch_s
+    if seconds <= 0:
+        return
+    unit = unit_file(settings.training)
+    vmid = host.data.get("pct_vmid")
+    yield with_progress(
+        watch_script(unit, seconds, vmid),
+        Progress(
+            f"CT {vmid}: watching {unit} come up",
+            settings.policy.progress_interval_s,
+            f"{seconds} s",
+        ),
+    )
 
 
 __all__ = ["live_build_and_unit", "stopped_for_compile_check", "unit_running"]

@@ -57,6 +57,7 @@ class TrainingSettings(Part):
     )
     launcher: str = setting("training_launcher", text, strict=True, default="python")
     env: Mapping[str, Any] = setting("training_env", mapping, strict=True, default={})
+    start_watch_s: int = setting("training_start_watch_s", integer, default=60)
 
     def value(self, key: str, variant: str) -> Any:
         """Training setting ``key`` (one of OVERRIDABLE) with ``variant``'s override merged."""
@@ -81,6 +82,11 @@ class TrainingSettings(Part):
                 errs.append(
                     f"{key}={value} must be positive: fix it in group_data/all.py or --data"
                 )
+        if self.start_watch_s < 0:
+            errs.append(
+                f"training_start_watch_s={self.start_watch_s} must be 0 (no watch) or more: fix "
+                "it in group_data/all.py or --data"
+            )
         return errs
 
     def _override_problems(self) -> list[str]:
