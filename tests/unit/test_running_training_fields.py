@@ -16,14 +16,13 @@ from pvegpu.plan.running_training import (
     held_by_pid,
     neighbours,
     running_training,
-    under,
-    unit_runs_training,
     unreadable,
 )
+from pvegpu.plan.starts_training import under, unit_runs_training
 
 UNIT = "dflash-train.service"
 SCRIPT = "/data/dflash/train.py"
-MATCH = {"script": SCRIPT, "paths": ["/root/venv", "/data/dflash"]}
+MATCH = {"script": SCRIPT, "workdir": "/data/dflash", "paths": ["/root/venv", "/data/dflash"]}
 GPUS = [{"index": i, "uuid": f"GPU-{i}"} for i in range(4)]
 SESSION = "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope"
 USERS = "0::/lxc/200/ns/system.slice/users-train.service"
@@ -126,7 +125,7 @@ def test_trainings_are_sorted_by_root_pid_and_units_follow_with_their_state():
             "id": "b.service",
             "active": "activating",
             "sub": "auto-restart",
-            "exec": [["/root/venv/bin/python", "x.py", "--y"], ["/bin/true"]],
+            "exec": [["/root/venv/bin/python", SCRIPT, "--y"], ["/bin/true"]],
             "wd": None,
         },
         {"id": "a.service", "active": "deactivating", "exec": [["torchrun", "t.py"]], "wd": None},
@@ -141,7 +140,7 @@ def test_trainings_are_sorted_by_root_pid_and_units_follow_with_their_state():
         Trainer(80, "python train.py", HAND, members=(80,)),
         Trainer(
             None,
-            "/root/venv/bin/python x.py --y",
+            f"/root/venv/bin/python {SCRIPT} --y",
             "b.service",
             unit="b.service",
             state="activating (auto-restart)",
@@ -271,10 +270,12 @@ def test_a_units_script_is_found_relative_to_its_working_directory():
     unit = {"exec": [["/usr/bin/python3", "train.py"]], "wd": "/data/dflash"}
     assert unit_runs_training(unit, {"script": SCRIPT, "paths": []})
     assert not unit_runs_training({**unit, "wd": None}, {"script": SCRIPT, "paths": []})
-    # a relative program under the paths, against the working directory
-    rel = {"exec": [["/bin/sh", "bin/serve"]], "wd": "/root/venv"}
-    assert unit_runs_training(rel, {"script": None, "paths": ["/root/venv"]})
-    assert not unit_runs_training({**rel, "wd": "/srv"}, {"script": None, "paths": ["/root/venv"]})
+    # a relative wrapper in the training dir, against the working directory
+    rel = {"exec": [["/bin/sh", "run.sh"]], "wd": "/data/dflash"}
+    assert unit_runs_training(rel, {"script": None, "workdir": "/data/dflash"})
+    assert not unit_runs_training(
+        {**rel, "wd": "/srv"}, {"script": None, "workdir": "/data/dflash"}
+    )
 
 
 def test_a_unit_running_a_launcher_is_a_training_whatever_its_paths():
@@ -282,10 +283,11 @@ def test_a_unit_running_a_launcher_is_a_training_whatever_its_paths():
     assert not unit_runs_training({"exec": [["/usr/bin/sleep", "9"]]}, {})
 
 
-def test_an_option_naming_a_path_under_the_venvs_is_no_program_there():
+def test_a_program_or_an_option_under_the_venvs_is_no_training():
     unit = {"exec": [["/usr/bin/env", "-/root/venv/x"]], "wd": "/"}
-    assert not unit_runs_training(unit, {"paths": ["/-"]})
-    assert unit_runs_training({"exec": [["/usr/bin/env", "x"]], "wd": "/-"}, {"paths": ["/-"]})
+    assert not unit_runs_training(unit, {"paths": ["/root/venv"], "workdir": "/-"})
+    notebook = {"exec": [["/root/venv/bin/python", "/root/venv/bin/jupyter-lab"]], "wd": "/-"}
+    assert not unit_runs_training(notebook, {"paths": ["/root/venv"], "workdir": "/-"})
 
 
 def test_under_strips_only_trailing_slashes():

@@ -24,7 +24,12 @@ from pvegpu.plan.running_training import (
 
 UNIT = "dflash-train.service"
 SCRIPT = "/data/dflash/train.py"
-MATCH = {"script": SCRIPT, "paths": ["/root/venv", "/root/venvs", "/data/dflash"]}
+MATCH = {
+    "script": SCRIPT,
+    "module": None,
+    "workdir": "/data/dflash",
+    "paths": ["/root/venv", "/root/venvs", "/data/dflash"],
+}
 PY = "/root/venv/bin/python"
 SESSION = "0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope"
 GPUS = [{"index": i, "uuid": f"GPU-{i}"} for i in range(8)]
@@ -257,6 +262,21 @@ def test_a_unit_between_restarts_that_runs_a_wrapper_in_the_training_dir_counts(
     assert not find(ct([], units=[{**unit, "exec": [["/usr/sbin/nginx"]]}]))
 
 
+def test_a_unit_that_only_lives_under_the_venv_or_training_dir_is_no_training():
+    """Jupyter, TensorBoard, a checkpoint upload: programs of the venv, files of the training
+    dir, and no training (a takeover never stops, disables or masks them)."""
+    unit = {"id": "x.service", "active": "activating", "sub": "auto-restart", "wd": "/data/dflash"}
+    for argv in (
+        [PY, "/root/venv/bin/jupyter-lab", "--ip=0.0.0.0"],
+        ["/root/venv/bin/tensorboard", "--logdir", "/data/dflash/runs"],
+        [PY, "/data/dflash/upload.py", "--to", "s3://bucket"],
+    ):
+        assert not find(ct([], units=[{**unit, "exec": [argv]}])), argv
+    # the configured training_command's module is one
+    train = {**unit, "exec": [[PY, "-m", "dflash.train"]]}
+    assert find(ct([], units=[train]), match={**MATCH, "module": "dflash.train"})
+
+
 def test_a_gpu_process_that_is_no_training_waits_and_is_called_what_it_is():
     argv = [PY, "-m", "ipykernel_launcher", "-f", "/root/.local/k.json"]
     (t,) = find(ct([LOGIN, p(150, 101, argv)]), node(app(150, 2)))
@@ -405,3 +425,17 @@ def test_roles_a_wrapper_loop_is_held_while_its_trainer_checkpoints():
         p(151, 150, [PY, "train.py"], cwd="/data/dflash"),
     ]
     assert roles_of(procs) == {150: "launcher", 151: "worker"}
+
+
+def test_a_training_launched_from_a_notebook_is_its_own_tree_not_the_notebook_server():
+    """`!python train.py` in a Jupyter kernel: the server (jupyter.service) and its other
+    kernels keep running; the training is the tree below the kernel, which started it."""
+    jupyter = "0::/lxc/200/ns/system.slice/jupyter.service"
+    server = p(200, 100, [PY, "/root/venv/bin/jupyter-lab", "--ip=0.0.0.0"], cgroup=jupyter)
+    kernel = p(201, 200, [PY, "-m", "ipykernel_launcher", "-f", "k.json"], cgroup=jupyter)
+    other = p(202, 200, [PY, "-m", "ipykernel_launcher", "-f", "k2.json"], cgroup=jupyter)
+    shell = p(203, 201, ["/bin/sh", "-c", "python train.py"], cwd="/data/dflash", cgroup=jupyter)
+    train = p(204, 203, [PY, "train.py"], cwd="/data/dflash", cgroup=jupyter)
+    (t,) = find(ct([server, kernel, other, shell, train]))
+    assert t.unit is None and t.started_by == "jupyter.service", t
+    assert 200 not in t.members and 202 not in t.members and 204 in t.members, t.members

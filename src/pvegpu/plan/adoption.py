@@ -18,7 +18,7 @@ import re
 import shlex
 
 from .process_tree import LAUNCHERS, program, resolve
-from .running_training import under, unit_runs_training
+from .starts_training import runs_module, unit_runs_training
 
 TAG = "pvegpu"
 
@@ -40,26 +40,28 @@ def tags_with_ours(tags: str | None) -> str:
 
 
 def cron_runs_training(line: str, match: dict) -> bool:
-    """Whether a crontab line's command runs the training: the script, a launcher, or a path
-    under the venvs or the training dir (relative words are taken from cron's cwd, $HOME=/root).
+    """Whether a crontab line's command starts the training: the script (relative words from
+    cron's cwd, $HOME=/root, or the directory a ``cd`` before it moved to), a launcher, or the
+    configured training_command's module. A program that only lives under the venvs or the
+    training dir (an upload, TensorBoard) starts none.
 
     >>> m = {"script": "/data/dflash/train.py", "paths": ["/data/dflash", "/root/venv"]}
-    >>> cron_runs_training("@reboot cd /data/dflash && torchrun train.py", m)
+    >>> cron_runs_training("@reboot cd /data/dflash && /root/venv/bin/python train.py", m)
     True
-    >>> cron_runs_training("@reboot /usr/local/bin/backup.sh", m)
+    >>> cron_runs_training("@reboot /root/venv/bin/python /data/dflash/upload.py", m)
     False
     """
     try:
         words = shlex.split(line)
     except ValueError:
         words = line.split()
-    for word in words[1:]:
-        if program(word) in LAUNCHERS or word == match.get("script"):
+    cwd = "/root"
+    for i, word in enumerate(words[1:], start=1):
+        if words[i - 1] == "cd":
+            cwd = resolve(word, cwd) or cwd
+        elif program(word) in LAUNCHERS or resolve(word, cwd) == match.get("script"):
             return True
-        path = resolve(word, "/root") if word.startswith(("/", ".")) else None
-        if path and any(under(path, p) for p in match.get("paths") or []):
-            return True
-    return False
+    return runs_module(words, match.get("module"))
 
 
 def boot_starters(ct: dict, match: dict, unit: str) -> list[str]:
@@ -109,9 +111,9 @@ def starter_names(ct: dict, match: dict, unit: str) -> tuple[list[str], list[dic
 
 def disable_starters_script(units: list[str], crons: list[dict]) -> str:
     """A sh script for inside the container that disables what would start a training at boot:
-    each unit or timer disabled and stopped in one `systemctl` call, then masked where systemd
-    allows it (it refuses a unit whose own file is in /etc/systemd/system: disabled is what
-    stays); each ``@reboot`` cron line commented out in its file.
+    each unit or timer disabled and stopped in one `systemctl` call (never masked: the unit is
+    the users', and `systemctl enable` gives it back); each ``@reboot`` cron line commented out
+    in its file.
 
     >>> "systemctl disable --now t.service" in disable_starters_script(["t.service"], [])
     True
@@ -120,7 +122,6 @@ def disable_starters_script(units: list[str], crons: list[dict]) -> str:
     for name in units:
         q = shlex.quote(name)
         parts.append(f"systemctl disable --now {q}")
-        parts.append(f"systemctl mask {q} 2>/dev/null || true")
     for cron in crons:
         line, path = cron["line"], cron["file"]
         program_text = (

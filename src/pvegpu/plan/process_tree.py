@@ -56,6 +56,11 @@ STARTERS = frozenset(
     }
 )
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "ash"})
+#: Notebook servers that start kernels (and, from one, a training) without being part of it:
+#: a training launched from a notebook is its own process tree, the server and its other
+#: kernels are not (program names, also run as ``python <venv>/bin/jupyter-lab``, and modules).
+SERVERS = frozenset({"jupyter", "jupyter-lab", "jupyter-notebook", "jupyter-server"})
+SERVER_MODULES = frozenset({"jupyter", "jupyterlab", "notebook", "jupyter_server"})
 #: Launchers, by program name (a console script, also run as ``python <venv>/bin/torchrun``)
 LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "torch-distributed-run"})
 #: ... and by module (``python -m torch.distributed.run``)
@@ -91,11 +96,13 @@ def is_starter(argv: list[str]) -> bool:
     (True, False, False)
     >>> is_starter(["/usr/sbin/sshd", "-D"]), is_starter(["bash", "-l"])
     (True, True)
+    >>> is_starter(["/root/venv/bin/python", "/root/venv/bin/jupyter-lab", "--ip=0.0.0.0"])
+    True
     """
     if not argv:
         return False
     name = program(argv[0])
-    if name in STARTERS:
+    if name in STARTERS or runs_program(argv, SERVERS, SERVER_MODULES):
         return True
     if name in SHELLS:
         rest = [a for a in argv[1:] if a not in ("-i", "-l", "--login", "--noprofile")]
@@ -156,6 +163,30 @@ def runs_script(argv: list[str], cwd: str | None, script: str | None) -> bool:
     return False
 
 
+def runs_program(argv: list[str], programs, modules) -> bool:
+    """Whether ``argv`` runs one of ``programs`` (directly, or as ``python <venv>/bin/<name>``)
+    or one of ``modules`` (``python -m <module>``).
+
+    >>> runs_program(["python3", "-m", "notebook"], SERVERS, SERVER_MODULES)
+    True
+    """
+    if not argv:
+        return False
+    if program(argv[0]) in programs:
+        return True
+    if not program(argv[0]).startswith("python"):
+        return False
+    args = argv[1:]
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1] in modules
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:] in modules
+        if not arg.startswith("-"):
+            return program(arg) in programs
+    return False
+
+
 def is_launcher(argv: list[str]) -> bool:
     """A launcher of training workers: torchrun, accelerate, deepspeed (run directly or as
     ``python <venv>/bin/torchrun``), or ``python -m torch.distributed.run`` and friends.
@@ -165,21 +196,7 @@ def is_launcher(argv: list[str]) -> bool:
     >>> is_launcher(["python3", "-m", "torch.distributed.run", "t.py"]), is_launcher(["python"])
     (True, False)
     """
-    if not argv:
-        return False
-    if program(argv[0]) in LAUNCHERS:
-        return True
-    if not program(argv[0]).startswith("python"):
-        return False
-    args = argv[1:]
-    for i, arg in enumerate(args):
-        if arg == "-m" and i + 1 < len(args):
-            return args[i + 1] in LAUNCHER_MODULES
-        if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:] in LAUNCHER_MODULES
-        if not arg.startswith("-"):
-            return program(arg) in LAUNCHERS
-    return False
+    return runs_program(argv, LAUNCHERS, LAUNCHER_MODULES)
 
 
 def training_like(proc: dict, script: str | None) -> bool:

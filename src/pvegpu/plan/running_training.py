@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass, field
 
 from .cgroup_origin import HAND, container_path, started_by
-from .process_tree import Group, groups, is_launcher, resolve, runs_script
+from .process_tree import Group, groups
+from .starts_training import unit_runs_training
 from .unit import RUNNING
 
 TRAINING = "training"
@@ -136,8 +137,12 @@ def match_of(training, python_env) -> dict:
     >>> match_of(s.training, s.python_env)["paths"]
     ['/root/venv', '/root/venvs', '/data/dflash']
     """
+    command = list(training.command)
+    module = next((b for a, b in zip(command, command[1:], strict=False) if a == "-m"), None)
     return {
         "script": training.script,
+        "module": module,
+        "workdir": training.workdir,
         "paths": [python_env.venv_path, python_env.venvs_dir, training.workdir],
     }
 
@@ -212,34 +217,6 @@ def _trainer(group: Group, proc: dict, vmid: int, own: set[str]) -> Trainer:
         TRAINING if group.training else GPU_PROCESS,
         by if by != HAND and group.top else None,
     )
-
-
-def unit_runs_training(unit: dict, match: dict) -> bool:
-    """Whether a unit's ``ExecStart`` runs the training: the script (relative to its
-    WorkingDirectory), a launcher, or a program or argument under one of ``match["paths"]``.
-
-    >>> unit_runs_training({"exec": [["/bin/bash", "/data/dflash/run.sh"]], "wd": None},
-    ...                    {"script": "/data/dflash/train.py", "paths": ["/data/dflash"]})
-    True
-    """
-    for argv in unit.get("exec") or []:
-        if runs_script(argv, unit.get("wd"), match.get("script")) or is_launcher(argv):
-            return True
-        for word in argv:
-            path = resolve(word, unit.get("wd")) if not word.startswith("-") else None
-            if path and any(under(path, p) for p in match.get("paths") or []):
-                return True
-    return False
-
-
-def under(path: str, top: str) -> bool:
-    """``path`` is ``top`` or inside it.
-
-    >>> under("/root/venv/bin/python", "/root/venv"), under("/root/venvs", "/root/venv")
-    (True, False)
-    """
-    top = top.rstrip("/")
-    return path == top or path.startswith(top + "/")
 
 
 def running_training(
