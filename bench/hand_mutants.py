@@ -169,8 +169,8 @@ MUTANTS = [
     HandMutant(
         "takeover-roles-held-dropped",
         "src/pvegpu/plan/takeover.py",
-        '"members": roles(trainer.members, procs, held, script),',
-        '"members": roles(trainer.members, procs, {}, script),',
+        '"members": [m for t in trainers for m in roles(t.members, procs, held, script)],',
+        '"members": [m for t in trainers for m in roles(t.members, procs, {}, script)],',
         "a missing argument: a worker that holds a GPU but runs another command is no worker, "
         "so it gets no SIGTERM and no time to checkpoint",
         ("tests/unit/test_takeover.py",),

@@ -9,7 +9,7 @@ root taken when nothing runs the script: each asserted as the full list of {pid,
 from __future__ import annotations
 
 from pvegpu.plan.running_training import HAND, Trainer
-from pvegpu.plan.takeover import restart_hint, roles, stop_args
+from pvegpu.plan.takeover import restart_hint, roles, stop_args, stop_groups
 
 SCRIPT = "/d/t.py"
 
@@ -160,3 +160,20 @@ def test_neighbours_unknown_says_the_nodes_gpu_processes_could_not_be_read():
     (t,) = neighbours(200, {"gpus": [{"index": 0, "uuid": "GPU-a"}], "compute_apps": None}, [0])
     assert t.kind == UNKNOWN
     assert t.reason.startswith("the node's GPU processes could not be read"), t.reason
+
+
+def test_process_trees_are_stopped_together_and_their_workers_signalled_at_once():
+    """Ranks a script started one by one (each its own tree, started by hand) are one stop:
+    one probe run whose workers all get SIGTERM before any wait (a checkpoint that needs
+    collectives cannot finish rank by rank); a unit is stopped on its own."""
+    ranks = [
+        Trainer(2, "python t.py --rank=0", HAND, gpus=(0,), members=(2,)),
+        Trainer(3, "python t.py --rank=1", HAND, gpus=(1,), members=(3,)),
+    ]
+    unit = Trainer(4, "python t.py", "t.service", members=(4,), unit="t.service")
+    groups = stop_groups([ranks[0], unit, ranks[1]])
+    assert [[t.pid for t in g] for g in groups] == [[2, 3], [4]]
+    procs = [p(2, 1, ["python", "t.py"]), p(3, 1, ["python", "t.py"])]
+    args = stop_args(200, groups[0], procs, {}, SCRIPT, 900, "/var/log/x.log")
+    assert [(m["pid"], m["role"]) for m in args["members"]] == [(2, "worker"), (3, "worker")]
+    assert args["gpus"] == [0, 1] and args["unit"] is None

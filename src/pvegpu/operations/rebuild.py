@@ -20,6 +20,7 @@ from ..plan.adoption import purge_lines
 from ..plan.passthrough import graceful_shutdown
 from ..plan.pollution_report import pollution_lines
 from ..plan.running_training import TRAINING, Trainer, blocking, held_by_pid, others
+from ..plan.takeover import stop_groups
 from ..plan.unit import RUNNING, unit_file
 from ..plan.uv_commands import uv_bin
 from ..plan.venvs import LOCK_FILE, prune_plan
@@ -180,8 +181,8 @@ def container_destroyed(vmid: int, settings: Settings):
     for line in purge_lines(ct, vmid):
         notice(f"rebuild=container: {line}")
     held, _ = held_by_pid(vmid, doc)
-    for t in others(trainers):
-        yield from stop_commands(vmid, t, settings, ct.get("processes") or [], held)
+    for group in stop_groups(others(trainers)):
+        yield from stop_commands(vmid, group, settings, ct.get("processes") or [], held)
     if ct.get("status") == "running":
         yield with_progress(
             StringCommand(graceful_shutdown(vmid, unit, training.stop_timeout_s)),

@@ -30,7 +30,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from ..facts.probe import probe_command
 from ..plan.adoption import disable_starters_script, starter_names
 from ..plan.running_training import TRAINING, held_by_pid, match_of, others
-from ..plan.takeover import restart_hint, stop_args
+from ..plan.takeover import restart_hint, stop_args, stop_groups
 from ..plan.unit import unit_file
 from ..run.run_context import run_context
 from ..settings import Settings
@@ -88,8 +88,9 @@ def training_taken_over(vmid: int, settings: Settings):
     held, _ = held_by_pid(vmid, doc)
     procs = ct.get("processes") or []
     hints = run_context(host.state).taken_over.setdefault(host.name, [])
+    for group in stop_groups(foreign):
+        yield from stop_commands(vmid, group, settings, procs, held)
     for t in foreign:
-        yield from stop_commands(vmid, t, settings, procs, held)
         cwd = next((p.get("cwd") for p in procs if p.get("pid") == t.pid), None)
         hints.append(restart_hint(vmid, t, cwd))
     if units or crons:
@@ -102,10 +103,12 @@ def training_taken_over(vmid: int, settings: Settings):
     yield nothing_left(vmid, unit)
 
 
-def stop_commands(vmid: int, t, settings: Settings, procs: list[dict], held: dict):
-    """The note and the node's stop probe for one training ``t``, with progress lines."""
+def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict], held: dict):
+    """The note and the node's stop probe for the trainings of ``group`` (one unit, or process
+    trees stopped together), with progress lines."""
     timeout = settings.training.stop_timeout_s
-    args = stop_args(vmid, t, procs, held, settings.training.script, timeout, LEFTOVER_LOG)
+    t = group[0]
+    args = stop_args(vmid, group, procs, held, settings.training.script, timeout, LEFTOVER_LOG)
     launchers = [m["pid"] for m in args["members"] if m["role"] == "launcher"]
     steps = []
     if launchers:
@@ -118,8 +121,12 @@ def stop_commands(vmid: int, t, settings: Settings, procs: list[dict], held: dic
         )
     else:
         steps.append(f"up to {timeout} s to checkpoint, then SIGKILL")
+    what = f"{t.what} ({t.named}: {t.command})"
+    if len(group) > 1:
+        steps[-1:-1] = [f"all {len(group)} at once"]
+        what = "the trainings " + ", ".join(f"({g.named}: {g.command})" for g in group)
     yield note(
-        f"CT {vmid}: stopping {t.what} ({t.named}: {t.command}) for {unit_file(settings.training)}"
+        f"CT {vmid}: stopping {what} for {unit_file(settings.training)}"
         f" (restart_training=true): {', '.join(steps)}"
     )
     poll = {}

@@ -108,13 +108,29 @@ def unit_uid(trainer, procs: list[dict]) -> int | None:
     return None
 
 
+def stop_groups(trainers: list) -> list[list]:
+    """The stops the trainings need: every process tree in one (ranks a script started one by
+    one are one training, and a checkpoint that needs collectives cannot finish rank by rank),
+    then each unit on its own (its manager stops it).
+
+    >>> from pvegpu.plan.running_training import Trainer, HAND
+    >>> a, b = Trainer(2, "python t.py --rank=0", HAND), Trainer(3, "python t.py --rank=1", HAND)
+    >>> u = Trainer(4, "python t.py", "t.service", unit="t.service")
+    >>> [[t.pid for t in g] for g in stop_groups([a, u, b])]
+    [[2, 3], [4]]
+    """
+    trees = [t for t in trainers if not t.unit]
+    return ([trees] if trees else []) + [[t] for t in trainers if t.unit]
+
+
 def stop_args(
-    vmid: int, trainer, procs: list[dict], held: dict, script: str | None, timeout_s: int, log: str
+    vmid: int, group, procs: list[dict], held: dict, script: str | None, timeout_s: int, log: str
 ) -> dict:
-    """The arguments of the node's stop probe (probes/training_stop.py) for ``trainer``: its
-    members with their roles and start times (a reused pid is never signalled), the unit that is
-    it and the user whose manager runs it (stopped and disabled after its workers are done),
-    the time the workers have, and the node's signal log.
+    """The arguments of the node's stop probe (probes/training_stop.py) for the trainings of
+    ``group`` (a Trainer, or a list of them stopped together: their workers get SIGTERM at
+    once): their members with their roles and start times (a reused pid is never signalled),
+    the unit that is the first one and the user whose manager runs it (stopped and disabled
+    after its workers are done), the time the workers have, and the node's signal log.
 
     >>> from pvegpu.plan.running_training import Trainer
     >>> t = Trainer(2, "python t.py", "train.service", members=(2,), unit="train.service")
@@ -123,15 +139,17 @@ def stop_args(
     >>> a["unit"], a["members"], a["timeout_s"]
     ('train.service', [{'pid': 2, 'start': 9, 'role': 'worker'}], 900)
     """
+    trainers = group if isinstance(group, list) else [group]
+    first = trainers[0]
     return {
         "vmid": vmid,
-        "members": roles(trainer.members, procs, held, script),
-        "unit": trainer.unit,
-        "unit_uid": unit_uid(trainer, procs),
+        "members": [m for t in trainers for m in roles(t.members, procs, held, script)],
+        "unit": first.unit,
+        "unit_uid": unit_uid(first, procs),
         "timeout_s": timeout_s,
         "log": log,
-        "gpus": list(trainer.gpus),
-        "command": trainer.command,
+        "gpus": sorted({g for t in trainers for g in t.gpus}),
+        "command": "; ".join(t.command for t in trainers),
     }
 
 
