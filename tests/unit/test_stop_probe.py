@@ -138,6 +138,9 @@ def fake_pct(tmp_path, monkeypatch):
         " + '\\n')\n"
         "if 'show' in sys.argv:\n"
         "    sys.stdout.write(open(os.path.join(d, 'show')).read())\n"
+        "if 'stop' in sys.argv and os.path.exists(os.path.join(d, 'stop_rc')):\n"
+        "    sys.stderr.write('Failed to stop train.service: Unit train.service not loaded.\\n')\n"
+        "    sys.exit(int(open(os.path.join(d, 'stop_rc')).read()))\n"
     )
     (bindir / "pct").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
@@ -181,6 +184,21 @@ def test_a_transient_unit_is_stopped_and_a_user_units_manager_is_the_users(
     script = calls[-1][5]
     assert "getent passwd 1000" in script and "XDG_RUNTIME_DIR=/run/user/1000" in script
     assert "systemctl --user" in script and calls[0][-6] == "show"
+
+
+def test_a_transient_unit_gone_with_its_trainer_is_stopped(tmp_path, spawn, fake_pct):
+    """A transient unit is unloaded once its main process exits: `systemctl stop` then answers
+    "Unit ... not loaded." (exit 5), which is what was wanted."""
+    (tmp_path / "show").write_text("Transient=yes\nTimeoutStopUSec=1min 30s\n")
+    (tmp_path / "stop_rc").write_text("5")
+    worker, out = spawn("worker")
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    rc, doc, _sent = run_stop(tmp_path, members, unit="train.service")
+    assert (rc, doc["unit_rc"]) == (0, 0) and out.with_name("worker.checkpoint").exists()
+    (tmp_path / "stop_rc").write_text("1")  # another failure of the stop still counts
+    worker, out = spawn("worker2")
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    assert run_stop(tmp_path, members, unit="train.service")[0] == 1
 
 
 def test_a_unit_whose_own_stop_timeout_is_longer_gives_the_trainer_that_long(

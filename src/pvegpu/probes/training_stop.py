@@ -31,6 +31,7 @@ from pvegpu.probes.prelude import proc_argv, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 GRACE_S = 15  # what a launcher or wrapper gets once its workers are gone
+NOT_LOADED = 5  # systemctl's exit status for a unit that is not loaded (a transient one, gone)
 
 
 def start_time(pid):
@@ -125,6 +126,8 @@ def stop_unit(unit, transient):
     `stop` for a transient unit, which has no unit file to disable."""
     argv = ["stop", unit] if transient else ["disable", "--now", unit]
     rc, out, err = unit_manager(argv)
+    if transient and rc == NOT_LOADED:  # its trainer exited, and a transient unit goes with it
+        return 0, []
     return rc, (err or out).strip().splitlines()[-1:] if rc else []
 
 
