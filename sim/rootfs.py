@@ -39,6 +39,9 @@ PACKAGES = (
     "systemd",
     "systemd-sysv",
     "dbus",
+    # Priority standard, so in debian-<N>-standard: pam_systemd and /etc/pam.d/systemd-user,
+    # which a user's own manager (user@<uid>.service, `systemctl --user`) starts with
+    "libpam-systemd",
     "python3",
     "python3-venv",
     "ca-certificates",

@@ -551,6 +551,24 @@ def test_with_consent_the_copy_beside_the_running_unit_is_taken_over_first():
     assert checks_of(v) == ["GPU 1 (target) free"]
 
 
+def test_a_gpu_process_that_is_no_training_is_never_called_the_running_training():
+    """A notebook's kernel on a training GPU is no training restart_training takes over (the
+    takeover refuses it): verify.py and a consented deploy name it as what it is."""
+    kernel = gpu_app(16, 1, ["/root/venv/bin/python", "-m", "ipykernel_launcher", "-f", "k"])
+    kernel["cgroup"] = HAND_CG
+    s = settings(restart_training=True)
+    for v in (
+        run(node=node_facts(apps=[kernel]), ct=ct_with_unit("inactive")),
+        run(s=s, node=node_facts(apps=[kernel]), ct=ct_with_unit("inactive", s=s), deploying=True),
+    ):
+        assert not any("running training" in w or "taken over" in w for w in v.warnings), v
+        assert checks_of(v) == ["GPU 1 (target) free"], v.lines()
+        assert "ipykernel_launcher" in v.lines()[0]
+    trainer = gpu_app(17, 1, ["/root/venv/bin/python", "-u", "train.py"], HAND_CG)
+    v = run(node=node_facts(apps=[trainer]), ct=ct_with_unit("inactive"))
+    assert v.warnings and "held by the running training (pid 17" in v.warnings[0]
+
+
 def test_unknown_unit_state_keeps_the_unit_cgroup_as_its_own():
     # No unit state (container facts without it): nothing is called a leftover.
     own = gpu_app(14, 0, TRAIN_ARGV, UNIT_CG, used=143000)

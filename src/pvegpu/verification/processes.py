@@ -16,10 +16,12 @@ False
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..facts.gpus import normalize_uuid
 from ..plan.cgroup_origin import container_path, started_how
+from ..plan.process_tree import is_launcher
 from .inputs import Inputs
 from .verdict import Problem, Verdict
 
@@ -131,14 +133,40 @@ def cleared_at_start(app: dict, vmid: int, unit: str | None, matcher: dict) -> b
 
 
 def adoptable(app: dict, f: Inputs) -> bool:
-    """A process of this container, outside pvegpu's stopped unit, holding a training GPU: the
-    training running here that pvegpu did not start (by hand, the users' own unit; see
-    :mod:`pvegpu.plan.running_training`). Deploy waits for it (no unit start beside it, nothing
-    cleared) until ``restart_training=true`` takes it over; its memory is the training's."""
+    """A training process of this container (:func:`looks_like_training`), outside pvegpu's
+    stopped unit, holding a training GPU: the training running here that pvegpu did not start
+    (by hand, the users' own unit; see :mod:`pvegpu.plan.running_training`). Deploy waits for it
+    (no unit start beside it, nothing cleared) until ``restart_training=true`` takes it over;
+    its memory is the training's. A GPU process that is no training (a notebook's kernel, an
+    eval server) is none of this: the takeover refuses it."""
     return (
         f.unit_state.running is False
         and process_owner(app, f.vmid, f.unit) == "container"
         and _cuda_index(app, f) in f.role_of
+        and looks_like_training(app, f)
+    )
+
+
+def looks_like_training(app: dict, f: Inputs) -> bool:
+    """A GPU process that runs the training: the training command, a launcher, or an argument
+    named as the training script (a torchrun worker's ``python -u train.py``; the node's list
+    has no working directory to resolve it against). Fail closed: a process whose command could
+    not be read may be one.
+
+    >>> from pvegpu.settings import Settings, defaults
+    >>> f = Inputs(Settings.from_data(defaults()), {}, {}, vmid=200)
+    >>> looks_like_training({"argv": ["python", "-u", "train.py"]}, f)
+    True
+    >>> looks_like_training({"argv": ["python", "-m", "ipykernel_launcher", "-f", "k.json"]}, f)
+    False
+    """
+    argv = app_argv(app)
+    script = os.path.basename(f.matcher["script"] or "") or None
+    return (
+        not argv
+        or is_training_command(argv, f.matcher)
+        or is_launcher(argv)
+        or any(os.path.basename(w) == script for w in argv[1:] if not w.startswith("-"))
     )
 
 
@@ -151,6 +179,7 @@ def taken_over_first(app: dict, f: Inputs) -> bool:
         and f.settings.policy.restart_training
         and process_owner(app, f.vmid, f.unit) == "container"
         and _cuda_index(app, f) in f.role_of
+        and looks_like_training(app, f)
     )
 
 
