@@ -60,7 +60,7 @@ def spawn(tmp_path):
         p.wait()
 
 
-def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None):
+def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None, stderr=None):
     """Run the stop probe; (exit status, its JSON line, the signal log as (pid, signal))."""
     log = tmp_path / "log" / "signals.jsonl"
     args = {
@@ -75,6 +75,8 @@ def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None):
     }
     cmd = probe_command("training_stop", args, python=sys.executable)
     done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+    if stderr is not None:
+        stderr.append(done.stderr)
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     sent = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return done.returncode, doc, [(e["pid"], e["signal"]) for e in sent]
@@ -198,7 +200,10 @@ def test_a_transient_unit_gone_with_its_trainer_is_stopped(tmp_path, spawn, fake
     (tmp_path / "stop_rc").write_text("1")  # another failure of the stop still counts
     worker, out = spawn("worker2")
     members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
-    assert run_stop(tmp_path, members, unit="train.service")[0] == 1
+    err: list[str] = []
+    assert run_stop(tmp_path, members, unit="train.service", stderr=err)[0] == 1
+    # its processes are gone: the line says what is true, never "did not stop"
+    assert "did not stop" not in err[0] and "stopped, but its unit train.service" in err[0]
 
 
 def test_a_unit_whose_own_stop_timeout_is_longer_gives_the_trainer_that_long(

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 
 from pvegpu.probes.prelude import proc_argv, run  # sent as the prelude
@@ -164,12 +165,20 @@ print(
         }
     )
 )
-if remaining or unit_rc:
-    what = f"pid {', '.join(str(p) for p in remaining)}" if remaining else A.get("unit")
-    why = f" ({' '.join(unit_err)})" if unit_err else ""
+why = f" ({' '.join(unit_err)})" if unit_err else ""
+if remaining:
     print(
-        f"CT {A['vmid']}: the training ({A.get('command')}) did not stop: {what} still there"
-        f"{why}; nothing else is changed: check it in the container",
-        file=__import__("sys").stderr,
+        f"CT {A['vmid']}: the training ({A.get('command')}) did not stop: pid "
+        f"{', '.join(str(p) for p in remaining)} still there{why}; nothing else is changed: "
+        "check it in the container",
+        file=sys.stderr,
+    )
+    raise SystemExit(1)
+if unit_rc:  # every process is gone; its unit may start it again (at boot, by Restart=)
+    print(
+        f"CT {A['vmid']}: the training ({A.get('command')}) stopped, but its unit "
+        f"{A.get('unit')} could not be stopped and disabled{why}; nothing else is changed: "
+        f"disable it in the container (systemctl disable --now {A.get('unit')})",
+        file=sys.stderr,
     )
     raise SystemExit(1)
