@@ -221,6 +221,8 @@ def test_the_lock_holder_keeps_the_flock_until_its_channel_closes(tmp_path, monk
     lock, holder = tmp_path / "deploy.lock", tmp_path / "deploy.holder"
     monkeypatch.setattr(node_lock, "LOCK", str(lock))
     monkeypatch.setattr(node_lock, "HOLDER", str(holder))
+    monkeypatch.setattr(node_lock, "STOP_LOCK", str(tmp_path / "stop.lock"))
+    monkeypatch.setattr(node_lock, "STOP_HOLDER", str(tmp_path / "stop.holder"))
     script = node_lock.holder_script(0, "pyinfra inventory.py deploy.py")
     script = script.replace("mkdir -p /run/lock", f"mkdir -p {tmp_path}")
     assert "/run/lock" not in script
@@ -239,6 +241,31 @@ def test_the_lock_holder_keeps_the_flock_until_its_channel_closes(tmp_path, monk
         proc.stdin.close()  # the channel closes: the holder reads EOF, the kernel drops the lock
         proc.wait()
     assert subprocess.run(taken).returncode == 0
+
+
+@pytest.mark.skipif(not shutil.which("flock"), reason="needs flock (util-linux)")
+def test_a_deploy_waits_for_a_takeovers_stop_that_outlived_its_deploy(tmp_path, monkeypatch):
+    """The stop process of an interrupted deploy's takeover holds the stop lock while the
+    checkpoints are written: the next deploy's holder waits for it, naming it, and refuses when
+    its wait runs out (it never signals a checkpoint in progress a second time)."""
+    for name in ("LOCK", "HOLDER", "STOP_LOCK", "STOP_HOLDER"):
+        monkeypatch.setattr(node_lock, name, str(tmp_path / name.lower()))
+    (tmp_path / "stop_holder").write_text("the takeover's stop of CT 200's training (pid 7)\n")
+    stop = subprocess.Popen(["flock", str(tmp_path / "stop_lock"), "sleep", "60"])
+    try:
+        while subprocess.run(["flock", "-n", str(tmp_path / "stop_lock"), "true"]).returncode == 0:
+            subprocess.run(["sleep", "0.02"], check=True)
+        script = node_lock.holder_script(0, "pyinfra inventory.py deploy.py")
+        script = script.replace("mkdir -p /run/lock", f"mkdir -p {tmp_path}")
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+        assert done.returncode == node_lock.BUSY_EXIT
+        assert done.stdout.splitlines() == [
+            "WAIT the takeover's stop of CT 200's training (pid 7)",
+            "BUSY the takeover's stop of CT 200's training (pid 7)",
+        ]
+    finally:
+        stop.kill()
+        stop.wait()
 
 
 # ---- 5. the runtime check: on the new build, not the old one beside it ------------------------

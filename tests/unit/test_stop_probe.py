@@ -68,6 +68,7 @@ def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None, stderr=N
         "members": members,
         "unit": unit,
         "unit_uid": unit_uid,
+        "stop_lock": str(tmp_path / "lock" / "pvegpu-stop.lock"),
         "timeout_s": timeout_s,
         "log": str(log),
         "gpus": [0],
@@ -237,4 +238,61 @@ def test_a_unit_whose_own_stop_timeout_is_longer_gives_the_trainer_that_long(
     finally:
         if worker.poll() is None:
             worker.kill()
+        worker.wait()
+
+
+def proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except OSError:
+        return "gone"
+
+
+def test_a_launcher_held_by_a_stop_process_that_is_killed_is_continued(tmp_path, spawn):
+    """An admin or the OOM killer ends the stop process while the workers checkpoint: its
+    watchdog (its own session) continues the launcher it held, so nothing stays stopped."""
+    launcher, _lout = spawn("launcher")
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)"
+            "\nopen(__import__('sys').argv[1], 'w')\nwhile True: time.sleep(0.05)",
+            str(tmp_path / "worker.ready"),
+        ]
+    )
+    try:
+        while not (tmp_path / "worker.ready").exists():
+            subprocess.run(["sleep", "0.02"], check=True)
+        members = [
+            {"pid": launcher.pid, "start": start_time(launcher.pid), "role": "launcher"},
+            {"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"},
+        ]
+        args = {
+            "vmid": 200,
+            "members": members,
+            "unit": None,
+            "unit_uid": None,
+            "timeout_s": 600,
+            "stop_lock": str(tmp_path / "pvegpu-stop.lock"),
+            "log": str(tmp_path / "log.jsonl"),
+            "gpus": [0],
+            "command": "torchrun t.py",
+        }
+        cmd = probe_command("training_stop", args, python=sys.executable)
+        probe = subprocess.Popen(["sh", "-c", cmd], start_new_session=True)
+        for _ in range(500):  # held, and the worker asked to stop (it never does here)
+            if proc_state(launcher.pid) == "T" and (tmp_path / "log.jsonl").exists():
+                break
+            subprocess.run(["sleep", "0.02"], check=True)
+        assert proc_state(launcher.pid) == "T"
+        os.killpg(probe.pid, 9)
+        probe.wait()
+        for _ in range(500):
+            if proc_state(launcher.pid) != "T":
+                break
+            subprocess.run(["sleep", "0.02"], check=True)
+        assert proc_state(launcher.pid) in "SR", proc_state(launcher.pid)
+    finally:
+        worker.kill()
         worker.wait()

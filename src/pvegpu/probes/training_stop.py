@@ -21,6 +21,7 @@
 # is the same process (its start time, /proc/<pid>/stat field 22): a reused pid is never touched.
 # Every signal is appended to `log` (one JSON line). Prints one JSON line: stopped, killed,
 # remaining, unit_rc; exits 1 (with one line on stderr) when anything of the training remains.
+import fcntl
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from pvegpu.probes.prelude import proc_argv, run  # sent as the prelude
 
 A = json.loads(ARGS)  # noqa: F821 (prepended by pvegpu.facts.probe)
 GRACE_S = 15  # what a launcher or wrapper gets once its workers are gone
+STOP_LOCK = "/run/lock/pvegpu-stop.lock"  # held while a stop runs (node_lock waits for it)
 NOT_LOADED = 5  # systemctl's exit status for a unit that is not loaded (a transient one, gone)
 
 
@@ -132,6 +134,46 @@ def stop_unit(unit, transient):
     return rc, (err or out).strip().splitlines()[-1:] if rc else []
 
 
+def hold_stop_lock():
+    """Hold the node's stop lock (``STOP_LOCK``) for as long as this process lives: the deploy
+    that started it may be gone (Ctrl-C, a lost connection) while the checkpoints are written,
+    and the next deploy's lock holder waits for this lock, so it never signals them again."""
+    lock = A.get("stop_lock") or STOP_LOCK  # a test's own path, never this machine's
+    try:
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with open(lock.removesuffix(".lock") + ".holder", "w") as f:
+            f.write(f"the takeover's stop of CT {A['vmid']}'s training (pid {os.getpid()})\n")
+        return fd
+    except OSError:
+        return None
+
+
+def guard_launchers(launchers):
+    """A watchdog in its own session: once this stop process is gone (killed by an admin or the
+    OOM killer), it continues every launcher held with SIGSTOP that still is itself, so none
+    stays stopped; after a normal end there is nothing left to continue."""
+    parent = os.getpid()
+    if not launchers or os.fork() != 0:
+        return
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the SSH channel never waits for the watchdog
+        os.dup2(null, fd)
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    for m in launchers:
+        if alive(m):
+            try:
+                os.kill(m["pid"], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    os._exit(0)
+
+
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the deploy's connection may go; the stop goes on
+hold_stop_lock()
 members = A["members"]
 by_role = {r: [m for m in members if m["role"] == r] for r in ("launcher", "worker", "helper")}
 started = time.monotonic()
@@ -139,6 +181,7 @@ unit, transient, wait_s = A.get("unit"), False, A["timeout_s"]
 if unit:
     transient, own = unit_facts(unit)
     wait_s = max(wait_s, own or 0)
+guard_launchers(by_role["launcher"])
 send(by_role["launcher"], signal.SIGSTOP)
 send(by_role["worker"] + by_role["helper"], signal.SIGCONT)
 stopped = send(by_role["worker"], signal.SIGTERM)

@@ -38,6 +38,9 @@ from ..connectors.shared_ssh import keep_alive
 
 LOCK = "/run/lock/pvegpu-deploy.lock"
 HOLDER = "/run/lock/pvegpu-deploy.holder"
+#: held by the takeover's stop process on the node for as long as it runs (probes/training_stop.py)
+STOP_LOCK = "/run/lock/pvegpu-stop.lock"
+STOP_HOLDER = "/run/lock/pvegpu-stop.holder"
 #: Exit status of the holder when the wait ran out (EX_TEMPFAIL).
 BUSY_EXIT = 75
 
@@ -103,6 +106,16 @@ def holder_script(wait_s: int, who: str) -> str:
             f'    echo "BUSY $(cat {HOLDER} 2>/dev/null)"; exit {BUSY_EXIT}',
             "  fi",
             "fi",
+            # a takeover's stop outlives the deploy that started it (Ctrl-C, a lost connection)
+            # and holds the stop lock until its checkpoints are written: wait for it as well
+            f"exec 8>>{STOP_LOCK} || exit 1",
+            "if ! flock -n 8; then",
+            f'  echo "WAIT $(cat {STOP_HOLDER} 2>/dev/null)"',
+            f"  if ! flock -w {int(wait_s)} 8; then",
+            f'    echo "BUSY $(cat {STOP_HOLDER} 2>/dev/null)"; exit {BUSY_EXIT}',
+            "  fi",
+            "fi",
+            "exec 8>&-",
             'printf "pid %s since %s: %s\\n" "$$" '
             f'"$(date -u +%Y-%m-%dT%H:%M:%SZ)" {shlex.quote(who)}'
             f" > {HOLDER}.tmp && mv -f {HOLDER}.tmp {HOLDER}",
@@ -118,7 +131,15 @@ def busy_line(node: str, holder: str, wait_s: int) -> str:
 
     >>> busy_line("n1", "pid 7 since 2026-01-01T00:00:00Z: pyinfra ...", 60)[:56]
     'n1: another deploy holds the node (pid 7 since 2026-01-0'
+    >>> busy_line("n1", "the takeover's stop of CT 200's training (pid 9)", 60)[:50]
+    "n1: the takeover's stop of CT 200's training (pid "
     """
+    if holder.startswith("the takeover's stop"):
+        return (
+            f"{node}: {holder} still runs on the node (the checkpoints it waits for; lock "
+            f"{STOP_LOCK}); waited {wait_s}s: let it finish, then run again "
+            "(deploy_lock_wait_s sets the wait)"
+        )
     return (
         f"{node}: another deploy holds the node ({holder or 'holder unknown'}; lock {LOCK}); "
         f"waited {wait_s}s: let it finish, then run again (deploy_lock_wait_s sets the wait)"
