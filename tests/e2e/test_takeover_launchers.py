@@ -11,6 +11,7 @@ consent leaves the users' training running, untouched.
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -198,3 +199,31 @@ def test_a_new_trainer_that_dies_at_import_fails_the_run_and_says_how_to_start_t
     last = run.output.strip().splitlines()[-1]
     assert "the takeover had stopped 1 training(s): start again with " in last, last
     assert "converged" not in last, last
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_deploy_cut_short_during_the_takeover_says_so_and_the_stop_goes_on(site, sig):
+    """Ctrl-C (or SIGTERM) three seconds into the stop of a torchrun training whose checkpoint
+    takes 35 s: the run ends 130 (143) with a last line that says it was interrupted and that
+    the stop goes on on the node; the stop finishes every checkpoint and leaves nothing held;
+    the next deploy ends with exactly one trainer, pvegpu's."""
+    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"/root/venv/bin/torchrun --nproc_per_node=2 --standalone {TRAIN}")
+    workers = wait_for("2 workers", lambda: started(site), done=lambda s: len(s) == 2)
+    with site.deploy_streaming("restart_training=true", "progress_interval_s=5") as run:
+        run.wait_for("CT 200: stopping the running training")
+        wait_for("the checkpoints to begin", lambda: ckpt_files(site, "stopping"))
+        run.process.send_signal(sig)
+        done = run.finish(timeout=120)
+    assert done.rc == 128 + sig, done.output[-4000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"pvegpu: 127.0.0.1: INTERRUPTED ({sig.name}), not converged"), last
+    assert "the takeover's stop of the running training (pid " in last, last
+    assert "goes on on the node until its checkpoints are written" in last, last
+    # the stop goes on: every worker's checkpoint, then the launcher ended (nothing left held)
+    wait_for("both checkpoints", lambda: ckpt_files(site, "checkpoint"), lambda c: len(c) == 2)
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
+    wait_for("the training to end", lambda: training_pids(site), done=lambda p: p == [])
+    again = site.deploy("restart_training=true")
+    assert again.rc == 0, again.output[-6000:]
+    one_trainer_ours(site)

@@ -136,6 +136,7 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
             f"{shlex.quote(t.unit)}",
             "detail": unit_stop_detail,
         }
+    yield FunctionCommand(mark_stopping, (what,), {})
     yield with_progress(
         StringCommand(probe_command("training_stop", args)),
         waiting_for(
@@ -145,6 +146,18 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
             **poll,
         ),
     )
+    yield FunctionCommand(mark_stopping, (None,), {})
+
+
+def mark_stopping(state, host, what: str | None) -> bool:
+    """Record (``what``) or clear (None) the training the node's stop is stopping now: an
+    interrupted run names it in its last line (pvegpu.startup.interrupt)."""
+    stopping = run_context(state).stopping
+    if what is None:
+        stopping.pop(host.name, None)
+    else:
+        stopping[host.name] = what
+    return True
 
 
 def nothing_left(vmid: int, unit: str) -> FunctionCommand:

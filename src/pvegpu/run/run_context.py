@@ -146,6 +146,10 @@ class RunContext:
     #: {node name: [command, ...]}: what the takeover stopped on each node, as the one command
     #: that starts it again (the last line of a run that fails after it names them)
     taken_over: dict[str, list[str]] = field(default_factory=dict)
+    #: {node name: the training a takeover's stop is stopping now} (what an interrupt names)
+    stopping: dict[str, str] = field(default_factory=dict)
+    #: SIGINT and SIGTERM are handled (pvegpu.startup.interrupt)
+    interrupt_handled: bool = False
 
 
 _RUNS: WeakKeyDictionary[Any, RunContext] = WeakKeyDictionary()

@@ -12,7 +12,7 @@ import sys
 from ..output.summary import node_failures
 from ..run.run_context import run_context
 from ..settings import Settings
-from . import pyinfra_per_operation
+from . import interrupt, pyinfra_per_operation
 from .preflight import check_fleet, validate_fleet
 from .stack_files import deploy_files, register_deploy_files
 
@@ -36,6 +36,7 @@ def _begin(host, mode: str) -> Settings:
     run.mode = mode
     if mode == "verify":
         return validate_fleet(host.state, host.inventory)[host.name]
+    interrupt.install(host.state)  # a deploy cut short ends with a true line, 130 or 143
     return check_fleet(host.state, host.inventory)[host.name]
 
 
