@@ -30,7 +30,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from ..facts.probe import probe_command
 from ..plan.adoption import disable_starters_script, starter_names
 from ..plan.running_training import TRAINING, held_by_pid, match_of, others
-from ..plan.takeover import restart_hint, stop_args, stop_groups
+from ..plan.takeover import restart_hint, stop_args, stop_groups, unit_uid
 from ..plan.unit import unit_file
 from ..run.run_context import run_context
 from ..settings import Settings
@@ -91,8 +91,8 @@ def training_taken_over(vmid: int, settings: Settings):
     for group in stop_groups(foreign):
         yield from stop_commands(vmid, group, settings, procs, held)
     for t in foreign:
-        cwd = next((p.get("cwd") for p in procs if p.get("pid") == t.pid), None)
-        hints.append(restart_hint(vmid, t, cwd))
+        root = next((p for p in procs if p.get("pid") == t.pid), {})
+        hints.append(restart_hint(vmid, t, root.get("cwd"), root.get("argv"), unit_uid(t, procs)))
     if units or crons:
         yield note(
             f"CT {vmid}: disabling what would start a second trainer at boot: "
