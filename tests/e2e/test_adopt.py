@@ -235,9 +235,10 @@ def test_a_plain_deploy_adopts_a_node_that_trains_without_disturbing_the_run(sit
     assert after == before, run.output[-6000:]
     assert "tags: pvegpu" in site.node.read("/etc/pve/lxc/200.conf")
     started_by = "started by hand" if how == "by hand" else "under train.service"
+    # (the trainer and its 2 DataLoader-like helpers)
     summary = re.search(
         rf"pvegpu: {re.escape(site.node.host)}: converged; (\d+) changes wait "
-        rf"for the running training \(pid {node_pid}, {started_by}\): rerun "
+        rf"for the running training \(pid {node_pid}, {started_by}, 3 processes\): rerun "
         "with --data restart_training=true to apply them",
         run.output,
     )

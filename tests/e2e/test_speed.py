@@ -110,9 +110,10 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     assert site.ct("test", "-s", BASELINE).returncode == 0
     assert "dflash-train.service keeps running; restart pending" in swap.output
 
-    # Swap back to the build that is already there, the index stopped: one node read (the
+    # Swap back to the build that is already there, the index stopped: two node reads (the
     # preflight's, with the python-env state and verify's read of the selected build folded in;
-    # the node stage and verify reuse it) and one container command: the switch of the live link
+    # the node stage and verify reuse it; and the fresh one right before the switch, so that a
+    # training started meanwhile is seen) and one container command: the switch of the live link
     # (verify accepted the build first). The unit file is the same for every variant (each build
     # carries its own settings), so it is not rewritten and systemd not reloaded. Nothing
     # downloaded; the pending restart is gone (it runs cu130).
@@ -122,8 +123,8 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     run, container, execs, other, node = counted(site)
     why = report("swap back", container, execs, other, node)
     assert run.rc == 0, run.output[-4000:]
-    assert len(container) <= 1 and len(execs) <= 2, why
-    assert len(node) <= 1 and other == [], why
+    assert len(container) <= 1 and len(execs) <= 3, why
+    assert len(node) <= 2 and other == [], why
     assert not any("daemon-reload" in " ".join(a) for a in execs), why
     assert site.index.downloads() == downloads
     assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU130}.b")
@@ -140,6 +141,6 @@ def test_noop_verify_and_swap_back_stay_within_designs_command_budgets(site):
     run, container, execs, other, node = counted(site, "deploy.py", "torch_variant=cu128")
     why = report("swap to a built variant", container, execs, other, node)
     assert run.rc == 0, run.output[-4000:]
-    assert len(container) <= 1 and len(execs) <= 2, why
-    assert len(node) <= 1 and other == [], why
+    assert len(container) <= 1 and len(execs) <= 3, why
+    assert len(node) <= 2 and other == [], why
     assert site.ct("readlink", "-f", "/root/venv").stdout.startswith(f"/root/venvs/{CU128}.b")
