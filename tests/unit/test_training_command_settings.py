@@ -199,8 +199,28 @@ def exec_stop_script(unit_text: str, cgroup_fs: Path) -> str:
     return script.replace("$$", "$").replace("%%", "%").replace("/sys/fs/cgroup", str(cgroup_fs))
 
 
+# torchrun's place: it starts the worker as its child, says which pid it got, then waits.
+LAUNCHER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+    open(sys.argv[2] + ".pid", "w").write(str(worker.pid))
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (Z: exited, not reaped), None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_itself(tmp_path):
-    """The ExecStop run by a real shell against real processes: the launcher held, the worker
+    """The ExecStop run by a real shell against real processes: the launcher held, its worker
     checkpoints on SIGTERM, and the stop (itself a process of the unit's cgroup) ends normally
     once the worker is gone, leaving the launcher to systemd's own SIGTERM."""
     lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -210,13 +230,14 @@ def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_it
     procs = tmp_path / "cg" / cgroup.lstrip("/") / "cgroup.procs"
     procs.parent.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "worker"
-    launcher = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(out)])
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, WORKER, str(out)])
+    worker = None
     try:
-        while not out.with_name("worker.ready").exists():
-            assert worker.poll() is None, "the worker exited before it was ready"
+        while not (out.with_name("worker.ready").exists() and out.with_name("worker.pid").exists()):
+            assert launcher.poll() is None, "the launcher exited before its worker was ready"
             subprocess.run(["sleep", "0.02"], check=True)
-        procs.write_text(f"{launcher.pid}\n{worker.pid}\n")
+        worker = int(out.with_name("worker.pid").read_text())
+        procs.write_text(f"{launcher.pid}\n{worker}\n")
         script = exec_stop_script(
             render_unit(settings(training_launcher="torchrun", training_command=DDP)),
             tmp_path / "cg",
@@ -232,13 +253,13 @@ def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_it
         )
         assert done.returncode == 0, (done.returncode, done.stderr)
         assert out.with_name("worker.checkpoint").read_text() == "done"
-        assert worker.poll() == 0
-        state = Path(f"/proc/{launcher.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state == "T"  # held: systemd's SIGTERM and SIGCONT end it after the stop
+        assert proc_state(worker) in ("Z", None)  # exited: a zombie of the held launcher
+        assert proc_state(launcher.pid) == "T"  # systemd's SIGTERM and SIGCONT end it next
     finally:
-        for p in (launcher, worker):
-            p.kill()
-            p.wait()
+        launcher.kill()
+        launcher.wait()
+        if worker and proc_state(worker) not in ("Z", None):
+            os.kill(worker, 9)
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
