@@ -454,20 +454,20 @@ MUTANTS = [
     HandMutant(
         "stop-probe-exec-dashdash",
         "src/pvegpu/probes/training_stop.py",
-        '["pct", "exec", str(A["vmid"]), "--", "systemctl", "disable", "--now", unit],',
-        '["pct", "exec", str(A["vmid"]), "systemctl", "disable", "--now", unit],',
-        "a lost --: pct reads --now as its own option, the unit is never stopped and its "
-        "members are SIGKILLed (no checkpoint)",
+        'base = ["pct", "exec", str(A["vmid"]), "--"]',
+        'base = ["pct", "exec", str(A["vmid"])]',
+        "a lost --: pct reads --now as its own option, the unit is never stopped nor disabled "
+        "(a second trainer at the next boot) and the takeover fails",
         (
             "tests/unit/test_stop_probe.py::"
-            "test_a_unit_that_is_the_training_is_stopped_by_its_systemd_inside_the_container",
+            "test_a_unit_that_is_the_training_is_stopped_and_disabled_by_its_systemd_in_the_container",
         ),
     ),
     HandMutant(
         "stop-probe-cont-workers-only",
         "src/pvegpu/probes/training_stop.py",
-        '    send(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
-        '    send(by_role["worker"], signal.SIGCONT)\n',
+        '\nsend(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
+        '\nsend(by_role["worker"], signal.SIGCONT)\n',
         "helpers left out of SIGCONT: a training paused with ctrl-Z keeps its DataLoader "
         "workers stopped, the worker waits on them and is SIGKILLed after the timeout",
         (
@@ -502,10 +502,11 @@ MUTANTS = [
     HandMutant(
         "torchrun-stop-own-pid",
         "templates/training.service.j2",
-        '[ "$$p" = "$$m" ] || [ "$$p" = "$$$$" ] || w="$$w $$p"',
+        '[ "$$2" = "$$m" ] && w="$$w $$p"',
         '[ "$$p" = "$$m" ] || w="$$w $$p"',
-        "a dropped or clause: the torchrun ExecStop SIGTERMs itself, systemd goes on to its "
-        "own stop and torchrun's 30 s SIGKILL cuts every checkpoint",
+        "the launcher's-children filter loosened to every pid but the launcher's: the torchrun "
+        "ExecStop SIGTERMs itself, systemd goes on to its own stop and torchrun's 30 s SIGKILL "
+        "cuts every checkpoint",
         (
             "tests/unit/test_training_command_settings.py::"
             "test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_itself",
