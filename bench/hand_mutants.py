@@ -459,7 +459,7 @@ MUTANTS = [
         "a lost --: pct reads --now as its own option, the unit is never stopped nor disabled "
         "(a second trainer at the next boot) and the takeover fails",
         (
-            "tests/unit/test_stop_probe.py::"
+            "tests/unit/test_stop_probe_slips.py::"
             "test_a_unit_that_is_the_training_is_stopped_and_disabled_by_its_systemd_in_the_container",
         ),
     ),
@@ -471,7 +471,7 @@ MUTANTS = [
         "helpers left out of SIGCONT: a training paused with ctrl-Z keeps its DataLoader "
         "workers stopped, the worker waits on them and is SIGKILLed after the timeout",
         (
-            "tests/unit/test_stop_probe.py::"
+            "tests/unit/test_stop_probe_slips.py::"
             "test_a_training_paused_with_ctrl_z_gets_its_helpers_continued_too",
         ),
     ),
