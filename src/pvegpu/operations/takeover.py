@@ -91,7 +91,7 @@ def training_taken_over(vmid: int, settings: Settings):
     for group in stop_groups(foreign):
         yield from stop_commands(vmid, group, settings, procs, held)
     for t in foreign:
-        root = next((p for p in procs if p.get("pid") == t.pid), {})
+        root: dict = next((p for p in procs if p.get("pid") == t.pid), {})
         hints.append(restart_hint(vmid, t, root.get("cwd"), root.get("argv"), unit_uid(t, procs)))
     if units or crons:
         yield note(
