@@ -450,6 +450,80 @@ MUTANTS = [
             "tests/unit/test_boot_units.py::test_the_wait_reads_every_real_fabric_answer_as_the_preflight_does",
         ),
     ),
+    # --- issue 41: the slips the fast tests missed, each run for real (sh, the stop probe) ----
+    HandMutant(
+        "stop-probe-exec-dashdash",
+        "src/pvegpu/probes/training_stop.py",
+        'base = ["pct", "exec", str(A["vmid"]), "--"]',
+        'base = ["pct", "exec", str(A["vmid"])]',
+        "a lost --: pct reads --now as its own option, the unit is never stopped nor disabled "
+        "(a second trainer at the next boot) and the takeover fails",
+        (
+            "tests/unit/test_stop_probe_slips.py::"
+            "test_a_unit_that_is_the_training_is_stopped_and_disabled_by_its_systemd_in_the_container",
+        ),
+    ),
+    HandMutant(
+        "stop-probe-cont-workers-only",
+        "src/pvegpu/probes/training_stop.py",
+        '\nsend(by_role["worker"] + by_role["helper"], signal.SIGCONT)\n',
+        '\nsend(by_role["worker"], signal.SIGCONT)\n',
+        "helpers left out of SIGCONT: a training paused with ctrl-Z keeps its DataLoader "
+        "workers stopped, the worker waits on them and is SIGKILLed after the timeout",
+        (
+            "tests/unit/test_stop_probe_slips.py::"
+            "test_a_training_paused_with_ctrl_z_gets_its_helpers_continued_too",
+        ),
+    ),
+    HandMutant(
+        "boot-starters-cron-unquoted",
+        "src/pvegpu/plan/adoption.py",
+        "{shlex.quote(path)} {shlex.quote(line)}",
+        "{shlex.quote(path)} {line}",
+        "a lost quote: the @reboot line is run by sh (its && and redirections) instead of "
+        "being commented out",
+        (
+            "tests/unit/test_takeover.py::"
+            "test_the_reboot_line_is_commented_out_by_a_real_shell_and_the_rest_of_the_file_kept",
+        ),
+    ),
+    HandMutant(
+        "data-keys-one-run-first-host",
+        "src/pvegpu/startup/data_keys.py",
+        "    lines: list[str] = []\n    for host in hosts:\n",
+        "    lines: list[str] = []\n    for host in list(hosts)[:1]:\n",
+        "the first host's data only: a fleet entry of another node holding rebuild: container "
+        "applies on every deploy",
+        (
+            "tests/unit/test_data_keys_layers.py::"
+            "test_a_one_run_key_in_any_hosts_own_data_is_refused_not_only_the_first_hosts",
+        ),
+    ),
+    HandMutant(
+        "torchrun-stop-own-pid",
+        "templates/training.service.j2",
+        '[ "$$2" = "$$m" ] && w="$$w $$p"',
+        '[ "$$p" = "$$m" ] || w="$$w $$p"',
+        "the launcher's-children filter loosened to every pid but the launcher's: the torchrun "
+        "ExecStop SIGTERMs itself, systemd goes on to its own stop and torchrun's 30 s SIGKILL "
+        "cuts every checkpoint",
+        (
+            "tests/unit/test_training_command_settings.py::"
+            "test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_itself",
+        ),
+    ),
+    HandMutant(
+        "hotplug-shutdown-unit-first",
+        "src/pvegpu/operations/proxmox.py",
+        "yield StringCommand(hotplug_shell(vmid, args, blocker, down))",
+        "yield StringCommand(hotplug_shell(vmid, args, blocker))",
+        "a missing argument: a failed hot-plug shuts the container down without stopping "
+        "pvegpu's unit first under its own TimeoutStopSec (the checkpoint is cut)",
+        (
+            "tests/unit/test_operation_tables.py::"
+            "test_a_failed_hotplug_stops_pvegpus_unit_before_the_container_shuts_down",
+        ),
+    ),
 ]
 
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import Inventory
 
-from pvegpu.settings import defaults
+from pvegpu.settings import SettingsError, defaults
+from pvegpu.startup.all_settings import load_all
 from pvegpu.startup.data_keys import one_run_lines, own_keys, unknown_keys
 
 OFF = [None, False, "", "false", "False", "0", 0]
@@ -48,6 +49,21 @@ def test_a_one_run_key_shared_by_many_hosts_is_one_line_per_layer():
         "rebuild=container (group_data/pve_hosts.py): a one-run decision, taken from --data "
         "only; remove it there and pass --data rebuild=container to the run that needs it"
     ]
+
+
+def test_a_one_run_key_in_any_hosts_own_data_is_refused_not_only_the_first_hosts():
+    """The fleet file's entry of the second node holds ``rebuild: container``: left there, it
+    would destroy that node's container on every deploy."""
+    inv = Inventory(
+        (["n1", "n2"], defaults()),
+        pve_hosts=([("n1", {}), ("n2", {"rebuild": "container"})], {}),
+    )
+    assert one_run_lines(list(inv)) == [
+        "rebuild=container (the fleet file or inventory): a one-run decision, taken from --data "
+        "only; remove it there and pass --data rebuild=container to the run that needs it"
+    ]
+    with pytest.raises(SettingsError, match=r"rebuild=container \(the fleet file"):
+        load_all(list(inv))
 
 
 def test_an_unknown_key_in_two_layers_is_named_once_from_the_highest():

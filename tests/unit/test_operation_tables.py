@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import re
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -182,6 +184,54 @@ def test_gpu_passthrough_table(monkeypatch, case):
         )
     ]
     assert got == commands
+
+
+# A pct whose hot-plug fails while the container runs (pct then writes nothing) and which answers
+# for pvegpu's unit inside as systemd would; every call is logged, one line each.
+FAILING_HOTPLUG_PCT = """#!/bin/sh
+d=$(dirname "$0")
+echo "$*" >> "$d/calls"
+case "$1" in
+set) [ -e "$d/down" ] || { echo "hot-plug failed" >&2; exit 255; } ;;
+exec) case "$*" in
+    *" systemctl show "*) if [ -e "$d/unit-stopped" ]; then echo inactive; else echo active; fi ;;
+    *" systemctl stop "*) touch "$d/unit-stopped" ;;
+    esac ;;
+shutdown) touch "$d/down" ;;
+esac
+"""
+
+
+def test_a_failed_hotplug_stops_pvegpus_unit_before_the_container_shuts_down(monkeypatch, tmp_path):
+    """The hot-plug's shell line run by sh against that pct: its unit gets its own stop (and
+    TimeoutStopSec: the checkpoint) before `pct shutdown`, then the entry is set and CT started."""
+    from tests.unit.test_passthrough import ct, dev_config, live_view
+    from tests.unit.test_passthrough import state as node_state
+
+    config, live = dev_config(), live_view()
+    del config["dev10"], live["devices"]["/dev/nvidia-uvm-tools"]
+    doc = dict(node_state(), pve_version="9.1.1", pve_container="6.0.18")
+    doc["containers"] = {"200": ct(config, live=live)}
+    monkeypatch.setattr(proxmox, "read_state", lambda vmids, ct_detail: doc)
+    monkeypatch.setattr(proxmox, "host", SimpleNamespace(name="n1"))
+    s = settings(restart_training=True)
+    commands = proxmox.gpu_passthrough._inner(
+        vmid=200, gpus=s.gpus, policy=s.policy, training=s.training
+    )
+    line = next(str(c) for c in commands if str(c).startswith("pct set 200 --dev10 "))
+    (tmp_path / "pct").write_text(FAILING_HOTPLUG_PCT)
+    (tmp_path / "pct").chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    done = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "set 200 --dev10 /dev/nvidia-uvm-tools",
+        "exec 200 -- systemctl show -p ActiveState --value dflash-train.service",
+        "exec 200 -- systemctl stop dflash-train.service",
+        "shutdown 200 --timeout 960",
+        "set 200 --dev10 /dev/nvidia-uvm-tools",
+        "start 200",
+    ]
 
 
 # ---- proxmox.boot_persistence: the node's file digests and units in, writes and enables out -

@@ -60,7 +60,7 @@ def spawn(tmp_path):
         p.wait()
 
 
-def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None, stderr=None):
+def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None, stderr=None, env=None):
     """Run the stop probe; (exit status, its JSON line, the signal log as (pid, signal))."""
     log = tmp_path / "log" / "signals.jsonl"
     args = {
@@ -75,7 +75,7 @@ def run_stop(tmp_path, members, timeout_s=30, unit=None, unit_uid=None, stderr=N
         "command": "python train.py",
     }
     cmd = probe_command("training_stop", args, python=sys.executable)
-    done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+    done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env)
     if stderr is not None:
         stderr.append(done.stderr)
     doc = json.loads(done.stdout.strip().splitlines()[-1])

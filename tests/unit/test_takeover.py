@@ -4,6 +4,8 @@ arguments from a process list (issue 35)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -86,6 +88,29 @@ def test_a_unit_that_is_the_training_is_disabled_with_its_stop_not_twice(run):
     mine = Trainer(None, "python train.py", USERS_UNIT["id"], unit=USERS_UNIT["id"])
     commands, _ = run([mine], live={"units": [USERS_UNIT], "crons": []})
     assert not any(c.startswith("pct exec 200 -- sh -c") for c in commands), commands
+
+
+def test_the_reboot_line_is_commented_out_by_a_real_shell_and_the_rest_of_the_file_kept(
+    run, tmp_path
+):
+    """The command as the takeover yields it, run by sh with a pct that runs what follows `--`
+    here: the line (shell words, quotes and all) reaches the edit whole, never the shell."""
+    tab = tmp_path / "root"
+    line = "@reboot cd /data/dflash && torchrun t.py --tag 'a b' >> \"$HOME/t.log\" 2>&1"
+    rest = ["# m h dom mon dow command", "  @reboot /usr/local/bin/backup.sh", "0 3 * * * true"]
+    tab.write_text("\n".join([rest[0], line, *rest[1:]]) + "\n")
+    commands, _ = run([], live={"units": [], "crons": [{"file": str(tab), "line": line}]})
+    command = next(c for c in commands if c.startswith("pct exec 200 -- sh -c"))
+    pct = tmp_path / "bin" / "pct"
+    pct.parent.mkdir()
+    pct.write_text('#!/bin/sh\n[ "$1 $2 $3" = "exec 200 --" ] || exit 2\nshift 3\nexec "$@"\n')
+    pct.chmod(0o755)
+    env = dict(os.environ, PATH=f"{pct.parent}:{os.environ['PATH']}", HOME=str(tmp_path))
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    disabled = f"# disabled by pvegpu (it would start a second trainer at boot): {line}"
+    assert tab.read_text() == "\n".join([rest[0], disabled, *rest[1:]]) + "\n"
+    assert not (tmp_path / "t.log").exists()  # nothing of the line ran
 
 
 # --- the plan: roles and the stop probe's arguments ---------------------------------------------

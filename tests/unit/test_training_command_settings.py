@@ -5,8 +5,12 @@ argument reaching the trainer exactly as written: the build's settings file is s
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -167,6 +171,95 @@ def test_only_a_torchrun_unit_holds_its_launcher_while_the_workers_checkpoint():
     # the wait ends 5 s before TimeoutStopSec (900 s), which applies to ExecStop too
     assert "kill -TERM $$w" in torchrun and "-lt 895 ]" in torchrun
     assert "ExecStop=" not in render_unit(settings())  # python: systemd's SIGTERM to the trainer
+
+
+# A worker that says it is ready, then waits; on SIGTERM it writes its checkpoint and exits.
+WORKER = textwrap.dedent(
+    """
+    import signal, sys, time
+    out = sys.argv[1]
+    def stop(*_):
+        open(out + ".checkpoint", "w").write("done")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    open(out + ".ready", "w").write("ready")
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def exec_stop_script(unit_text: str, cgroup_fs: Path) -> str:
+    """The ExecStop's script as systemd hands it to /bin/sh (continuations joined, $$ -> $,
+    %% -> %), the cgroup filesystem moved to ``cgroup_fs``: a test process has no unit's cgroup
+    of its own, so its cgroup.procs is written by the test."""
+    text = unit_text.replace("\\\n", " ")
+    stop = next(line for line in text.splitlines() if line.startswith("ExecStop="))
+    script = stop.split("/bin/sh -c '", 1)[1].rsplit("'", 1)[0]
+    return script.replace("$$", "$").replace("%%", "%").replace("/sys/fs/cgroup", str(cgroup_fs))
+
+
+# torchrun's place: it starts the worker as its child, says which pid it got, then waits.
+LAUNCHER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+    open(sys.argv[2] + ".pid", "w").write(str(worker.pid))
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (Z: exited, not reaped), None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_itself(tmp_path):
+    """The ExecStop run by a real shell against real processes: the launcher held, its worker
+    checkpoints on SIGTERM, and the stop (itself a process of the unit's cgroup) ends normally
+    once the worker is gone, leaving the launcher to systemd's own SIGTERM."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    cgroup = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if cgroup is None or not cgroup.startswith("/"):
+        pytest.skip("no cgroup v2 path in /proc/self/cgroup")
+    procs = tmp_path / "cg" / cgroup.lstrip("/") / "cgroup.procs"
+    procs.parent.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "worker"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, WORKER, str(out)])
+    worker = None
+    try:
+        while not (out.with_name("worker.ready").exists() and out.with_name("worker.pid").exists()):
+            assert launcher.poll() is None, "the launcher exited before its worker was ready"
+            subprocess.run(["sleep", "0.02"], check=True)
+        worker = int(out.with_name("worker.pid").read_text())
+        procs.write_text(f"{launcher.pid}\n{worker}\n")
+        script = exec_stop_script(
+            render_unit(settings(training_launcher="torchrun", training_command=DDP)),
+            tmp_path / "cg",
+        )
+        # the stop's own shell is in the unit's cgroup too, as systemd runs ExecStop there
+        wrapper = 'echo "$$" >> "$1" && exec /bin/sh -c "$2"'
+        done = subprocess.run(
+            ["/bin/sh", "-c", wrapper, "sh", str(procs), script],
+            env=dict(os.environ, MAINPID=str(launcher.pid)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (done.returncode, done.stderr)
+        assert out.with_name("worker.checkpoint").read_text() == "done"
+        assert proc_state(worker) in ("Z", None)  # exited: a zombie of the held launcher
+        assert proc_state(launcher.pid) == "T"  # systemd's SIGTERM and SIGCONT end it next
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if worker and proc_state(worker) not in ("Z", None):
+            os.kill(worker, 9)
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
