@@ -249,8 +249,8 @@ MUTANTS = [
     HandMutant(
         "gate-consent-defers-all",
         "src/pvegpu/operations/training_gate.py",
-        "if consent and all(t.kind == TRAINING for t in trainers):",
-        "if consent:",
+        "if consent and all(t.kind == TRAINING for t in trainers) and not after:",
+        "if consent and not after:",
         "a dropped clause: with restart_training=true a change under a GPU process or an "
         "unreadable state is deferred to a takeover that never stops those, and not recorded",
         ("tests/unit/test_training_gates.py",),

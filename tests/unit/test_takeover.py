@@ -44,7 +44,8 @@ def run(monkeypatch):
         monkeypatch.setattr(takeover, "running_here", lambda h, vmid, unit, fresh=False: trainers)
         monkeypatch.setattr(takeover, "current_read", lambda *a, **k: {"containers": {"200": ct}})
         monkeypatch.setattr(takeover, "verified_here", lambda state, node, vmid: verified)
-        monkeypatch.setattr(takeover, "run_context", lambda state: SimpleNamespace(taken_over={}))
+        context = SimpleNamespace(taken_over={}, takeover_ran=set())
+        monkeypatch.setattr(takeover, "run_context", lambda state: context)
         monkeypatch.setattr(takeover, "failure", lambda *lines: iter(["fail: " + " ".join(lines)]))
         s = settings_with(restart_training=restart)
         commands = [str(c) for c in takeover.training_taken_over._inner(vmid=200, settings=s)]

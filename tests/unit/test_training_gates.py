@@ -50,6 +50,10 @@ def test_consent_defers_only_trainings_the_rest_is_recorded_as_waiting(monkeypat
     monkeypatch.setattr(
         adoption, "record_wait", lambda state, node, ct, change, t: recorded.append(t) or "line"
     )
+    ran: set[str] = set()
+    monkeypatch.setattr(
+        training_gate, "run_context", lambda state: SimpleNamespace(takeover_ran=ran)
+    )
     host = SimpleNamespace(
         name="ct200",
         data={"pct_node": "pve1", "pct_vmid": 200},
@@ -60,6 +64,11 @@ def test_consent_defers_only_trainings_the_rest_is_recorded_as_waiting(monkeypat
     assert recorded == []  # deferred to the takeover, which stops it
     training_gate.wait_for(host, None, "the venv switch", [trainer], consent=True)
     assert recorded == [trainer]  # the takeover never stops it: the change waits
+    # once the node's takeover has run (the container pass after it), none follows: it waits
+    recorded.clear()
+    ran.add("pve1")
+    training_gate.wait_for(host, None, "the venv switch", [HAND_RUN], consent=True)
+    assert recorded == [HAND_RUN]
 
 
 # --- the venv switch and the unit's start -------------------------------------------------------

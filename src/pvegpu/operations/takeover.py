@@ -60,6 +60,7 @@ def training_taken_over(vmid: int, settings: Settings):
     """
     if not settings.policy.restart_training:
         return
+    run_context(host.state).takeover_ran.add(host.name)  # what waits from now on truly waits
     unit = unit_file(settings.training)
     foreign = others(running_here(host, vmid, unit))
     doc = current_read(host, host.name, vmid) or {}

@@ -95,9 +95,12 @@ def wait_for(host, vmid, change: str, trainers: list[Trainer], consent: bool = F
     change that waits is no change, so the run stays converged). With ``consent``
     (restart_training=true) and only trainings to wait for, it is deferred instead: the takeover
     stops them once the new build is verified, and the change is applied after it in this run
-    (nothing recorded for the summary)."""
+    (nothing recorded for the summary); once the node's takeover has run, none follows, and the
+    change waits like any other."""
     node, ct = _node_and_vmid(host, vmid)
-    if consent and all(t.kind == TRAINING for t in trainers):
+    ran = run_context(host.state).takeover_ran if getattr(host, "state", None) else set()
+    after = (node or host.name) in ran  # the node's takeover has run: none follows
+    if consent and all(t.kind == TRAINING for t in trainers) and not after:
         t = trainers[0]
         line = (
             f"CT {ct}: {change} is deferred until {t.what} ({t.named}) is taken over "

@@ -148,6 +148,9 @@ class RunContext:
     taken_over: dict[str, list[str]] = field(default_factory=dict)
     #: {node name: the training a takeover's stop is stopping now} (what an interrupt names)
     stopping: dict[str, str] = field(default_factory=dict)
+    #: node names whose takeover stage has run: a change that waits after it is no longer
+    #: deferred to a takeover that follows (none does)
+    takeover_ran: set[str] = field(default_factory=set)
     #: SIGINT and SIGTERM are handled (pvegpu.startup.interrupt)
     interrupt_handled: bool = False
 
