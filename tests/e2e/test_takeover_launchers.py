@@ -227,3 +227,34 @@ def test_a_deploy_cut_short_during_the_takeover_says_so_and_the_stop_goes_on(sit
     again = site.deploy("restart_training=true")
     assert again.rc == 0, again.output[-6000:]
     one_trainer_ours(site)
+
+
+def test_a_stop_process_killed_on_the_node_leaves_no_launcher_stopped(site):
+    """An admin (or the OOM killer) kills the node's stop process while a torchrun training's
+    workers checkpoint: its watchdog continues the launcher it held, the workers finish their
+    checkpoints, the run fails saying so, and the next deploy ends with exactly one trainer."""
+    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"/root/venv/bin/torchrun --nproc_per_node=2 --standalone {TRAIN}")
+    launcher = root_node_pid(site, "torchrun")
+    workers = wait_for("2 workers", lambda: started(site), done=lambda s: len(s) == 2)
+    holder = "/run/lock/pvegpu-stop.holder"
+    with site.deploy_streaming("restart_training=true", "progress_interval_s=5") as run:
+        run.wait_for("CT 200: stopping the running training")
+        wait_for("the checkpoints to begin", lambda: ckpt_files(site, "stopping"))
+        text = wait_for("the stop's record", lambda: site.node.run(["cat", holder]).stdout)
+        stop_pid = int(text.rsplit("(pid ", 1)[1].split(")")[0])
+        site.node.run(["kill", "-9", str(stop_pid)], check=True)
+        done = run.finish(timeout=300)
+    assert done.rc != 0, done.output[-4000:]
+    last = [line for line in done.output.splitlines() if line.startswith("pvegpu: 127.0.0.1:")]
+    assert last and "FAILED" in last[-1] and "converged" not in last[-1], done.output[-4000:]
+    state = lambda: site.node.run(  # noqa: E731
+        ["sh", "-c", f"sed 's/.*) //' /proc/{launcher}/stat | cut -c1"]
+    ).stdout.strip()
+    wait_for("the launcher continued", state, done=lambda s: s != "T", timeout=30)
+    wait_for("both checkpoints", lambda: ckpt_files(site, "checkpoint"), lambda c: len(c) == 2)
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
+    wait_for("the training to end", lambda: training_pids(site), done=lambda p: p == [])
+    again = site.deploy("restart_training=true")
+    assert again.rc == 0, again.output[-6000:]
+    one_trainer_ours(site)
