@@ -1,6 +1,7 @@
 """A consented takeover stops exactly the trainers, whatever runs them, and keeps their
 checkpoints: the trainer (with its DataLoader-like helpers, sim/trainer.py) of a users' unit with
-the default KillMode, of a transient unit (`systemd-run --unit=train`), of a unit of root's own
+the default KillMode, of one with KillMode=process whose trainer is a shell's child, of a
+transient unit (`systemd-run --unit=train`), of a unit of root's own
 user manager (`systemd-run --user`), and ranks started one by one as separate trees, each gets
 SIGTERM first and writes its checkpoint. Beside them a Jupyter server (a training launched from
 it), TensorBoard and a checkpoint-upload timer live under the venv and the training dir: none of
@@ -64,17 +65,26 @@ def no_train_unit(site):
     site.ct("systemctl", "reset-failed")
 
 
-@pytest.mark.parametrize("kind", ["default KillMode", "transient", "user manager"])
+@pytest.mark.parametrize(
+    "kind", ["default KillMode", "KillMode=process", "transient", "user manager"]
+)
 def test_a_unit_that_is_the_training_gets_sigterm_first_and_keeps_its_checkpoint(
     site, kind, no_train_unit
 ):
     checkpoint_s(site, 5)
     command = f"{VENV_PY} {TRAIN}"
-    if kind == "default KillMode":
+    if kind in ("default KillMode", "KillMode=process"):
+        # KillMode=process: its main process is a shell, the trainer its child, which systemd's
+        # own stop would never signal
+        service = (
+            f"ExecStart={command}\n"
+            if kind == "default KillMode"
+            else f"KillMode=process\nExecStart=/bin/bash -c '{command}; echo trainer ended'\n"
+        )
         site.node.ct_run(
             200,
             ["sh", "-c", "cat > /etc/systemd/system/train.service"],
-            input=f"[Service]\nWorkingDirectory=/data/dflash\nExecStart={command}\n"
+            input=f"[Service]\nWorkingDirectory=/data/dflash\n{service}"
             "[Install]\nWantedBy=multi-user.target\n",
             check=True,
         )
