@@ -88,12 +88,8 @@ def training_taken_over(vmid: int, settings: Settings):
         return
     held, _ = held_by_pid(vmid, doc)
     procs = ct.get("processes") or []
-    hints = run_context(host.state).taken_over.setdefault(host.name, [])
     for group in stop_groups(foreign):
         yield from stop_commands(vmid, group, settings, procs, held)
-    for t in foreign:
-        root: dict = next((p for p in procs if p.get("pid") == t.pid), {})
-        hints.append(restart_hint(vmid, t, root.get("cwd"), root.get("argv"), unit_uid(t, procs)))
     if units or crons:
         yield note(
             f"CT {vmid}: disabling what would start a second trainer at boot: "
@@ -137,6 +133,13 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
             f"{shlex.quote(t.unit)}",
             "detail": unit_stop_detail,
         }
+    hints = []
+    for g in group:
+        root: dict = next((p for p in procs if p.get("pid") == g.pid), {})
+        hints.append(restart_hint(vmid, g, root.get("cwd"), root.get("argv"), unit_uid(g, procs)))
+    # recorded as the stop starts: a run that fails or is cut short from then on (a takeover,
+    # rebuild=container's graceful stop) says how to start each one again
+    yield FunctionCommand(record_hints, (hints,), {})
     yield FunctionCommand(mark_stopping, (what,), {})
     yield with_progress(
         StringCommand(probe_command("training_stop", args)),
@@ -148,6 +151,13 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
         ),
     )
     yield FunctionCommand(mark_stopping, (None,), {})
+
+
+def record_hints(state, host, hints: list[str]) -> bool:
+    """Record how to start the trainings a stop is about to stop (the run's last line names
+    them if it fails or is cut short afterwards)."""
+    run_context(state).taken_over.setdefault(host.name, []).extend(hints)
+    return True
 
 
 def mark_stopping(state, host, what: str | None) -> bool:

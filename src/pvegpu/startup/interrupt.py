@@ -64,9 +64,10 @@ def interrupt_line(node: str, sig, run) -> str:
         )
     hints = (run.taken_over or {}).get(node)
     if hints:
+        done = "is stopping" if stopping else "had stopped"
         line += (
-            f"; the takeover had stopped {len(hints)} training(s): start again with "
-            + " ; ".join(hints)
+            f"; the takeover {done} {len(hints)} training(s): to run them again instead of "
+            "pvegpu's unit, start them with " + " ; ".join(hints)
         )
     if not stopping and not hints:
         line += ": run the deploy again to finish it"
