@@ -201,15 +201,31 @@ def test_a_new_trainer_that_dies_at_import_fails_the_run_and_says_how_to_start_t
     assert "converged" not in last, last
 
 
+def torchrun_checkpointing_35_s(site) -> dict[int, dict]:
+    """A torchrun training of 2 workers started by hand, each checkpoint 35 s: -> its workers."""
+    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
+    start(site, f"/root/venv/bin/torchrun --nproc_per_node=2 --standalone {TRAIN}")
+    return wait_for("2 workers", lambda: started(site), done=lambda s: len(s) == 2)
+
+
+def the_stop_went_on_then_one_trainer(site, workers) -> None:
+    """After a run cut short in the stop: every worker's checkpoint, the training ended
+    (nothing left held), and the next consented deploy ends with exactly one trainer, ours."""
+    wait_for("both checkpoints", lambda: ckpt_files(site, "checkpoint"), lambda c: len(c) == 2)
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
+    wait_for("the training to end", lambda: training_pids(site), done=lambda p: p == [])
+    again = site.deploy("restart_training=true")
+    assert again.rc == 0, again.output[-6000:]
+    one_trainer_ours(site)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_deploy_cut_short_during_the_takeover_says_so_and_the_stop_goes_on(site, sig):
     """Ctrl-C (or SIGTERM) three seconds into the stop of a torchrun training whose checkpoint
     takes 35 s: the run ends 130 (143) with a last line that says it was interrupted and that
     the stop goes on on the node; the stop finishes every checkpoint and leaves nothing held;
     the next deploy ends with exactly one trainer, pvegpu's."""
-    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
-    start(site, f"/root/venv/bin/torchrun --nproc_per_node=2 --standalone {TRAIN}")
-    workers = wait_for("2 workers", lambda: started(site), done=lambda s: len(s) == 2)
+    workers = torchrun_checkpointing_35_s(site)
     with site.deploy_streaming("restart_training=true", "progress_interval_s=5") as run:
         run.wait_for("CT 200: stopping the running training")
         wait_for("the checkpoints to begin", lambda: ckpt_files(site, "stopping"))
@@ -220,23 +236,15 @@ def test_a_deploy_cut_short_during_the_takeover_says_so_and_the_stop_goes_on(sit
     assert last.startswith(f"pvegpu: 127.0.0.1: INTERRUPTED ({sig.name}), not converged"), last
     assert "the takeover's stop of the running training (pid " in last, last
     assert "goes on on the node until its checkpoints are written" in last, last
-    # the stop goes on: every worker's checkpoint, then the launcher ended (nothing left held)
-    wait_for("both checkpoints", lambda: ckpt_files(site, "checkpoint"), lambda c: len(c) == 2)
-    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
-    wait_for("the training to end", lambda: training_pids(site), done=lambda p: p == [])
-    again = site.deploy("restart_training=true")
-    assert again.rc == 0, again.output[-6000:]
-    one_trainer_ours(site)
+    the_stop_went_on_then_one_trainer(site, workers)
 
 
 def test_a_stop_process_killed_on_the_node_leaves_no_launcher_stopped(site):
     """An admin (or the OOM killer) kills the node's stop process while a torchrun training's
     workers checkpoint: its watchdog continues the launcher it held, the workers finish their
     checkpoints, the run fails saying so, and the next deploy ends with exactly one trainer."""
-    site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
-    start(site, f"/root/venv/bin/torchrun --nproc_per_node=2 --standalone {TRAIN}")
+    workers = torchrun_checkpointing_35_s(site)
     launcher = root_node_pid(site, "torchrun")
-    workers = wait_for("2 workers", lambda: started(site), done=lambda s: len(s) == 2)
     holder = "/run/lock/pvegpu-stop.holder"
     with site.deploy_streaming("restart_training=true", "progress_interval_s=5") as run:
         run.wait_for("CT 200: stopping the running training")
@@ -252,9 +260,4 @@ def test_a_stop_process_killed_on_the_node_leaves_no_launcher_stopped(site):
         ["sh", "-c", f"sed 's/.*) //' /proc/{launcher}/stat | cut -c1"]
     ).stdout.strip()
     wait_for("the launcher continued", state, done=lambda s: s != "T", timeout=30)
-    wait_for("both checkpoints", lambda: ckpt_files(site, "checkpoint"), lambda c: len(c) == 2)
-    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{w}" for w in workers)
-    wait_for("the training to end", lambda: training_pids(site), done=lambda p: p == [])
-    again = site.deploy("restart_training=true")
-    assert again.rc == 0, again.output[-6000:]
-    one_trainer_ours(site)
+    the_stop_went_on_then_one_trainer(site, workers)

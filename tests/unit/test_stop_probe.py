@@ -16,12 +16,14 @@ import pytest
 
 from pvegpu.facts.probe import probe_command
 
-# A process that says it is ready, then waits; on SIGTERM it writes its checkpoint and exits.
+# A process that says it is ready, then waits; on SIGTERM it writes its checkpoint (taking
+# argv[2] seconds, default none) and exits.
 TRAINER = textwrap.dedent(
     """
     import signal, sys, time
     out = sys.argv[1]
     def stop(*_):
+        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
         open(out + ".checkpoint", "w").write("done")
         sys.exit(0)
     signal.signal(signal.SIGTERM, stop)
@@ -43,9 +45,9 @@ def spawn(tmp_path):
     """Start trainer processes; every one still there is killed and reaped at the end."""
     started: list[subprocess.Popen] = []
 
-    def start(name: str) -> tuple[subprocess.Popen, Path]:
+    def start(name: str, checkpoint_s: float = 0) -> tuple[subprocess.Popen, Path]:
         out = tmp_path / name
-        p = subprocess.Popen([sys.executable, "-c", TRAINER, str(out)])
+        p = subprocess.Popen([sys.executable, "-c", TRAINER, str(out), str(checkpoint_s)])
         started.append(p)
         ready = out.with_name(name + ".ready")
         while not ready.exists():  # the handler is installed once it says so
@@ -211,34 +213,12 @@ def test_a_unit_whose_own_stop_timeout_is_longer_gives_the_trainer_that_long(
     tmp_path, spawn, fake_pct
 ):
     (tmp_path / "show").write_text("Transient=no\nTimeoutStopUSec=20s\n")
-    slow = textwrap.dedent(
-        """
-        import signal, sys, time
-        out = sys.argv[1]
-        def stop(*_):
-            time.sleep(3)
-            open(out + ".checkpoint", "w").write("done")
-            sys.exit(0)
-        signal.signal(signal.SIGTERM, stop)
-        open(out + ".ready", "w").write("ready")
-        while True:
-            time.sleep(0.05)
-        """
-    )
-    worker = subprocess.Popen([sys.executable, "-c", slow, str(tmp_path / "worker")])
-    try:
-        while not (tmp_path / "worker.ready").exists():
-            assert worker.poll() is None
-            subprocess.run(["sleep", "0.02"], check=True)
-        members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
-        rc, doc, _sent = run_stop(tmp_path, members, timeout_s=1, unit="train.service")
-        # training_stop_timeout_s (1 s) alone would have cut the 3 s checkpoint short
-        assert (tmp_path / "worker.checkpoint").read_text() == "done"
-        assert (rc, doc["killed"]) == (0, [])
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-        worker.wait()
+    worker, out = spawn("worker", checkpoint_s=3)
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    rc, doc, _sent = run_stop(tmp_path, members, timeout_s=1, unit="train.service")
+    # training_stop_timeout_s (1 s) alone would have cut the 3 s checkpoint short
+    assert out.with_name("worker.checkpoint").read_text() == "done"
+    assert (rc, doc["killed"]) == (0, [])
 
 
 def proc_state(pid: int) -> str:

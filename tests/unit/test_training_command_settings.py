@@ -23,6 +23,7 @@ from pvegpu.plan.unit import (
     unit_problems,
 )
 from pvegpu.settings import Settings, SettingsError, defaults
+from tests.unit.test_stop_probe import TRAINER
 
 DDP = ["{script}", "--nproc", "{gpu_count}", "--out", "{checkpoint_dir}", "{resume_flag}"]
 
@@ -174,19 +175,7 @@ def test_only_a_torchrun_unit_holds_its_launcher_while_the_workers_checkpoint():
 
 
 # A worker that says it is ready, then waits; on SIGTERM it writes its checkpoint and exits.
-WORKER = textwrap.dedent(
-    """
-    import signal, sys, time
-    out = sys.argv[1]
-    def stop(*_):
-        open(out + ".checkpoint", "w").write("done")
-        sys.exit(0)
-    signal.signal(signal.SIGTERM, stop)
-    open(out + ".ready", "w").write("ready")
-    while True:
-        time.sleep(0.05)
-    """
-)
+WORKER = TRAINER  # the stop probe tests' own
 
 
 def exec_stop_script(unit_text: str, cgroup_fs: Path) -> str:
