@@ -11,7 +11,8 @@ Under a launcher (torchrun: ``LOCAL_RANK`` in its environment) it takes its GPU 
 does, before it records its start: ``torch.cuda.set_device(local_rank)`` and a first allocation
 there, which makes the CUDA context (the torch double logs it in ``contexts.log`` and, with
 ``register_contexts``, the node's nvidia-smi lists the worker on that GPU). The second line of
-``started-<pid>`` is JSON: its arguments and the launcher's rank variables.
+``started-<pid>`` is JSON: its arguments, the launcher's rank variables and
+``CUDA_VISIBLE_DEVICES`` when set.
 
 Like most real trainers it loads data with helper processes (torch's DataLoader workers):
 ``helpers`` in its checkpoint dir says how many (default 2), forked before it records its start
@@ -53,7 +54,12 @@ if local_rank is not None and torch is not None:
     # a DDP worker's first steps: its own GPU current, then a tensor there (the CUDA context)
     torch.cuda.set_device(int(local_rank))
     torch.zeros(1, device="cuda")
-ranks = {k: os.environ[k] for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE") if k in os.environ}
+# the launcher's rank variables and the GPUs it was given (a restart hint must repeat them)
+ranks = {
+    k: os.environ[k]
+    for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
+    if k in os.environ
+}
 
 
 def setting(name, default):

@@ -11,6 +11,7 @@ consent leaves the users' training running, untouched.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 
 import pytest
@@ -184,9 +185,17 @@ def test_a_failed_build_after_consent_leaves_the_training_running(site):
 def test_a_new_trainer_that_dies_at_import_fails_the_run_and_says_how_to_start_the_old_one(site):
     """After a takeover pvegpu's unit starts the new trainer; one that exits while it loads (a
     package the hand-made venv had and the build lacks) is watched and fails the run with its
-    journal, and the last line says how to start the stopped training again."""
+    journal, and the last line says how to start the stopped training again: that command, run
+    as it is, starts it as it ran (its arguments, directory and GPUs; no secret of its
+    environment is printed)."""
     site.node.run(["sh", "-c", f"echo 3 > {CKPT_NODE}/checkpoint_s"], check=True)
-    start(site, f"{VENV_PY} {TRAIN}")
+    env = "CUDA_VISIBLE_DEVICES=3 HF_TOKEN=s3cret NCCL_DEBUG=INFO"
+    site.ct(
+        "sh",
+        "-c",
+        f"cd /data/dflash && {env} setsid nohup {VENV_PY} {TRAIN} --note 'a b' "
+        ">/dev/null 2>&1 </dev/null &",
+    )
     (trainer,) = wait_for("the trainer", lambda: started(site))
     dies = (
         'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", '
@@ -197,8 +206,15 @@ def test_a_new_trainer_that_dies_at_import_fails_the_run_and_says_how_to_start_t
     assert ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]  # the old one's kept
     assert f"CT 200: {UNIT} did not come up: " in run.output, run.output[-6000:]
     last = run.output.strip().splitlines()[-1]
-    assert "the takeover had stopped 1 training(s): start again with " in last, last
-    assert "converged" not in last, last
+    assert "the takeover had stopped 1 training(s): start again with `" in last, last
+    assert "converged" not in last and "s3cret" not in last, last
+    hint = last.split("start again with `", 1)[1].split("`", 1)[0]
+    site.ct("systemctl", "disable", "--now", UNIT)
+    assert site.node.run(shlex.split(hint)).returncode == 0, hint
+    again = wait_for("the trainer started again", lambda: set(started(site)) - {trainer})
+    record = started(site)[again.pop()]
+    assert record["argv"][-2:] == ["--note", "a b"], record
+    assert record.get("CUDA_VISIBLE_DEVICES") == "3", record
 
 
 def torchrun_checkpointing_35_s(site) -> dict[int, dict]:

@@ -10,6 +10,8 @@ them is stopped, disabled or masked. One adopted CT 200, shared by the module.
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from tests.e2e import test_takeover_launchers as launchers  # a module: its tests stay there
@@ -154,3 +156,37 @@ def test_services_that_are_no_training_are_never_stopped_disabled_or_masked(site
     finally:
         for name in ("jupyter.service", "tensorboard.service", "upload.timer", "upload.service"):
             site.ct("systemctl", "disable", "--now", name)
+
+
+@pytest.mark.parametrize("manager", ["system", "user"])
+def test_a_transient_units_restart_hint_starts_it_again_as_it_ran(site, manager, no_train_unit):
+    """A transient unit has no file to enable again: when the run fails after its takeover (the
+    new trainer dies at import), the hint is a `systemd-run` of the same unit name, from the
+    same directory, with the GPUs it was given; run as printed, it starts the trainer again
+    under that unit."""
+    checkpoint_s(site, 3)
+    run_as = "systemd-run --user" if manager == "user" else "systemd-run"
+    if manager == "user":
+        assert site.ct("systemctl", "start", "user@0.service").returncode == 0
+    started_by = site.ct(
+        "sh",
+        "-c",
+        f"{USER_ENV} {run_as} --unit=train --working-directory=/data/dflash "
+        f"--setenv=CUDA_VISIBLE_DEVICES=2 {VENV_PY} {TRAIN}",
+    )
+    assert started_by.returncode == 0, started_by.stderr
+    trainer = one_new_trainer(site)
+    dies = (
+        'training_command=["{script}", "--checkpoint-dir", "{checkpoint_dir}", '
+        '"--exit-at-start", "1"]'
+    )
+    run = site.deploy("restart_training=true", dies, "training_start_watch_s=10")
+    assert run.rc != 0 and ckpt_files(site, "checkpoint") == [f"checkpoint-{trainer}"]
+    last = run.output.strip().splitlines()[-1]
+    hint = last.split("start again with `", 1)[1].split("`", 1)[0]
+    assert "systemd-run" in hint and "--unit=train.service" in hint, hint
+    site.ct("systemctl", "disable", "--now", UNIT)
+    assert site.node.run(shlex.split(hint)).returncode == 0, hint
+    again = one_new_trainer(site, known=[trainer])
+    assert launchers.started(site)[again].get("CUDA_VISIBLE_DEVICES") == "2"
+    assert unit_state(site, "train.service", user=manager == "user") == "active"

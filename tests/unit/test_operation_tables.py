@@ -95,7 +95,7 @@ VENV_SELECTED = {
             "venv_path_is_dir": True,
         },
         [
-            "mv -T /root/venv /root/venv.pre-pvegpu.$(date +%s) && "
+            "mv -T /root/venv /root/venv.pre-pvegpu.0 && "
             f"touch {B}/.pvegpu-selected && ln -sfn {B} /root/venv.pvegpu-tmp && "
             "mv -T /root/venv.pvegpu-tmp /root/venv"
         ],
@@ -110,7 +110,7 @@ def promote_then_switch(doc: dict) -> list[str]:
     doc = copy.deepcopy(doc)
     if update:
         update(doc)
-    more, _ = python_env.live_switch(doc, S.torch, S.python_env)
+    more, _ = python_env.live_switch(doc, S.torch, S.python_env, now=0)
     return [" && ".join(cmds + more)] if cmds + more else []
 
 

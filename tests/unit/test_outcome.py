@@ -7,6 +7,7 @@ import pytest
 
 from pvegpu.output import outcome
 from pvegpu.output.outcome import NodeRun, State, add_state, decide, ok
+from pvegpu.plan.restart_hint import RestartHint
 from pvegpu.plan.running_training import HAND, Trainer
 
 CT = "@pct/pve1/200"
@@ -103,7 +104,8 @@ def test_a_new_state_goes_where_it_is_put(monkeypatch):
 
 
 def test_a_failure_after_the_takeover_says_how_to_start_each_stopped_training_again():
-    ctx = type("Ctx", (), {"taken_over": {"pve1": ["pct exec 200 -- systemctl enable --now t"]}})
+    hint = RestartHint(200, "x", unit="t")
+    ctx = type("Ctx", (), {"taken_over": {"pve1": [hint]}, "venv_moved": {}})
     name, line = decide(run(failed={CT: "op"}, context=ctx()))
     assert name == "failed after the takeover" and not ok(name)
     assert line.startswith("pvegpu: pve1: FAILED: @pct/pve1/200 at 'op'")
@@ -111,7 +113,7 @@ def test_a_failure_after_the_takeover_says_how_to_start_each_stopped_training_ag
         "stopped 1 training(s): start again with `pct exec 200 -- systemctl enable --now t`" in line
     )
     # another node's takeover is not this node's
-    other = type("Ctx", (), {"taken_over": {"pve2": ["x"]}})
+    other = type("Ctx", (), {"taken_over": {"pve2": [hint]}})
     assert decide(run(failed={CT: "op"}, context=other()))[0] == "failed"
     # nothing failed: the takeover alone is no failure
     assert decide(run(verdicts={CT: True}, context=ctx()))[0] == "verified"

@@ -8,8 +8,9 @@ root taken when nothing runs the script: each asserted as the full list of {pid,
 
 from __future__ import annotations
 
+from pvegpu.plan.restart_hint import restart_hint
 from pvegpu.plan.running_training import HAND, Trainer
-from pvegpu.plan.takeover import restart_hint, roles, stop_args, stop_groups
+from pvegpu.plan.takeover import roles, stop_args, stop_groups
 
 SCRIPT = "/d/t.py"
 
@@ -133,10 +134,13 @@ def test_stop_args_are_the_whole_dict_the_probe_reads():
 
 def test_restart_hint_runs_a_hand_started_training_from_the_root_when_its_cwd_is_unknown():
     t = Trainer(2, "python t.py --resume", HAND)
-    assert restart_hint(201, t, None) == (
+    assert restart_hint(201, t, [], None, None).text() == (
         "pct exec 201 -- sh -c 'cd / && nohup python t.py --resume >/dev/null 2>&1 &'"
     )
-    assert restart_hint(201, t, "") == restart_hint(201, t, None)
+    empty_cwd = [{"pid": 2, "cwd": ""}]
+    assert restart_hint(201, t, empty_cwd, None, None).text() == (
+        restart_hint(201, t, [], None, None).text()
+    )
 
 
 def test_two_members_naming_each_other_as_parent_end_the_walk():

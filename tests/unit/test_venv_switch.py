@@ -20,7 +20,7 @@ def switch_commands(monkeypatch, s: Settings, state: dict) -> list[list[str]]:
     state = copy.deepcopy(state)
     if update:
         update(state)
-    more, _ = python_env.live_switch(state, s.torch, s.python_env)
+    more, _ = python_env.live_switch(state, s.torch, s.python_env, now=0)
     assert cmds + more
     return [shlex.split(c) for c in cmds + more]
 

@@ -44,6 +44,7 @@ from ..plan.uv_commands import NETRC, has_credentials, site_assignments, uv_home
 from ..plan.venv_build import build_progress_detail, build_progress_poll, build_script
 from ..plan.venvs import (
     SELECTED_FILE,
+    aside_path,
     build_reasons,
     drift_report,
     effective_python_version,
@@ -280,15 +281,15 @@ def promotion(
     return cmds, update
 
 
-def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings):
+def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings, now: float):
     """(commands, update of the container document) that point ``venv_path`` at the selected
     build's link by one ``rename()`` of a temp link (the live venv is never missing or
     half-built); ([], None) when it points there already. A hand-made venv directory at
-    ``venv_path`` is moved aside, never deleted.
+    ``venv_path`` is moved aside (:func:`pvegpu.plan.venvs.aside_path` at ``now``), never deleted.
 
     >>> from pvegpu.settings import Settings, defaults
     >>> s = Settings.from_data(defaults())
-    >>> live_switch({"venv_link": s.build_venv}, s.torch, s.python_env)
+    >>> live_switch({"venv_link": s.build_venv}, s.torch, s.python_env, 0)
     ([], None)
     """
     B = python_env.build_venv(torch.build_name)
@@ -297,7 +298,7 @@ def live_switch(state: dict, torch: TorchSettings, python_env: PythonEnvSettings
     link = python_env.venv_path
     cmds = []
     if state.get("venv_path_is_dir"):
-        cmds.append(f"mv -T {shlex.quote(link)} {shlex.quote(link)}.pre-pvegpu.$(date +%s)")
+        cmds.append(f"mv -T {shlex.quote(link)} {shlex.quote(aside_path(link, now))}")
     cmds += [
         f"touch {shlex.quote(B + '/' + SELECTED_FILE)}",
         f"ln -sfn {shlex.quote(B)} {shlex.quote(link + '.pvegpu-tmp')}",

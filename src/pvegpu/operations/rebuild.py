@@ -182,7 +182,7 @@ def container_destroyed(vmid: int, settings: Settings):
         notice(f"rebuild=container: {line}")
     held, _ = held_by_pid(vmid, doc)
     for group in stop_groups(others(trainers)):
-        yield from stop_commands(vmid, group, settings, ct.get("processes") or [], held)
+        yield from stop_commands(vmid, group, settings, ct, held)
     if ct.get("status") == "running":
         yield with_progress(
             StringCommand(graceful_shutdown(vmid, unit, training.stop_timeout_s)),

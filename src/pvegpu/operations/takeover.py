@@ -29,8 +29,9 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from ..facts.probe import probe_command
 from ..plan.adoption import disable_starters_script, starter_names
+from ..plan.restart_hint import RestartHint, restart_hint
 from ..plan.running_training import TRAINING, held_by_pid, match_of, others
-from ..plan.takeover import restart_hint, stop_args, stop_groups, unit_uid
+from ..plan.takeover import stop_args, stop_groups, unit_uid
 from ..plan.unit import unit_file
 from ..run.run_context import run_context
 from ..settings import Settings
@@ -87,9 +88,8 @@ def training_taken_over(vmid: int, settings: Settings):
         )
         return
     held, _ = held_by_pid(vmid, doc)
-    procs = ct.get("processes") or []
     for group in stop_groups(foreign):
-        yield from stop_commands(vmid, group, settings, procs, held)
+        yield from stop_commands(vmid, group, settings, ct, held)
     if units or crons:
         yield note(
             f"CT {vmid}: disabling what would start a second trainer at boot: "
@@ -100,9 +100,10 @@ def training_taken_over(vmid: int, settings: Settings):
     yield nothing_left(vmid, unit)
 
 
-def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict], held: dict):
+def stop_commands(vmid: int, group: list, settings: Settings, ct: dict, held: dict):
     """The note and the node's stop probe for the trainings of ``group`` (one unit, or process
-    trees stopped together), with progress lines."""
+    trees stopped together) in container ``ct`` (the node's read of it), with progress lines."""
+    procs = ct.get("processes") or []
     timeout = settings.training.stop_timeout_s
     t = group[0]
     args = stop_args(vmid, group, procs, held, settings.training.script, timeout, LEFTOVER_LOG)
@@ -133,10 +134,7 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
             f"{shlex.quote(t.unit)}",
             "detail": unit_stop_detail,
         }
-    hints = []
-    for g in group:
-        root: dict = next((p for p in procs if p.get("pid") == g.pid), {})
-        hints.append(restart_hint(vmid, g, root.get("cwd"), root.get("argv"), unit_uid(g, procs)))
+    hints = [restart_hint(vmid, g, procs, unit_uid(g, procs), ct.get("live")) for g in group]
     # recorded as the stop starts: a run that fails or is cut short from then on (a takeover,
     # rebuild=container's graceful stop) says how to start each one again
     yield FunctionCommand(record_hints, (hints,), {})
@@ -153,7 +151,7 @@ def stop_commands(vmid: int, group: list, settings: Settings, procs: list[dict],
     yield FunctionCommand(mark_stopping, (None,), {})
 
 
-def record_hints(state, host, hints: list[str]) -> bool:
+def record_hints(state, host, hints: list[RestartHint]) -> bool:
     """Record how to start the trainings a stop is about to stop (the run's last line names
     them if it fails or is cut short afterwards)."""
     run_context(state).taken_over.setdefault(host.name, []).extend(hints)

@@ -21,6 +21,7 @@ stop -> clear -> start stay in one ordered sequence, with no barrier or node tas
 from __future__ import annotations
 
 import shlex
+import time
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
@@ -40,7 +41,8 @@ from ..plan.unit import (
     unit_path,
     unit_plan,
 )
-from ..run.run_context import mark_container_only, run_context
+from ..plan.venvs import aside_path
+from ..run.run_context import mark_container_only, node_of_host, run_context
 from ..settings import Settings
 from .container_fact import container_state, remember
 from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
@@ -103,15 +105,16 @@ def live_build_and_unit(settings: Settings):
     env = []
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
-    switch, switched = live_switch(state, settings.torch, settings.python_env)
+    now = time.time()
+    switch, switched = live_switch(state, settings.torch, settings.python_env, now)
     # asked now, not at preflight, and read again even when no command ran since the last read
     # (a verify_level=compile check can take minutes): a training started during the build or
     # the verification is seen; after a takeover whatever still runs keeps its venv too
     unit_name = unit_file(settings.training)
     foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []
+    venv = settings.python_env.venv_path
     if foreign:
         # the build is built and verified beside it; what runs from venv_path is left alone
-        venv = settings.python_env.venv_path
         wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
         switch, switched = [], None
     text = render_unit(settings)
@@ -125,9 +128,11 @@ def live_build_and_unit(settings: Settings):
         state, settings, env_text if env else None, bool(switch), text if unit else None
     )
     if switch and state.get("venv_path_is_dir"):
-        yield aside_note(settings.python_env.venv_path)
+        yield aside_note(venv, aside_path(venv, now))
     # the build's settings before the link: whatever starts from the link finds them
     yield StringCommand(" && ".join([*env, *switch, *unit]))
+    if switch:
+        yield FunctionCommand(record_moved, (moved_by_switch(state, venv, now),), {})
     if unit and not state.get("unit_digest"):
         return  # a new unit file: the fact is read again (see above)
 
@@ -159,16 +164,39 @@ def show_live_change(
         show_file(unit_path(settings.training), unit_text, exists=bool(state.get("unit_digest")))
 
 
-def aside_note(path: str) -> FunctionCommand:
+def moved_by_switch(state: dict, venv_path: str, now: float) -> dict[str, str]:
+    """{``venv_path``: where what was there is once the switch ran}: a venv made by hand moved
+    aside, or the build the link pointed at ({} when there was none).
+
+    >>> moved_by_switch({"venv_path_is_dir": True}, "/root/venv", 7)
+    {'/root/venv': '/root/venv.pre-pvegpu.7'}
+    >>> moved_by_switch({"venv_link": "/root/venvs/b"}, "/root/venv", 7)
+    {'/root/venv': '/root/venvs/b'}
+    """
+    if state.get("venv_path_is_dir"):
+        return {venv_path: aside_path(venv_path, now)}
+    old = state.get("venv_real") or state.get("venv_link")
+    return {venv_path: old} if old else {}
+
+
+def record_moved(state, host, moved: dict[str, str]) -> bool:
+    """Record where the venv the switch moved away from ``venv_path`` is: a restart hint of a
+    training that ran from it names it there (pvegpu.plan.restart_hint)."""
+    key = (node_of_host(host), int(host.data.get("pct_vmid") or 0))
+    run_context(state).venv_moved.setdefault(key, {}).update(moved)
+    return True
+
+
+def aside_note(path: str, aside: str) -> FunctionCommand:
     """A command that names the venv made by hand at ``path`` with its size, before the switch
-    moves it aside (``<path>.pre-pvegpu.<time>``, kept: pvegpu never deletes it)."""
+    moves it to ``aside`` (kept: pvegpu never deletes it)."""
 
     def report(state, host):
         q = shlex.quote(path)
         ok, out = host.run_shell_command(StringCommand(f"du -sh {q} | cut -f1"))
         size = out.stdout.strip() if ok and out.stdout.strip() else "size unknown"
         host.log_styled(
-            f"{path} is a venv made by hand ({size}): moved aside to {path}.pre-pvegpu.<time> "
+            f"{path} is a venv made by hand ({size}): moved aside to {aside} "
             "and kept (delete it yourself once the new build runs)",
             fg="yellow",
             log_func=logger.warning,

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..plan.restart_hint import hint_texts
 from ..plan.running_training import summary_line
 
 #: The flag a user adds to consent to what waits for a running training.
@@ -109,7 +110,7 @@ def failed_after_takeover(r: NodeRun) -> str | None:
     """A failure after the takeover stopped trainings: the user must know they are stopped and
     how to start each again (nothing restarts them)."""
     line = failed(r)
-    hints = (getattr(r.context, "taken_over", None) or {}).get(r.node) if r.context else None
+    hints = hint_texts(r.context, r.node) if r.context else None
     if line is None or not hints:
         return None
     return f"{line}; the takeover had stopped {len(hints)} training(s): start again with " + (

@@ -24,7 +24,6 @@ Every member gets a role:
 from __future__ import annotations
 
 import re
-import shlex
 
 from .process_tree import is_launcher, training_like
 
@@ -151,35 +150,3 @@ def stop_args(
         "gpus": sorted({g for t in trainers for g in t.gpus}),
         "command": "; ".join(t.command for t in trainers),
     }
-
-
-def restart_hint(
-    vmid: int, trainer, cwd: str | None, argv: list[str] | None = None, uid: int | None = None
-) -> str:
-    """The one command that starts ``trainer`` again, for the last line of a run that stopped it
-    and then failed: its root's ``argv`` quoted as it ran (else its command text), from ``cwd``;
-    a unit through the manager that ran it (``uid``: a user's own).
-
-    >>> from pvegpu.plan.running_training import Trainer, HAND
-    >>> restart_hint(200, Trainer(2, "torchrun t.py", HAND), "/data/dflash")
-    "pct exec 200 -- sh -c 'cd /data/dflash && nohup torchrun t.py >/dev/null 2>&1 &'"
-    >>> hint = restart_hint(200, Trainer(2, "x", HAND), "/d", ["python", "t.py", "--x", "a b"])
-    >>> import shlex; shlex.split(shlex.split(hint)[-1])[-7:-3]
-    ['python', 't.py', '--x', 'a b']
-    >>> restart_hint(200, Trainer(2, "x", "t.service", unit="t.service"), None)
-    'pct exec 200 -- systemctl enable --now t.service'
-    >>> "systemctl --user enable --now t.service" in restart_hint(
-    ...     200, Trainer(2, "x", "t.service", unit="t.service"), None, uid=0)
-    True
-    """
-    if trainer.unit and uid is not None:
-        inner = (
-            f'u=$(getent passwd {int(uid)} | cut -d: -f1) && exec runuser -u "$u" -- env '
-            f"XDG_RUNTIME_DIR=/run/user/{int(uid)} systemctl --user enable --now {trainer.unit}"
-        )
-        return f"pct exec {vmid} -- sh -c {shlex.quote(inner)}"
-    if trainer.unit:
-        return f"pct exec {vmid} -- systemctl enable --now {trainer.unit}"
-    command = shlex.join(argv) if argv else trainer.command
-    inner = f"cd {shlex.quote(cwd or '/')} && nohup {command} >/dev/null 2>&1 &"
-    return f"pct exec {vmid} -- sh -c {shlex.quote(inner)}"

@@ -318,3 +318,12 @@ def drift_report(state: dict, settings) -> list[str]:
     return [
         f"{where}: {line}" for line in drift(entry.get("installed") or {}, entry["locked"]).lines()
     ]
+
+
+def aside_path(venv_path: str, now: float) -> str:
+    """Where the switch moves a venv made by hand at ``venv_path`` (kept, never deleted).
+
+    >>> aside_path("/root/venv", 1700000000.5)
+    '/root/venv.pre-pvegpu.1700000000'
+    """
+    return f"{venv_path}.pre-pvegpu.{int(now)}"

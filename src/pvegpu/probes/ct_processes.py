@@ -4,7 +4,7 @@
 import os
 import re
 
-from pvegpu.probes.prelude import as_text, proc_argv, read  # sent as the prelude
+from pvegpu.probes.prelude import as_text, proc_argv, read, read_bytes  # sent as the prelude
 
 
 def cfg_sections(text):
@@ -44,6 +44,15 @@ def purge_refs(vmid):
 
 
 LXC_CGROUP = r"/lxc(?:\.payload)?[./]{vmid}(?:/|$)"
+# The environment a restart hint repeats (pvegpu.plan.restart_hint): what decides where and how a
+# training runs (its GPUs, NCCL, torch, threads, caches, the venv a shell activated, ranks set by
+# hand), never a secret (a name with a TOKEN/KEY/SECRET/PASSWORD/AUTH part: HF_TOKEN,
+# WANDB_API_KEY). PATH only beside VIRTUAL_ENV (an activated venv runs `python` from its bin/).
+ENV_KEPT = re.compile(
+    r"(CUDA_|NCCL_|TORCH|PYTORCH_|OMP_|MKL_|NVIDIA_|HF_|TRANSFORMERS_|TOKENIZERS_|WANDB_|"
+    r"TRITON_|PYTHON|LD_LIBRARY_PATH$|MASTER_(ADDR|PORT)$|(LOCAL_)?(RANK|WORLD_SIZE)$|VIRTUAL_ENV$)"
+)
+ENV_SECRET = re.compile(r"(^|_)(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)(_|$)")
 
 
 def proc_fields(pid):
@@ -70,11 +79,26 @@ def proc_fields(pid):
     }
 
 
+def kept_env(pid):
+    """{name: value} of pid's environment that a restart hint repeats (``ENV_KEPT``, no secret;
+    PATH beside VIRTUAL_ENV); {} when /proc/<pid>/environ cannot be read."""
+    env = {}
+    for item in (read_bytes(f"/proc/{pid}/environ") or b"").split(b"\0"):
+        name, sep, value = as_text(item).partition("=")
+        if sep:
+            env[name] = value
+    found = {k: v for k, v in env.items() if ENV_KEPT.match(k) and not ENV_SECRET.search(k)}
+    if "VIRTUAL_ENV" in found and "PATH" in env:
+        found["PATH"] = env["PATH"]
+    return found
+
+
 def container_processes(vmid):
     """Every process of container ``vmid`` (its cgroup, PVE's /lxc/<vmid>/..., lxc's monitor
     left out) as the node sees it: node pid, ppid, process group, session, state, start time,
     its pid in the container, argv, working directory (as the container names it: readlink of
-    /proc/<pid>/cwd gives the path in the process's own mount namespace) and cgroup. Who is a
+    /proc/<pid>/cwd gives the path in the process's own mount namespace), cgroup and the part of
+    its environment a restart hint repeats (:func:`kept_env`). Who is a
     training is decided on the controller (pvegpu.plan.running_training), from the whole tree:
     a launcher's workers, a wrapper loop, a unit between restarts. A process that exits during
     the scan is left out."""
@@ -93,7 +117,9 @@ def container_processes(vmid):
             cwd = as_text(os.fsencode(os.readlink(f"/proc/{pid}/cwd")))
         except OSError:
             cwd = None
-        found.append(dict(fields, pid=int(pid), argv=argv, cwd=cwd, cgroup=cgroup.strip()))
+        found.append(
+            dict(fields, pid=int(pid), argv=argv, cwd=cwd, cgroup=cgroup.strip(), env=kept_env(pid))
+        )
     return found
 
 

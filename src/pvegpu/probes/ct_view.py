@@ -50,6 +50,8 @@ if [ -d /run/systemd/system ]; then
     -p Id,ActiveState,SubState,UnitFileState,ExecStart,WorkingDirectory,Triggers 2>&1)
   rc=$?; printf '%%s\n' "$o" | sed 's/^/sd /'; echo "sd-rc $rc"
 fi
+for f in /run/systemd/transient/*.service /run/user/*/systemd/transient/*.service; do
+  [ -f "$f" ] && echo "transient $f"; done
 for f in /etc/crontab /etc/cron.d/* /var/spool/cron/crontabs/*; do
   [ -f "$f" ] && grep -s '^[[:space:]]*@reboot' "$f" | sed "s|^|cron $f |"; done
 echo "df $(df -Pk / 2>/dev/null | tail -n 1)"
@@ -247,6 +249,9 @@ def empty_view() -> dict:
         "units": [],
         "units_error": None,
         "crons": [],
+        # transient units (systemd-run: no unit file to enable again) of the system's manager
+        # (uid None) and of users' own: [[unit, uid], ...] (pvegpu.plan.restart_hint)
+        "transient": [],
         # pvegpu's own directory: a container an earlier pvegpu made before the tag existed
         "pvegpu_dir": False,
     }
@@ -312,6 +317,10 @@ def read_line(view: dict, tag: str, rest: str, sd_lines: list[str]) -> None:
     elif tag == "cron":
         path, _, entry = rest.partition(" ")
         view["crons"].append({"file": path, "line": entry.strip()})
+    elif tag == "transient":  # systemd.unit(5): /run/systemd/transient, $XDG_RUNTIME_DIR/...
+        m = re.fullmatch(r"/run/(?:user/(\d+)/)?systemd/transient/([^/]+)", rest.strip())
+        if m:
+            view["transient"].append([m.group(2), int(m.group(1)) if m.group(1) else None])
     elif tag == "other":
         name, _, active = rest.partition(" ")
         view["other_units"][name] = active.strip() or None

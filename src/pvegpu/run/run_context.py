@@ -143,9 +143,12 @@ class RunContext:
     #: container host names whose training unit this run stopped for verify_level=compile (with
     #: restart_training=true): started again when the verification then fails
     stopped_for_compile: set[str] = field(default_factory=set)
-    #: {node name: [command, ...]}: what the takeover stopped on each node, as the one command
-    #: that starts it again (the last line of a run that fails after it names them)
-    taken_over: dict[str, list[str]] = field(default_factory=dict)
+    #: {node name: [RestartHint, ...]}: what the takeover stopped on each node, as the one
+    #: command that starts it again (the last line of a run that fails after it names them)
+    taken_over: dict[str, list] = field(default_factory=dict)
+    #: {(node name, vmid): {venv_path: where the venv that was there is now}}: a hand-made venv
+    #: the switch moved aside, or the build the link pointed at (the hints name it there)
+    venv_moved: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
     #: {node name: the training a takeover's stop is stopping now} (what an interrupt names)
     stopping: dict[str, str] = field(default_factory=dict)
     #: node names whose takeover stage has run: a change that waits after it is no longer

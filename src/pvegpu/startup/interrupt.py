@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 
+from ..plan.restart_hint import hint_texts
 from ..run.run_context import run_context
 
 #: the exit status of a run cut short by each signal (128 + its number, as a shell says)
@@ -62,7 +63,7 @@ def interrupt_line(node: str, sig, run) -> str:
             f"; the takeover's stop of {stopping} goes on on the node until its checkpoints are "
             "written (it holds the node until then): run the deploy again once it ends"
         )
-    hints = (run.taken_over or {}).get(node)
+    hints = hint_texts(run, node)
     if hints:
         done = "is stopping" if stopping else "had stopped"
         line += (
