@@ -13,7 +13,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from pvegpu.plan.restart_hint import hint_texts, restart_hint
+from pvegpu.plan.restart_hint import RestartHint, hint_texts, restart_hint
 from pvegpu.plan.running_training import HAND, Trainer
 from tests.unit.test_ct_reads import probe_functions
 from tests.unit.test_node_probe_processes import CT200, add, probe  # noqa: F401 (a fixture)
@@ -136,3 +136,21 @@ def test_the_view_reads_transient_units_of_the_system_and_of_each_user():
         ]
     )
     assert view["transient"] == [["train.service", None], ["run-u7.service", 1000]]
+
+
+def test_the_switch_records_where_the_venv_went_under_the_key_the_hints_are_read_by():
+    """The switch runs in the container's host, the takeover in the node's: a hint recorded by
+    the node finds the move recorded by its container."""
+    from pvegpu.operations.training import record_moved
+    from pvegpu.run.run_context import run_context
+
+    class State:  # pyinfra's State stands in: run_context keys on it
+        pass
+
+    state = State()
+    ct_host = SimpleNamespace(name="@pct/10.0.0.1/200", data={"pct_vmid": 200})
+    record_moved(state, ct_host, {"/root/venv": "/root/venv.pre-pvegpu.5"})
+    run = run_context(state)
+    run.taken_over["10.0.0.1"] = [RestartHint(200, "x", ("/root/venv/bin/python", "t.py"))]
+    (text,) = hint_texts(run, "10.0.0.1")
+    assert "/root/venv.pre-pvegpu.5/bin/python t.py" in text
