@@ -5,11 +5,14 @@
 Runs on any machine with an NVIDIA GPU and a python3 with torch (no Proxmox, no pyinfra: pvegpu's
 fact modules are imported from src/ with a stand-in for the two pyinfra names they use). It runs
 pvegpu's own probes as a container runs them (the node probe, the verification probe, the torch
-and compile probes, nvidia-smi's queries) and writes DIR/report.md, DIR/report.json and the raw
-captures (DIR/raw/). Without a GPU it says "not a real GPU" and exits 0; under the simulator's
-doubles it says so too and checks the bench itself (tests/sim/test_gpu_reality.py). Every step
-has a timeout and the whole run a budget (``--budget``, 280 s). Asserts nothing: the report
-sets what was found beside what the product expects.
+and compile probes, nvidia-smi's queries), then what the torchrun unit's stop relies on
+(bench/gpu_reality_torchrun.py: torchrun's options, DataLoader workers and SIGTERM, an NCCL worker
+of a held launcher), and writes DIR/report.md, DIR/report.json and the raw captures (DIR/raw/).
+Without a GPU it says "not a real GPU", runs the torchrun checks that need none (where the python
+has torch) and exits 0; under the simulator's doubles it says so too and checks the bench itself
+(tests/sim/test_gpu_reality_bench.py). Every step has a timeout and the whole run a budget
+(``--budget``, 280 s). Asserts nothing: the report sets what was found beside what the product
+expects.
 """
 
 from __future__ import annotations
@@ -38,6 +41,16 @@ _spec = importlib.util.spec_from_file_location(
 )
 tch = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(tch)  # type: ignore[union-attr]
+_spec = importlib.util.spec_from_file_location(
+    "gpu_reality_torchrun", ROOT / "bench" / "gpu_reality_torchrun.py"
+)
+trn = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(trn)  # type: ignore[union-attr]
+_spec = importlib.util.spec_from_file_location(
+    "gpu_reality_torchrun_checks", ROOT / "bench" / "gpu_reality_torchrun_checks.py"
+)
+trc = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(trc)  # type: ignore[union-attr]
 
 SMI_USED = ["--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits"]
 SMI_APPS = ["--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits"]
@@ -306,6 +319,12 @@ def holder_check(r: Run, pv) -> dict:
     }
 
 
+# these need no GPU (the NCCL check says it is skipped without one: ``pv`` None)
+TORCHRUN = (
+    ("torchrun_options", lambda r, pv, s: trn.torchrun_options(r)),
+    ("dataloader", lambda r, pv, s: trn.loader_signals(r, s["torchrun_options"])),
+    ("nccl_held", lambda r, pv, s: trn.held_launcher(r, pv is not None, s["torchrun_options"])),
+)
 STEPS = (
     ("captures", lambda r, pv, s: captures(r)),
     ("queries", lambda r, pv, s: queries(r, pv, s["captures"])),
@@ -313,13 +332,16 @@ STEPS = (
     ("torch", lambda r, pv, s: tch.torch_facts(r)),
     ("contexts", lambda r, pv, s: tch.context_runs(r, pv, no_context_env)),
     ("holder", lambda r, pv, s: holder_check(r, pv)),
+    *TORCHRUN,
+    # last: it takes what is left of the budget
     ("compile", lambda r, pv, s: tch.compile_runs(r, pv)),
 )
 
 
-def run_steps(r: Run, pv) -> dict:
+def run_steps(r: Run, pv, steps_to_run=STEPS) -> dict:
+    """Each step in turn (``pv`` None: no GPU, so the torchrun steps alone)."""
     steps: dict = {}
-    for name, step in STEPS:
+    for name, step in steps_to_run:
         if r.left() < 10:
             steps[name] = {"error": "skipped: the time budget is spent"}
             continue
@@ -350,9 +372,12 @@ def main(argv=None) -> int:
     }
     if found:
         report["steps"] = run_steps(r, pvegpu())
-        report["environment"] = rep.environment(report["steps"])
-        s = report["steps"]
-        report["checks"] = rep.checks(s)
+        report["checks"] = rep.checks(report["steps"])
+    else:  # torchrun and the DataLoader need no GPU; the NCCL check says it is skipped
+        report["steps"] = run_steps(r, None, TORCHRUN)
+        report["checks"] = []
+    report["environment"] = rep.environment(report["steps"])
+    report["checks"] += trc.torchrun_checks(report["steps"])
     report["seconds"] = round(time.monotonic() - r.t0, 1)
     (a.out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str))
     (a.out / "report.md").write_text(rep.markdown(report))

@@ -255,7 +255,7 @@ def environment(steps: dict) -> dict:
     node, facts = steps.get("node") or {}, steps.get("torch") or {}
     return {
         "driver": node.get("driver_version"),
-        "torch": facts.get("torch"),
+        "torch": facts.get("torch") or (steps.get("torchrun_options") or {}).get("torch"),
         "triton": facts.get("triton"),
         "gpus": [str(g.get("name")) for g in node.get("gpus") or []],
     }
@@ -288,4 +288,6 @@ def markdown(report: dict) -> str:
     for name, step in (report.get("steps") or {}).items():
         if isinstance(step, dict) and step.get("error"):
             lines += ["", f"- step {name} failed: {step['error']}"]
+        elif isinstance(step, dict) and step.get("skipped"):
+            lines += ["", f"- step {name} skipped: {step['skipped']}"]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """bench/gpu_reality.py keeps working: it runs on a simulated node as on a GPU machine (the node's
 python3 without pyinfra, the nvidia-smi double, /proc and /dev of the simulated driver, the torch
-double on PYTHONPATH), says "not a real GPU", exits 0 and writes its report; without any GPU it
-says so and exits 0 too."""
+double on PYTHONPATH), says "not a real GPU", exits 0 and writes its report (the torchrun checks
+run against the double's launcher); without any GPU it says so and exits 0 too."""
 
 from __future__ import annotations
 
@@ -82,6 +82,23 @@ def test_the_bench_runs_against_the_simulator_and_reports(node, wheelhouse):
     assert steps["node"]["driver_version"] == node.cfg["driver_version"]
     assert "| device counts |" in node.read("/root/gr/report.md")
     assert node.run(["test", "-s", "/root/gr/raw/nvidia-smi-help-query-gpu.txt"]).returncode == 0
+    # torchrun's checks against the double's launcher (torch 2.11: --signals-to-handle, no
+    # --shutdown-timeout); its torch has no DataLoader and no process group
+    opts = steps["torchrun_options"]
+    assert (opts["double"], opts["help_rc"], checks["torchrun options"]["ok"]) == (True, 0, True)
+    assert "--signals-to-handle" in opts["help"] and "--shutdown-timeout" not in opts["help"]
+    assert steps["dataloader"]["skipped"].startswith("no real torch")
+    assert checks["SIGTERM to the trainer alone"]["ok"] is None
+    # the held launcher's machinery: the worker, SIGTERMed while torchrun is stopped, exits 0 as
+    # a zombie of it; torchrun, SIGTERMed and let go, exits 1; nothing is left behind
+    for run in steps["nccl_held"].values():
+        assert (run["exit_status"], run["launcher_rc"]) == ("exit 0", 1), run
+        assert run["worker"]["process_group"] is False
+    assert checks["NCCL worker, launcher held"]["ok"] is None
+    # (the pattern does not match this grep's own command line)
+    left = node.run(["sh", "-c", "grep -l 'held_worke[r]' /proc/[0-9]*/cmdline"], check=False)
+    assert left.stdout == "", left.stdout
+    assert "| NCCL worker, launcher held |" in node.read("/root/gr/report.md")
 
 
 def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
@@ -94,4 +111,11 @@ def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("not a real GPU: nvidia-smi -L says")
-    assert json.loads((tmp_path / "r" / "report.json").read_text())["real_gpu"] is False
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["real_gpu"] is False
+    # the torchrun checks need no GPU, but a torch: none here (no python3 on PATH)
+    steps = report["steps"]
+    assert steps["torchrun_options"]["error"].startswith("exit 127")
+    assert steps["dataloader"]["skipped"].startswith("no real torch: exit 127")
+    assert steps["nccl_held"]["skipped"].startswith("no GPU")
+    assert [c["ok"] for c in report["checks"]] == [None] * 5

@@ -3,6 +3,7 @@ nvidia-smi output, utkuozdemir/nvidia_gpu_exporter's H200 capture) and what it f
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 from pathlib import Path
 
@@ -105,3 +106,90 @@ def test_a_surprise_is_flagged_in_the_markdown():
     )
     row = "| device counts | torch.cuda.device_count() (NVML first) = cudaGetDeviceCount |"
     assert row + " 8 / 7 | **NO** |" in text
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+trc = _load("gpu_reality_torchrun_checks")
+# torch 2.13.0+cpu's launcher, as bench/gpu_reality.py found it (abridged --help)
+OPTIONS_2_13 = {
+    "torch": "2.13.0+cpu",
+    "help_rc": 0,
+    "help": "usage: torchrun [-h] [--nnodes NNODES] [--signals-to-handle SIGNALS_TO_HANDLE]\n"
+    "  --shutdown-timeout SHUTDOWN_TIMEOUT, --shutdown_timeout SHUTDOWN_TIMEOUT\n",
+    "found": {
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": [
+            "torch/distributed/launcher/api.py",
+            "torch/distributed/run.py",
+        ],
+        "os.killpg": [
+            "torch/distributed/elastic/multiprocessing/subprocess_handler/subprocess_handler.py"
+        ],
+    },
+}
+
+
+def test_the_bench_modules_examples_hold():
+    for module in (rep, trc, _load("gpu_reality_torchrun")):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_torchrun_options_are_read_against_the_release_that_brought_them():
+    assert trc.options_check(OPTIONS_2_13)["ok"] is True
+    # 2.11: --signals-to-handle (from 2.10) but no shutdown timeout (from 2.12)
+    older = {
+        **OPTIONS_2_13,
+        "torch": "2.11.0",
+        "help": "[--signals-to-handle SIGNALS_TO_HANDLE]",
+        "found": {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": [], "os.killpg": ["x.py"]},
+    }
+    assert trc.options_check(older)["ok"] is True
+    assert trc.options_check({**older, "torch": "2.12.0"})["ok"] is False
+    assert trc.options_check({**older, "torch": "2.9.1"})["ok"] is False
+    # a launcher that no longer forwards with os.killpg is a surprise too
+    no_killpg = {**OPTIONS_2_13, "found": {**OPTIONS_2_13["found"], "os.killpg": []}}
+    assert trc.options_check(no_killpg)["ok"] is False
+    assert trc.options_check({"error": "exit 127: python3: not found"})["ok"] is None
+
+
+def test_the_dataloader_rows_say_who_lost_the_checkpoint():
+    # what torch 2.13.0+cpu did (bench/gpu_reality.py --python with it)
+    steps = {
+        "dataloader": {
+            "worker": {
+                "rc": 1,
+                "exitcodes": [-15, None],
+                "raised": "RuntimeError: DataLoader worker (pid(s) 7) exited unexpectedly",
+            },
+            "group": {
+                "rc": 1,
+                "exitcodes": [-15, -15],
+                "raised": "RuntimeError: DataLoader worker (pid(s) 7, 8) exited unexpectedly",
+            },
+            "trainer": {"rc": 0, "exitcodes": [0, 0], "checkpoint": True},
+        }
+    }
+    assert [c["ok"] for c in trc.loader_checks(steps)] == [True, True, True]
+    steps["dataloader"]["trainer"]["exitcodes"] = [0, -15]
+    steps["dataloader"]["worker"]["raised"] = ""  # a trainer that did not notice
+    assert [c["ok"] for c in trc.loader_checks(steps)] == [False, True, False]
+    skipped = trc.loader_checks({"dataloader": {"skipped": "no real torch: the double"}})
+    assert [(c["ok"], c["found"]) for c in skipped] == [(None, "no real torch: the double")] * 3
+
+
+def test_a_worker_stuck_while_its_launcher_is_held_is_flagged():
+    out = {"exit_status": "exit 0", "held_exit_s": 0.4, "launcher_rc": 1, "hold_s": 10.0}
+    quick = {**out, "worker": {"process_group": True, "destroy_s": 0.01}}
+    stuck = {**quick, "held_exit_s": None, "exit_status": None, "released_exit_s": 1.5}
+    check = trc.held_check({"nccl_held": {"default": stuck, "dump_off": quick}})
+    assert check["ok"] is False
+    assert check["found"].startswith("default: still running 10.0 s held, out 1.5 s after")
+    assert trc.held_check({"nccl_held": {"default": quick, "dump_off": quick}})["ok"] is True
+    double = {**quick, "worker": {"process_group": False}}
+    assert trc.held_check({"nccl_held": {"default": double}})["ok"] is None
+    assert trc.held_check({"nccl_held": {"skipped": "no GPU: NCCL needs one"}})["ok"] is None
