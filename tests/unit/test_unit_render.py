@@ -377,3 +377,13 @@ def test_load_all_reports_unit_problems_per_host(monkeypatch):
     monkeypatch.setattr(pvegpu.plan.unit, "unit_problems", lambda s: ["bad unit: fix it"])
     with pytest.raises(SettingsError, match=r"nothing was changed:\nbad unit: fix it$"):
         load_all([Node(), Host()])
+
+
+def test_the_torchrun_unit_gives_the_launchers_own_wait_the_whole_stop_timeout():
+    """From torch 2.12 the launcher waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT (not 30 s) before it
+    SIGKILLs workers still checkpointing; the python launcher has no such wait."""
+    d = service_directives(render(training_launcher="torchrun", training_stop_timeout_s=1200))
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1200" in d["Environment"]
+    assert d["TimeoutStopSec"] == ["1200s"] and len(d["ExecStop"]) == 1
+    plain = service_directives(render())
+    assert not any(e.startswith("TORCH_ELASTIC") for e in plain["Environment"])
