@@ -101,22 +101,49 @@ def test_a_hand_started_hint_runs_it_as_it_ran_from_where_its_venv_is_now(tmp_pa
     assert got["python"] == f"{aside}/bin/python"
 
 
-def test_a_transient_unit_gets_systemd_run_of_its_own_manager_and_a_unit_file_enable():
+def run_with_fake_systemd(hint: str, tmp_path) -> list[list[str]]:
+    """Run ``hint``'s command (``pct exec`` taken off) with stand-ins for systemctl and
+    systemd-run on PATH that record their argv; -> the calls in order."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("systemctl", "systemd-run"):
+        (bin_dir / tool).write_text(
+            f"#!{sys.executable}\nimport json, sys\n"
+            f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        )
+        (bin_dir / tool).chmod(0o755)
+    argv = shlex.split(hint)
+    assert argv[:4] == ["pct", "exec", "200", "--"], hint
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(argv[4:], check=True, timeout=30, env=env)
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_a_transient_unit_is_reset_then_run_again_by_systemd_run_as_it_ran(tmp_path):
+    procs = [{"pid": 5, "argv": ["/v/bin/python", "t.py", "a b"], "cwd": "/d", "env": {"A": "1"}}]
+    t = Trainer(5, "python t.py", "train.service", unit="train.service")
+    live = {"transient": [["train.service", None]]}
+    calls = run_with_fake_systemd(restart_hint(200, t, procs, None, live).text(), tmp_path)
+    # a failed transient unit stays loaded and systemd-run refuses its name until it is reset
+    assert calls == [
+        ["reset-failed", "train.service"],
+        [
+            "--unit=train.service",
+            "--working-directory=/d",
+            "--setenv=A=1",
+            "--",
+            "/v/bin/python",
+            "t.py",
+            "a b",
+        ],
+    ]
+
+
+def test_a_unit_hint_goes_to_the_manager_that_ran_it():
     procs = [{"pid": 5, "argv": ["/v/bin/python", "t.py"], "cwd": "/d", "env": {"A": "1"}}]
     t = Trainer(5, "python t.py", "train.service", unit="train.service")
     live = {"transient": [["train.service", None]]}
-    hint = restart_hint(200, t, procs, None, live).text()
-    inner = shlex.split(shlex.split(hint)[-1])
-    assert inner[inner.index("exec") + 1 :] == [
-        "systemd-run",
-        "--unit=train.service",
-        "--working-directory=/d",
-        "--setenv=A=1",
-        "--",
-        "/v/bin/python",
-        "t.py",
-    ]
-    # a transient unit of the same name in a user's manager is not this one (the system's)
+    # a transient unit of the same name in the system's manager is not a user's
     assert restart_hint(200, t, procs, 0, live).text().endswith("enable --now train.service'")
     assert restart_hint(200, t, procs, None, {"transient": []}).text() == (
         "pct exec 200 -- systemctl enable --now train.service"
