@@ -51,7 +51,7 @@ def load_mutants() -> list[HandMutant]:
     """Every mutant, from the two data files beside this one (loaded by path: bench/ on
     sys.path would shadow other top-level names)."""
     found = []
-    for name in ("hand_mutants_takeover", "hand_mutants_deploy"):
+    for name in ("hand_mutants_takeover", "hand_mutants_deploy", "hand_mutants_ends"):
         spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)  # type: ignore[union-attr]

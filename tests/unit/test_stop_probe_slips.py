@@ -4,6 +4,7 @@ through a `pct` that parses its options as pct does (issue 41). No booted node."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from pvegpu.facts.probe import probe_command
 from tests.unit.test_stop_probe import run_stop, spawn, start_time
 
 __all__ = ["spawn"]  # the fixture, used by name
@@ -139,3 +141,62 @@ def test_a_unit_that_is_the_training_is_stopped_and_disabled_by_its_systemd_in_t
     assert (bin_dir / "train.service.stopped").exists()
     assert (bin_dir / "train.service.disabled").exists()
     assert (rc, doc["unit_rc"], doc["killed"], doc["remaining"]) == (0, 0, [], [])
+
+
+def test_the_stop_goes_on_when_the_deploys_connection_hangs_up(tmp_path, spawn):
+    """The deploy's SSH session ends (Ctrl-C, a lost connection) while a worker checkpoints: its
+    SIGHUP reaches the stop's whole process group, and the stop still ends its work and says
+    so (a stop that died with it would leave the unit running and launchers held)."""
+    worker, out = spawn("worker", checkpoint_s=2)
+    log = tmp_path / "log" / "signals.jsonl"
+    args = {
+        "vmid": 200,
+        "members": [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}],
+        "unit": None,
+        "unit_uid": None,
+        "stop_lock": str(tmp_path / "lock" / "pvegpu-stop.lock"),
+        "timeout_s": 30,
+        "log": str(log),
+        "gpus": [0],
+        "command": "python train.py",
+    }
+    cmd = probe_command("training_stop", args, python=sys.executable)
+    stop = subprocess.Popen(
+        ["sh", "-c", cmd], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        while not (log.exists() and "SIGTERM" in log.read_text()):
+            assert stop.poll() is None, "the stop ended before it signalled the worker"
+            subprocess.run(["sleep", "0.05"], check=True)
+        os.killpg(stop.pid, signal.SIGHUP)  # what the end of the ssh session sends
+        printed, _ = stop.communicate(timeout=60)
+    finally:
+        if stop.poll() is None:
+            os.killpg(stop.pid, signal.SIGKILL)
+            stop.wait()
+    assert out.with_name("worker.checkpoint").read_text() == "done"
+    doc = json.loads(printed.strip().splitlines()[-1])  # the stop's own last line
+    assert (doc["stopped"], doc["killed"], doc["remaining"]) == ([worker.pid], [], [])
+
+
+def test_a_unit_file_that_systemctl_says_is_not_loaded_fails_the_stop(tmp_path, spawn):
+    """`systemctl disable --now` exiting 5 (not loaded) is "stopped" only for a transient unit,
+    which goes when its trainer exits; a unit with a file that cannot be reached is never taken
+    as stopped and disabled (it would start a second trainer at the next boot)."""
+    worker, _ = spawn("worker")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    not_loaded = (
+        f"#!{sys.executable}\nimport sys\n"
+        "if sys.argv[1] == 'show':\n    sys.exit(print('Transient=no\\nTimeoutStopUSec=1s'))\n"
+        "print('Unit train.service not loaded.', file=sys.stderr)\nsys.exit(5)\n"
+    )
+    (bin_dir / "pct").write_text(FAKE_PCT.format(python=sys.executable))
+    (bin_dir / "systemctl").write_text(not_loaded)
+    for tool in ("pct", "systemctl"):
+        (bin_dir / tool).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    members = [{"pid": worker.pid, "start": start_time(worker.pid), "role": "worker"}]
+    rc, doc, _ = run_stop(tmp_path, members, unit="train.service", env=env)
+    assert doc["unit_rc"] == 5 and doc["unit_error"] == ["Unit train.service not loaded."]
+    assert rc != 0
