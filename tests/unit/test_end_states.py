@@ -4,7 +4,6 @@ or SIGTERM (pvegpu.startup.interrupt's handler in a real process). No booted nod
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import textwrap
