@@ -62,6 +62,21 @@ def test_a_view_without_reads_is_as_before(fake_pct):
     assert status == "running" and view["missing_tools"] == [] and done == []
 
 
+def test_verifys_exec_runs_the_reads_alone(fake_pct, tmp_path):
+    # ct_detail "reads" (verify.py's one node command): the reads in the container's one exec,
+    # without the view's commands (no systemctl, no stat of the device nodes)
+    p = probe_functions()
+    tool = tmp_path / "systemctl"  # found first on PATH: a view would run it
+    tool.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    tool.chmod(0o755)
+    status, view, done = p["container_view"](
+        p["start_view"](200, "u.service", ["printf 'a\\nb\\n'", "exit 3"], whole=False)
+    )
+    assert status == "running" and view == p["empty_view"]()
+    assert done == [{"rc": 0, "stdout": ["a", "b"]}, {"rc": 3, "stdout": []}]
+    assert not (tmp_path / "ran").exists()
+
+
 def reads_dirs() -> set[str]:
     return {p.name for p in Path("/tmp").glob("pvegpu-reads.*")}
 

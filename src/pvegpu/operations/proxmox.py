@@ -121,13 +121,15 @@ def boot_persistence(gpus: GpuSettings):
         )
     wrote_unit = False
     show_files(wanted, digests)  # every change shown before the first command
+    # one node command, its steps in order, stopping at the first that fails
+    steps: list[str] = []
     for path, text in wanted.items():
         if digests.get(path) != text_digest(text):
-            yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
-            yield write_file_command(path, text, mode="0644")
+            steps.append(f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])}")
+            steps.append(str(write_file_command(path, text, mode="0644")))
             wrote_unit = wrote_unit or path.endswith(".service")
     if wrote_unit:
-        yield "systemctl daemon-reload"
+        steps.append("systemctl daemon-reload")
     enable = [boot.UVM_UNIT]
     if persistenced or pers_unit.get("path"):
         enable.append(boot.PERSISTENCED_UNIT)
@@ -139,7 +141,9 @@ def boot_persistence(gpus: GpuSettings):
         or units.get(u, {}).get("active") != "active"
     ]
     if todo:
-        yield StringCommand("systemctl", "enable", "--now", *todo)
+        steps.append(shlex.join(["systemctl", "enable", "--now", *todo]))
+    if steps:
+        yield StringCommand(" && ".join(steps))
 
 
 # --- container ----------------------------------------------------------------------------------

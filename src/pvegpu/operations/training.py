@@ -25,6 +25,7 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from ..facts.python_env import ContainerState
 from ..plan.running_training import BOOT, TRAINING, Trainer, others
 from ..plan.start_watch import watch_script
 from ..plan.unit import (
@@ -40,14 +41,27 @@ from ..plan.unit import (
     unit_path,
     unit_plan,
 )
+from ..run.ct_reads import (
+    ChangeThenRead,
+    change_then_read_script,
+    folded_commands,
+    keep_reads,
+    split_reads,
+)
 from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
-from .container_fact import container_state, remember
+from .container_fact import container_state, container_state_args, remember
 from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
 from .preview import show, show_file
 from .progress import Progress, ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
-from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
+from .training_gate import (
+    boot_starters_here,
+    change_when_clear,
+    neighbours_here,
+    running_here,
+    wait_for,
+)
 from .util import failure, notice, write_file_command
 
 
@@ -104,30 +118,55 @@ def live_build_and_unit(settings: Settings):
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
     switch, switched = live_switch(state, settings.torch, settings.python_env)
-    # asked now, not at preflight, and read again even when no command ran since the last read
-    # (a verify_level=compile check can take minutes): a training started during the build or
-    # the verification is seen; after a takeover whatever still runs keeps its venv too
     unit_name = unit_file(settings.training)
-    foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []
-    if foreign:
-        # the build is built and verified beside it; what runs from venv_path is left alone
-        venv = settings.python_env.venv_path
-        wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
-        switch, switched = [], None
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
         write = write_file_command(unit_path(settings.training), text, mode="0644")
         unit = [str(write), "systemctl daemon-reload"]
+    # the build's settings before the link: whatever starts from the link finds them
+    command = " && ".join([*env, *switch, *unit])
+    # a new unit file may change what `systemctl is-enabled` says: the container's state is read
+    # again, in the same exec right after the change (pvegpu.run.ct_reads.change_then_read)
+    reads = [] if state.get("unit_digest") or not unit else state_reads(settings)
+    venv = settings.python_env.venv_path
+    what = f"the switch of {venv} to {settings.torch.build_name}"
+    # asked now, not at preflight, and read again even when no command ran since the last read
+    # (a verify_level=compile check can take minutes): a training started during the build or
+    # the verification is seen; after a takeover whatever still runs keeps its venv too. The
+    # read's own command makes the switch when its check on the node finds none
+    # (pvegpu.run.gated); a venv made by hand is named first, so it switches on its own.
+    made, foreign = None, []
+    if switch and state.get("venv_path_is_dir"):
+        foreign = others(running_here(host, unit=unit_name, fresh=True))
+    elif switch:
+        change = change_then_read_script(command, reads) if reads else command
+        trainers, made = change_when_clear(host, change, unit_name)
+        foreign = others(trainers)
+    if made is not None and made.get("ran") and foreign:
+        # never: the node's check and this one are one function on one read
+        yield from failure(f"{what} ran, yet this run finds {foreign[0].named} there: report it")
+        return
+    if foreign:
+        # the build is built and verified beside it; what runs from venv_path is left alone
+        wait_for(host, None, what, foreign)
+        switch, switched = [], None
     if not (env or switch or unit):
         return
     show_live_change(
         state, settings, env_text if env else None, bool(switch), text if unit else None
     )
-    if switch and state.get("venv_path_is_dir"):
-        yield aside_note(settings.python_env.venv_path)
-    # the build's settings before the link: whatever starts from the link finds them
-    yield StringCommand(" && ".join([*env, *switch, *unit]))
+    if made is not None and made.get("ran"):
+        if made.get("rc") != 0:
+            output = [*(made.get("output") or []), *(made.get("errors") or [])]
+            yield from failure(f"{what} failed (exit {made.get('rc')}):", *output)
+            return
+        yield made_by_read(what, reads, made.get("output") or [])
+    else:
+        if switch and state.get("venv_path_is_dir"):
+            yield aside_note(venv)
+        command = " && ".join([*env, *switch, *unit])
+        yield ChangeThenRead(change_then_read_script(command, reads), reads) if reads else command
     if unit and not state.get("unit_digest"):
         return  # a new unit file: the fact is read again (see above)
 
@@ -157,6 +196,26 @@ def show_live_change(
         show(f"{venv}: {state.get('venv_link') or '(none)'} -> {settings.build_venv}")
     if unit_text is not None:
         show_file(unit_path(settings.training), unit_text, exists=bool(state.get("unit_digest")))
+
+
+def state_reads(settings: Settings) -> list[str]:
+    """The container's ``ContainerState`` read, as the line folded after a change."""
+    return folded_commands(host, [(ContainerState, container_state_args(settings))])
+
+
+def made_by_read(what: str, reads: list[str], output: list[str]) -> FunctionCommand:
+    """The command that stands for a change the gate's read made in its own command
+    (:mod:`pvegpu.run.gated`): nothing more runs, and the operation counts as a change. The
+    ``reads`` that ran after the change in that command (their ``output``) serve the next
+    operation, as :func:`pvegpu.run.ct_reads.change_then_read`'s do."""
+
+    def made(state, host):
+        logger.debug(f"{host.name}: {what} was made by the read right before it")
+        if reads:
+            keep_reads(state, host, split_reads(output, reads))
+        return True
+
+    return FunctionCommand(made, (), {})
 
 
 def aside_note(path: str) -> FunctionCommand:

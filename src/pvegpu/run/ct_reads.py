@@ -51,15 +51,22 @@ def container_command(ct_host, fact: FactBase, kwargs: dict) -> str | None:
     """The shell line the @pct connector would run in ``ct_host``'s container to read ``fact``
     with ``kwargs`` right now (global arguments of the current operation included), or None
     when it must run through the connector."""
+    command = fact.command(**kwargs)
+    if not isinstance(command, (str, StringCommand)):
+        return None
+    return command_line(ct_host, command)
+
+
+def command_line(ct_host, command: str | StringCommand) -> str | None:
+    """The shell line the @pct connector would run in ``ct_host``'s container for ``command``
+    right now (the current operation's global arguments included), or None when it must run
+    through the connector (a user to become, a password prompt, its own stdin)."""
     arguments, _ = pop_global_arguments(
         ct_host.state, ct_host, dict(ct_host.current_op_global_arguments or {})
     )
     executor = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
     extract_control_arguments(executor)  # type: ignore[arg-type]
     if any(arguments.get(k) for k in UNFOLDABLE):
-        return None
-    command = fact.command(**kwargs)
-    if not isinstance(command, (str, StringCommand)):
         return None
     inner = make_unix_command_for_host(ct_host.state, ct_host, StringCommand(command), **executor)
     return shell_command(int(ct_host.data.get("pct_vmid")), inner.get_raw_value())
@@ -164,11 +171,16 @@ class ChangeThenRead(StringCommand):
     def execute(self, state, host, connector_arguments):
         status, output = super().execute(state, host, connector_arguments)
         if status and state.is_executing:
-            # valid once this operation counts as run (it does not yet: +1), as remember() does
-            done = split_reads(list(output.stdout_lines), self.lines)
-            point = container_operations(state, host) + 1
-            run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
+            keep_reads(state, host, split_reads(list(output.stdout_lines), self.lines))
         return status, output
+
+
+def keep_reads(state, ct_host, done: dict[str, list[str]]) -> None:
+    """Keep the answers of reads that ran right after the current operation's change (in its
+    last command) for the operation that comes next (``read_after_change``)."""
+    # valid once this operation counts as run (it does not yet: +1), as remember() does
+    point = container_operations(state, ct_host) + 1
+    run_context(state).facts.entries[("after", ct_host.name)] = Entry(point, done)
 
 
 def change_then_read(ct_host, change: str, reads: list[tuple[type[FactBase], dict]]):
