@@ -234,6 +234,15 @@ MUTANTS = [
         ("tests/unit/test_gated_change.py",),
     ),
     (
+        "change-then-read-set-e",
+        "src/pvegpu/run/ct_reads.py",
+        "    return f'(\\n{change}\\n)\\nrc=$?; [ \"$rc\" -eq 0 ] || exit \"$rc\"\\n{reads}exit 0'\n",
+        '    return f"{{ {change}\\n}} || exit $?\\n{reads}exit 0"\n',
+        "the change in a `{ ...; } || exit` list: the shell ignores a build script's `set -e` "
+        "there, so a failed build goes on and reports success",
+        ("tests/unit/test_ct_reads.py",),
+    ),
+    (
         "gated-switch-eof-goes",
         "src/pvegpu/probes/ct_gate.py",
         'if [ "$pvegpu_go" = go ]; then\n',

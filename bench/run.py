@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -98,6 +99,7 @@ class Site:
             self.env.update(PVE_SSH_PORT=str(proxy.port), PVE_SSH_KNOWN_HOSTS=str(known))
         self.data = [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
         self.watched = 0.0  # seconds of the start watch in the last pyinfra run (its pct exec)
+        self.phases: dict[str, float] = {}  # where the last pyinfra run's time went (phases())
 
     def floor(self) -> tuple[float, int, int]:
         """The seed's check: one SSH session, one pct exec."""
@@ -141,17 +143,30 @@ class Site:
             *[x for kv in data for x in ("--data", kv)],
         ]
         self.node.clear_pct_log()
+        lines: list[tuple[float, str]] = []  # (seconds since start, stderr line)
         t0 = time.monotonic()
-        p = subprocess.run(
-            argv, cwd=ROOT, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        p = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
+        reader = threading.Thread(target=stamped, args=(p.stderr, t0, lines), daemon=True)
+        reader.start()
+        p.stdout.read()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(p.pid, 0)
         elapsed = time.monotonic() - t0
-        if p.returncode != 0:
-            raise SystemExit(f"{script} {data} failed ({p.returncode}):\n{p.stderr[-4000:]}")
-        self.watched = sum(
-            c.get("duration", 0.0) for c in self.node.pct_calls() if WATCH in " ".join(c["argv"])
-        )
-        return elapsed, len(NODE_COMMAND.findall(p.stderr)), self._pct_execs()
+        reader.join()
+        stderr = "".join(line for _, line in lines)
+        if status != 0:
+            raise SystemExit(f"{script} {data} failed ({status}):\n{stderr[-4000:]}")
+        calls = self.node.pct_calls()
+        self.watched = sum(c.get("duration", 0.0) for c in calls if WATCH in " ".join(c["argv"]))
+        self.phases = phases(lines, elapsed, calls, usage.ru_utime + usage.ru_stime)
+        return elapsed, len(NODE_COMMAND.findall(stderr)), self._pct_execs()
 
     def pyinfra_import(self) -> tuple[float, int, int]:
         """pyinfra's own start-up: importing its CLI (what every run pays before any work)."""
@@ -163,19 +178,63 @@ class Site:
         return sum(1 for c in self.node.pct_calls() if c["argv"][:1] == ["exec"])
 
 
+def stamped(pipe, t0: float, into: list) -> None:
+    """Each line of ``pipe`` with the seconds since ``t0`` it arrived at."""
+    for line in pipe:
+        into.append((time.monotonic() - t0, line))
+
+
+PHASES = ["start-up", "connect", "load", "remote", "of it pct exec", "rest", "controller CPU"]
+
+
+def phases(lines: list, wall: float, calls: list[dict], cpu: float) -> dict[str, float]:
+    """Where one run's wall time went, from its ``--debug`` lines' arrival: start-up (the
+    interpreter, pyinfra's CLI, the inventory: until "Connecting to hosts"), connect (the SSH
+    connection: until "Loading:"), load (the deploy file until its first remote command), remote
+    (from each remote command's line to the next line: the command's round trip, its remote work
+    and the wait for its answer), of it the sim's ``pct exec`` calls (their own duration), rest
+    (operations, results, exit); and the controller's CPU (user + system of the pyinfra
+    process)."""
+
+    def first(text: str) -> float:
+        return next((t for t, line in lines if text in line), 0.0)
+
+    connecting, loading = first("Connecting to hosts"), first("Loading: ")
+    remote = 0.0
+    for i, (t, line) in enumerate(lines):
+        if NODE_COMMAND.search(line) or "Running command on @pct/" in line:
+            remote += (lines[i + 1][0] if i + 1 < len(lines) else wall) - t
+    first_remote = next(
+        (t for t, line in lines if "Running command on" in line or NODE_COMMAND.search(line)),
+        wall,
+    )
+    load = max(0.0, first_remote - loading) if loading else 0.0
+    return {
+        "start-up": connecting,
+        "connect": max(0.0, loading - connecting),
+        "load": load,
+        "remote": remote,
+        "of it pct exec": sum(c.get("duration", 0.0) for c in calls if c["argv"][:1] == ["exec"]),
+        "rest": max(0.0, wall - loading - load - remote) if loading else 0.0,
+        "controller CPU": cpu,
+    }
+
+
 def new_site(stack, workdir: Path, index, name: str, mode: dict) -> Site:
     node = stack.enter_context(SimNode(workdir / name, pct_startup_s=mode["pct_startup_s"]))
     seed_training_code(node)
     return Site(node, index, workdir / f"{name}-scratch", mode["delay_s"], stack)
 
 
-def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dict:
+def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> tuple[dict, dict]:
     samples: dict[str, list[tuple[float, int, int]]] = {k: [] for k in ORDER}
+    spent: dict[str, list[dict[str, float]]] = {}  # {run: [its phases, per round]}
     with tempfile.TemporaryDirectory(prefix=f"pvegpu-bench-{name}-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         (workdir / "main-scratch").mkdir()
         site = new_site(stack, workdir, index, "main", mode)
         samples["cold deploy"].append(cold := site.pyinfra("deploy.py"))
+        spent["cold deploy"] = [site.phases]
         samples["cold deploy less its watch"].append((cold[0] - site.watched, *cold[1:]))
         site.pyinfra("deploy.py", "torch_variant=cu128")  # both builds exist from here on
         site.pyinfra("deploy.py")
@@ -185,10 +244,14 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             samples["pyinfra import"].append(site.pyinfra_import())
             # pyinfra's start-up, the inventory and the connections (node, @pct), no operation
             samples["empty deploy"].append(site.pyinfra(str(EMPTY_DEPLOY)))
+            spent.setdefault("empty deploy", []).append(site.phases)
             samples["verify"].append(site.pyinfra("verify.py"))
+            spent.setdefault("verify", []).append(site.phases)
             samples["no-op"].append(site.pyinfra("deploy.py"))
+            spent.setdefault("no-op", []).append(site.phases)
             samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
             samples["swap back"].append(site.pyinfra("deploy.py"))
+            spent.setdefault("swap back", []).append(site.phases)
         # rebuild=venv deletes every other build (the cu128 one too): its rounds come last
         for _ in range(rounds):
             samples["floor"].append(site.floor())
@@ -205,10 +268,23 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
                 (workdir / f"cold{c}-scratch").mkdir()
                 cold = new_site(cold_stack, workdir, index, f"cold{c}", mode)
                 samples["cold deploy"].append(sample := cold.pyinfra("deploy.py"))
+                spent["cold deploy"].append(cold.phases)
                 samples["cold deploy less its watch"].append(
                     (sample[0] - cold.watched, *sample[1:])
                 )
-    return samples
+    return samples, spent
+
+
+def phase_table(spent: dict) -> str:
+    """Medians of each run's phases (``phases``), in seconds."""
+    lines = [
+        "| run | " + " | ".join(PHASES) + " |",
+        "|---|" + "---|" * len(PHASES),
+    ]
+    for run, rows in spent.items():
+        cells = [f"{statistics.median(r[k] for r in rows):.2f}" for k in PHASES]
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(name: str, mode: dict, samples: dict) -> str:
@@ -248,9 +324,10 @@ def main(argv=None) -> int:
             for name, mode in MODES.items():
                 if a.only and name != a.only:
                     continue
-                samples = run_mode(name, mode, index, a.rounds, a.cold_rounds)
+                samples, spent = run_mode(name, mode, index, a.rounds, a.cold_rounds)
                 out.append(table(name, mode, samples))
-                print(out[-1], flush=True)
+                out.append(f"{name}: where the time goes (medians, s)\n\n{phase_table(spent)}")
+                print("\n\n".join(out[-2:]), flush=True)
     out.append(f"load average {os.getloadavg()[0]:.1f} at end")
     print("\n\n".join(out))
     return 0

@@ -244,3 +244,19 @@ def test_every_containers_reads_fold_and_every_argument_stays_one_argument_long(
         lines,
     )
     assert len(script) < ct_reads.MAX_ARG_STRLEN - 1024
+
+
+def test_a_change_folded_with_reads_fails_as_it_would_alone():
+    # a build script's `set -e` still stops it at its first failure (the shell ignores it in
+    # `{ ...; } || exit`), its status is the command's, and no read runs after a failed change
+    import subprocess
+
+    script = ct_reads.change_then_read_script("set -e\nfalse\necho after", ["echo read"])
+    p = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout == ""
+    script = ct_reads.change_then_read_script("set -e\necho made", ["false", "echo r"])
+    p = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("made\n")
+    assert ct_reads.split_reads(p.stdout.splitlines(), ["false", "echo r"]) == {"echo r": ["r"]}
+    script = ct_reads.change_then_read_script("exit 4", ["echo r"])
+    assert subprocess.run(["sh", "-c", script], capture_output=True).returncode == 4

@@ -25,7 +25,6 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from ..facts.python_env import ContainerState
 from ..plan.running_training import BOOT, TRAINING, Trainer, others
 from ..plan.start_watch import watch_script
 from ..plan.unit import (
@@ -41,16 +40,10 @@ from ..plan.unit import (
     unit_path,
     unit_plan,
 )
-from ..run.ct_reads import (
-    ChangeThenRead,
-    change_then_read_script,
-    folded_commands,
-    keep_reads,
-    split_reads,
-)
+from ..run.ct_reads import ChangeThenRead, change_then_read_script, keep_reads, split_reads
 from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
-from .container_fact import container_state, container_state_args, remember
+from .container_fact import container_state, remember, state_reads
 from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
 from .preview import show, show_file
 from .progress import Progress, ProgressCommand, unit_stop_progress, with_progress
@@ -128,7 +121,7 @@ def live_build_and_unit(settings: Settings):
     command = " && ".join([*env, *switch, *unit])
     # a new unit file may change what `systemctl is-enabled` says: the container's state is read
     # again, in the same exec right after the change (pvegpu.run.ct_reads.change_then_read)
-    reads = [] if state.get("unit_digest") or not unit else state_reads(settings)
+    reads = [] if state.get("unit_digest") or not unit else list(state_reads(settings))
     venv = settings.python_env.venv_path
     what = f"the switch of {venv} to {settings.torch.build_name}"
     # asked now, not at preflight, and read again even when no command ran since the last read
@@ -196,11 +189,6 @@ def show_live_change(
         show(f"{venv}: {state.get('venv_link') or '(none)'} -> {settings.build_venv}")
     if unit_text is not None:
         show_file(unit_path(settings.training), unit_text, exists=bool(state.get("unit_digest")))
-
-
-def state_reads(settings: Settings) -> list[str]:
-    """The container's ``ContainerState`` read, as the line folded after a change."""
-    return folded_commands(host, [(ContainerState, container_state_args(settings))])
 
 
 def made_by_read(what: str, reads: list[str], output: list[str]) -> FunctionCommand:

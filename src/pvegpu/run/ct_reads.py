@@ -119,11 +119,15 @@ READ_AFTER = 'echo "pvegpu-read {i}"\n(\n{line}\n)\nrc=$?; echo; echo "pvegpu-re
 
 def change_then_read_script(change: str, lines: list[str]) -> str:
     """The shell text that runs ``change`` and, only when it succeeded, each of ``lines``; its
-    exit status is the change's (a failed read is read again later, through the connector).
+    exit status is the change's (a failed read is read again later, through the connector). The
+    change runs in a subshell of its own, as it would alone: its ``set -e`` works (in a list
+    such as ``{ ...; } || exit`` the shell ignores it) and ends with it, its ``exit`` ends only it.
 
     >>> print(change_then_read_script("mv -T a b", ["cat x"]))
-    { mv -T a b
-    } || exit $?
+    (
+    mv -T a b
+    )
+    rc=$?; [ "$rc" -eq 0 ] || exit "$rc"
     echo "pvegpu-read 0"
     (
     cat x
@@ -132,7 +136,7 @@ def change_then_read_script(change: str, lines: list[str]) -> str:
     exit 0
     """
     reads = "".join(READ_AFTER.format(i=i, line=line) for i, line in enumerate(lines))
-    return f"{{ {change}\n}} || exit $?\n{reads}exit 0"
+    return f'(\n{change}\n)\nrc=$?; [ "$rc" -eq 0 ] || exit "$rc"\n{reads}exit 0'
 
 
 def split_reads(stdout: list[str], lines: list[str]) -> dict[str, list[str]]:
