@@ -236,7 +236,7 @@ MUTANTS = [
     (
         "change-then-read-set-e",
         "src/pvegpu/run/ct_reads.py",
-        "    return f'(\\n{change}\\n)\\nrc=$?; [ \"$rc\" -eq 0 ] || exit \"$rc\"\\n{reads}exit 0'\n",
+        '    return f\'(\\n{change}\\n)\\nrc=$?; [ "$rc" -eq 0 ] || exit "$rc"\\n{reads}exit 0\'\n',  # noqa: E501
         '    return f"{{ {change}\\n}} || exit $?\\n{reads}exit 0"\n',
         "the change in a `{ ...; } || exit` list: the shell ignores a build script's `set -e` "
         "there, so a failed build goes on and reports success",

@@ -28,7 +28,9 @@ those counts, in every sample alike.
 The whole thing runs twice: as the simulator is (plain), and with the latency knob (latency):
 every ``pct`` call sleeps 0.4 s first (real pct's Perl start-up) and the SSH connection goes
 through a loopback proxy that delays every chunk 10 ms each way (a 20 ms round trip). It asserts
-nothing; it prints a table per mode, and the machine's load average at start and end. Goals (issue
+nothing; it prints a table per mode, then where the time of the empty deploy, verify, the no-op, the
+swap back and the cold deploy goes (``phases()``: medians), and the machine's load average at start
+and end. Goals (issue
 42): verify within 2.0x the floor, a no-op and a swap back within 2.5x, a cold deploy no slower
 than 4.6 s (before the start watch existed: compare its row less the watch).
 """
