@@ -111,7 +111,7 @@ MUTANTS = [
     ),
     (
         "hint-moved-key-host",
-        "src/pvegpu/operations/training.py",
+        "src/pvegpu/operations/venv_moves.py",
         'key = (node_of_host(host), int(host.data.get("pct_vmid") or 0))',
         'key = (host.name, int(host.data.get("pct_vmid") or 0))',
         "the move recorded under the container's host name: the node's hints never find it",

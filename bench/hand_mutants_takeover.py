@@ -217,10 +217,38 @@ MUTANTS = [
     (
         "venv-switch-own-unit",
         "src/pvegpu/operations/training.py",
-        "foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []",
-        "foreign = running_here(host, unit=unit_name, fresh=True) if switch else []",
+        "    trainers, made = change_when_clear(host, change, unit_name)\n"
+        "    return made, others(trainers)\n",
+        "    trainers, made = change_when_clear(host, change, unit_name)\n"
+        "    return made, trainers\n",
         "others() dropped: the venv switch waits for pvegpu's own unit forever",
-        ("tests/unit/test_training_gates.py",),
+        ("tests/unit/test_gated_change.py",),
+    ),
+    (
+        "gated-switch-check-ignored",
+        "src/pvegpu/probes/ct_gate.py",
+        "        return not check.others(found), None\n",
+        "        return True, None\n",
+        "the node's check answered clear whatever runs: the read's exec switches the live venv "
+        "under a training started by hand",
+        ("tests/unit/test_gated_change.py",),
+    ),
+    (
+        "change-then-read-set-e",
+        "src/pvegpu/run/ct_reads.py",
+        '    return f\'(\\n{change}\\n)\\nrc=$?; [ "$rc" -eq 0 ] || exit "$rc"\\n{reads}exit 0\'\n',  # noqa: E501
+        '    return f"{{ {change}\\n}} || exit $?\\n{reads}exit 0"\n',
+        "the change in a `{ ...; } || exit` list: the shell ignores a build script's `set -e` "
+        "there, so a failed build goes on and reports success",
+        ("tests/unit/test_ct_reads.py",),
+    ),
+    (
+        "gated-switch-eof-goes",
+        "src/pvegpu/probes/ct_gate.py",
+        'if [ "$pvegpu_go" = go ]; then\n',
+        'if [ "$pvegpu_go" != no ]; then\n',
+        "fail open: an exec whose probe ended (or was killed) before its word switches anyway",
+        ("tests/unit/test_gated_change.py",),
     ),
     (
         "unit-start-boot-starter",

@@ -16,7 +16,9 @@ both variants, then runs N interleaved rounds of:
 - swap to: ``--data torch_variant=cu128`` (a build already there), and swap back (the default);
 
 then N rounds of the floor and rebuild=venv (``--data rebuild=venv --data restart_training=true``;
-last, as it deletes every other build), and M-1 more cold deploys, each on a fresh node. Per
+last, as it deletes every other build), and M-1 more cold deploys, each on a fresh node (also
+shown less its start watch: the ``pct exec`` that watches the trainer it started for
+``training_start_watch_s``, 5 s on the test site, by design). Per
 scenario: the median wall time with min and max, its ratio to the floor's median, and the remote
 commands of its last sample: node commands (every command pyinfra runs over the node's SSH, as its
 ``--debug`` log names them, SFTP uploads included; container commands, logged under their ``@pct/``
@@ -26,8 +28,11 @@ those counts, in every sample alike.
 The whole thing runs twice: as the simulator is (plain), and with the latency knob (latency):
 every ``pct`` call sleeps 0.4 s first (real pct's Perl start-up) and the SSH connection goes
 through a loopback proxy that delays every chunk 10 ms each way (a 20 ms round trip). It asserts
-nothing; it prints a table per mode. Goals (issue 14): verify within 2.5x the floor, no-op and swap
-back within 3.5x; with the latency knob a no-op under 3 s.
+nothing; it prints a table per mode, then where the time of the empty deploy, verify, the no-op, the
+swap back and the cold deploy goes (``phases()``: medians), and the machine's load average at start
+and end. Goals (issue
+42): verify within 2.0x the floor, a no-op and a swap back within 2.5x, a cold deploy no slower
+than 4.6 s (before the start watch existed: compare its row less the watch).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -72,7 +78,11 @@ ORDER = [
     "swap back",
     "rebuild=venv",
     "cold deploy",
+    "cold deploy less its watch",
 ]
+# The start watch's script (pvegpu.plan.start_watch): a `pct exec` of the cold deploy that lasts
+# training_start_watch_s (5 s on the test site) by design
+WATCH = "NRestarts"
 
 
 class Site:
@@ -90,6 +100,8 @@ class Site:
             known.write_text(f"[{node.host}]:{proxy.port} {key}")
             self.env.update(PVE_SSH_PORT=str(proxy.port), PVE_SSH_KNOWN_HOSTS=str(known))
         self.data = [*site_data(index, tmp / "locks"), "--data", "training_requirements=[]"]
+        self.watched = 0.0  # seconds of the start watch in the last pyinfra run (its pct exec)
+        self.phases: dict[str, float] = {}  # where the last pyinfra run's time went (phases())
 
     def floor(self) -> tuple[float, int, int]:
         """The seed's check: one SSH session, one pct exec."""
@@ -133,14 +145,30 @@ class Site:
             *[x for kv in data for x in ("--data", kv)],
         ]
         self.node.clear_pct_log()
+        lines: list[tuple[float, str]] = []  # (seconds since start, stderr line)
         t0 = time.monotonic()
-        p = subprocess.run(
-            argv, cwd=ROOT, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        p = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
+        reader = threading.Thread(target=stamped, args=(p.stderr, t0, lines), daemon=True)
+        reader.start()
+        p.stdout.read()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(p.pid, 0)
         elapsed = time.monotonic() - t0
-        if p.returncode != 0:
-            raise SystemExit(f"{script} {data} failed ({p.returncode}):\n{p.stderr[-4000:]}")
-        return elapsed, len(NODE_COMMAND.findall(p.stderr)), self._pct_execs()
+        reader.join()
+        stderr = "".join(line for _, line in lines)
+        if status != 0:
+            raise SystemExit(f"{script} {data} failed ({status}):\n{stderr[-4000:]}")
+        calls = self.node.pct_calls()
+        self.watched = sum(c.get("duration", 0.0) for c in calls if WATCH in " ".join(c["argv"]))
+        self.phases = phases(lines, elapsed, calls, usage.ru_utime + usage.ru_stime)
+        return elapsed, len(NODE_COMMAND.findall(stderr)), self._pct_execs()
 
     def pyinfra_import(self) -> tuple[float, int, int]:
         """pyinfra's own start-up: importing its CLI (what every run pays before any work)."""
@@ -152,19 +180,64 @@ class Site:
         return sum(1 for c in self.node.pct_calls() if c["argv"][:1] == ["exec"])
 
 
+def stamped(pipe, t0: float, into: list) -> None:
+    """Each line of ``pipe`` with the seconds since ``t0`` it arrived at."""
+    for line in pipe:
+        into.append((time.monotonic() - t0, line))
+
+
+PHASES = ["start-up", "connect", "load", "remote", "of it pct exec", "rest", "controller CPU"]
+
+
+def phases(lines: list, wall: float, calls: list[dict], cpu: float) -> dict[str, float]:
+    """Where one run's wall time went, from its ``--debug`` lines' arrival: start-up (the
+    interpreter, pyinfra's CLI, the inventory: until "Connecting to hosts"), connect (the SSH
+    connection: until "Loading:"), load (the deploy file until its first remote command), remote
+    (from each remote command's line to the next line: the command's round trip, its remote work
+    and the wait for its answer), of it the sim's ``pct exec`` calls (their own duration), rest
+    (operations, results, exit); and the controller's CPU (user + system of the pyinfra
+    process)."""
+
+    def first(text: str) -> float:
+        return next((t for t, line in lines if text in line), 0.0)
+
+    connecting, loading = first("Connecting to hosts"), first("Loading: ")
+    remote = 0.0
+    for i, (t, line) in enumerate(lines):
+        if NODE_COMMAND.search(line) or "Running command on @pct/" in line:
+            remote += (lines[i + 1][0] if i + 1 < len(lines) else wall) - t
+    first_remote = next(
+        (t for t, line in lines if "Running command on" in line or NODE_COMMAND.search(line)),
+        wall,
+    )
+    load = max(0.0, first_remote - loading) if loading else 0.0
+    return {
+        "start-up": connecting,
+        "connect": max(0.0, loading - connecting),
+        "load": load,
+        "remote": remote,
+        "of it pct exec": sum(c.get("duration", 0.0) for c in calls if c["argv"][:1] == ["exec"]),
+        "rest": max(0.0, wall - loading - load - remote) if loading else 0.0,
+        "controller CPU": cpu,
+    }
+
+
 def new_site(stack, workdir: Path, index, name: str, mode: dict) -> Site:
     node = stack.enter_context(SimNode(workdir / name, pct_startup_s=mode["pct_startup_s"]))
     seed_training_code(node)
     return Site(node, index, workdir / f"{name}-scratch", mode["delay_s"], stack)
 
 
-def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dict:
+def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> tuple[dict, dict]:
     samples: dict[str, list[tuple[float, int, int]]] = {k: [] for k in ORDER}
+    spent: dict[str, list[dict[str, float]]] = {}  # {run: [its phases, per round]}
     with tempfile.TemporaryDirectory(prefix=f"pvegpu-bench-{name}-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         (workdir / "main-scratch").mkdir()
         site = new_site(stack, workdir, index, "main", mode)
-        samples["cold deploy"].append(site.pyinfra("deploy.py"))
+        samples["cold deploy"].append(cold := site.pyinfra("deploy.py"))
+        spent["cold deploy"] = [site.phases]
+        samples["cold deploy less its watch"].append((cold[0] - site.watched, *cold[1:]))
         site.pyinfra("deploy.py", "torch_variant=cu128")  # both builds exist from here on
         site.pyinfra("deploy.py")
         for r in range(rounds):
@@ -173,10 +246,14 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             samples["pyinfra import"].append(site.pyinfra_import())
             # pyinfra's start-up, the inventory and the connections (node, @pct), no operation
             samples["empty deploy"].append(site.pyinfra(str(EMPTY_DEPLOY)))
+            spent.setdefault("empty deploy", []).append(site.phases)
             samples["verify"].append(site.pyinfra("verify.py"))
+            spent.setdefault("verify", []).append(site.phases)
             samples["no-op"].append(site.pyinfra("deploy.py"))
+            spent.setdefault("no-op", []).append(site.phases)
             samples["swap to cu128"].append(site.pyinfra("deploy.py", "torch_variant=cu128"))
             samples["swap back"].append(site.pyinfra("deploy.py"))
+            spent.setdefault("swap back", []).append(site.phases)
         # rebuild=venv deletes every other build (the cu128 one too): its rounds come last
         for _ in range(rounds):
             samples["floor"].append(site.floor())
@@ -192,8 +269,24 @@ def run_mode(name: str, mode: dict, index, rounds: int, cold_rounds: int) -> dic
             with ExitStack() as cold_stack:
                 (workdir / f"cold{c}-scratch").mkdir()
                 cold = new_site(cold_stack, workdir, index, f"cold{c}", mode)
-                samples["cold deploy"].append(cold.pyinfra("deploy.py"))
-    return samples
+                samples["cold deploy"].append(sample := cold.pyinfra("deploy.py"))
+                spent["cold deploy"].append(cold.phases)
+                samples["cold deploy less its watch"].append(
+                    (sample[0] - cold.watched, *sample[1:])
+                )
+    return samples, spent
+
+
+def phase_table(spent: dict) -> str:
+    """Medians of each run's phases (``phases``), in seconds."""
+    lines = [
+        "| run | " + " | ".join(PHASES) + " |",
+        "|---|" + "---|" * len(PHASES),
+    ]
+    for run, rows in spent.items():
+        cells = [f"{statistics.median(r[k] for r in rows):.2f}" for k in PHASES]
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(name: str, mode: dict, samples: dict) -> str:
@@ -233,9 +326,10 @@ def main(argv=None) -> int:
             for name, mode in MODES.items():
                 if a.only and name != a.only:
                     continue
-                samples = run_mode(name, mode, index, a.rounds, a.cold_rounds)
+                samples, spent = run_mode(name, mode, index, a.rounds, a.cold_rounds)
                 out.append(table(name, mode, samples))
-                print(out[-1], flush=True)
+                out.append(f"{name}: where the time goes (medians, s)\n\n{phase_table(spent)}")
+                print("\n\n".join(out[-2:]), flush=True)
     out.append(f"load average {os.getloadavg()[0]:.1f} at end")
     print("\n\n".join(out))
     return 0

@@ -62,6 +62,21 @@ def test_a_view_without_reads_is_as_before(fake_pct):
     assert status == "running" and view["missing_tools"] == [] and done == []
 
 
+def test_verifys_exec_runs_the_reads_alone(fake_pct, tmp_path):
+    # ct_detail "reads" (verify.py's one node command): the reads in the container's one exec,
+    # without the view's commands (no systemctl, no stat of the device nodes)
+    p = probe_functions()
+    tool = tmp_path / "systemctl"  # found first on PATH: a view would run it
+    tool.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    tool.chmod(0o755)
+    status, view, done = p["container_view"](
+        p["start_view"](200, "u.service", ["printf 'a\\nb\\n'", "exit 3"], whole=False)
+    )
+    assert status == "running" and view == p["empty_view"]()
+    assert done == [{"rc": 0, "stdout": ["a", "b"]}, {"rc": 3, "stdout": []}]
+    assert not (tmp_path / "ran").exists()
+
+
 def reads_dirs() -> set[str]:
     return {p.name for p in Path("/tmp").glob("pvegpu-reads.*")}
 
@@ -229,3 +244,19 @@ def test_every_containers_reads_fold_and_every_argument_stays_one_argument_long(
         lines,
     )
     assert len(script) < ct_reads.MAX_ARG_STRLEN - 1024
+
+
+def test_a_change_folded_with_reads_fails_as_it_would_alone():
+    # a build script's `set -e` still stops it at its first failure (the shell ignores it in
+    # `{ ...; } || exit`), its status is the command's, and no read runs after a failed change
+    import subprocess
+
+    script = ct_reads.change_then_read_script("set -e\nfalse\necho after", ["echo read"])
+    p = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout == ""
+    script = ct_reads.change_then_read_script("set -e\necho made", ["false", "echo r"])
+    p = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("made\n")
+    assert ct_reads.split_reads(p.stdout.splitlines(), ["false", "echo r"]) == {"echo r": ["r"]}
+    script = ct_reads.change_then_read_script("exit 4", ["echo r"])
+    assert subprocess.run(["sh", "-c", script], capture_output=True).returncode == 4

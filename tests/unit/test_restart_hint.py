@@ -168,7 +168,7 @@ def test_the_view_reads_transient_units_of_the_system_and_of_each_user():
 def test_the_switch_records_where_the_venv_went_under_the_key_the_hints_are_read_by():
     """The switch runs in the container's host, the takeover in the node's: a hint recorded by
     the node finds the move recorded by its container."""
-    from pvegpu.operations.training import record_moved
+    from pvegpu.operations.venv_moves import record_moved
     from pvegpu.run.run_context import run_context
 
     class State:  # pyinfra's State stands in: run_context keys on it

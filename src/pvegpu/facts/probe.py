@@ -28,7 +28,7 @@ PRELUDE_IMPORT = re.compile(
 )
 #: Probes that start with another probe file's functions (pvegpu is not installed where they run).
 PRELUDES = {
-    "node_state": ("ct_view", "ct_processes", "node_site"),
+    "node_state": ("ct_view", "ct_gate", "ct_processes", "node_site"),
     "verification": ("training_held",),
     "training_stop": ("ct_processes",),  # /proc/<pid>/stat read as the node probe reads it
 }

@@ -58,7 +58,11 @@ class NodeState(ProbeFact):
       ``recreate``), ``python3_missing`` (the node has no python3: nothing else was read);
     - ``persistenced``: ``outside_pids`` (nvidia-persistenced daemons not run by its unit) and
       ``unit_ours`` (the unit file at ``persistenced_unit`` carries pvegpu's marker; None: none).
-    - ``containers[<vmid>]["reads"]`` ("full" only): with ``reads_on_stdin``, the reads
+    - ``containers[<vmid>]["change"]`` ("full", a change gated on this read, sent on stdin with
+      the reads: :mod:`pvegpu.run.gated`): whether the check on this read let it run, and its
+      exit status and output;
+    - ``containers[<vmid>]["reads"]`` ("full", and "reads": the reads alone, in one ``pct exec``
+      without the view, the status that exec's answer): with ``reads_on_stdin``, the reads
       ({vmid: [container shell command, ...]}, ``reads_stdin(reads)`` as the fact's ``_stdin``)
       run in the same ``pct exec`` after the view, each one's ``rc`` and ``stdout`` lines
       (:mod:`pvegpu.run.ct_reads`). They travel on stdin, never in the command's text: the
@@ -110,10 +114,14 @@ class NodeState(ProbeFact):
         return cast(NodeStateDoc, parse_probe_output(self.probe, list(output)))
 
 
-def reads_stdin(reads) -> str:
-    """The stdin of a ``NodeState`` read with folded ``reads``: one JSON line.
+def reads_stdin(reads, act: dict | None = None) -> str:
+    """The stdin of a ``NodeState`` read with folded ``reads``: one JSON line; with ``act`` (a
+    change gated on this read, :mod:`pvegpu.run.gated`) both, under "reads" and "act".
 
     >>> reads_stdin({200: ["cat /x"]})
     '{"200": ["cat /x"]}'
+    >>> reads_stdin(None, {"changes": {}})
+    '{"reads": {}, "act": {"changes": {}}}'
     """
-    return json.dumps({str(k): list(v) for k, v in (reads or {}).items()})
+    folded = {str(k): list(v) for k, v in (reads or {}).items()}
+    return json.dumps({"reads": folded, "act": act} if act else folded)

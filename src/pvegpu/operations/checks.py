@@ -15,7 +15,7 @@ from ..output.report import report_document, table, verdict_line, write_report
 from ..plan.unit import start_command, started_record, training_matcher, unit_file
 from ..plan.uv_commands import uv_bin
 from ..run import node_read
-from ..run.ct_reads import container_fact
+from ..run.ct_reads import container_fact, folded_commands, within_budget
 from ..run.run_context import run_context
 from ..settings import GpuSettings, Settings, TorchSettings
 from ..verification import Verdict, torch_problems, verify
@@ -143,6 +143,44 @@ def print_verdict(run, verdict: Verdict) -> None:
     logger.info(click.style(verdict_line(verdict), fg="green" if verdict.ok else "red", bold=True))
 
 
+def verify_read(node_host, run) -> dict:
+    """verify.py's one read of ``node_host``: the node, and in one ``pct exec`` per training
+    container of it the verification read of each (``ct_detail="reads"``, no view), which
+    ``container_fact`` then serves (:mod:`pvegpu.run.ct_reads`). Every container host of the
+    node asks; the first reads, the others are served from it (pvegpu.run.node_read)."""
+    vmids, reads = [], {}
+    for ct_host in node_host.inventory.get_group("training_cts", []):
+        s = (run.settings or {}).get(ct_host.name)
+        if ct_host.data.get("pct_node") != node_host.name or s is None:
+            continue
+        if s.verification.level == "compile":
+            continue
+        vmid = str(ct_host.data.get("pct_vmid"))
+        args = verification_args(s, run.mode)
+        lines = folded_commands(ct_host, [(ContainerVerification, args)])
+        if lines:
+            vmids.append(int(vmid))
+            reads[vmid] = lines
+    reads = within_budget(reads)
+    vmids = [v for v in vmids if str(v) in reads]
+    return node_read.node_state(node_host, vmids, "reads", ct_reads=reads or None)
+
+
+def verification_reads(settings: Settings, node_host, run) -> tuple[dict, dict]:
+    """(the node's document, the container's ``ContainerVerification``) for ``verified``."""
+    args = verification_args(settings, run.mode)
+    if run.mode == "verify" and node_host is not None and not args["compile_check"]:
+        # one remote command: the container's read rides on the node read's exec into it
+        node = verify_read(node_host, run)
+        return node, container_fact(host, ContainerVerification, **args)
+    # the node's read (reused from this run's preflight when nothing changed since) and the
+    # container's are independent: read them side by side
+    node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
+    # served from the preflight's node read when nothing ran since (pvegpu.run.ct_reads)
+    ct = container_fact(host, ContainerVerification, **args)
+    return (node_read_.get() if node_read_ is not None else {}), ct
+
+
 def preview_verdict(state, node_host, verdict: Verdict):
     """In deploy.py's preview: a verification that fails now says so, unless the changes the
     preview lists before it (on the container or its node) are what it verifies."""
@@ -164,23 +202,21 @@ def verified(settings: Settings):
 
         checks.verified(name="Verify CT 200: torch 2.11.0+cu130 on 8 GPUs", settings=s)
 
-    Two remote commands, side by side: the node's :class:`NodeState` (over SSH, no container
-    calls; none when the run's preflight read is still current) and the container's
-    :class:`ContainerVerification` (one ``pct exec``). deploy.py verifies the selected build
-    before the live venv switches to it; verify.py the live venv (``verification_args``).
+    deploy.py: the node's :class:`NodeState` (none when the run's preflight read is still
+    current) and the container's :class:`ContainerVerification` (one ``pct exec``; none when
+    it rode on the preflight's read or a promotion's exec), side by side. verify.py: one node
+    command, whose one ``pct exec`` into each training container of the node runs their
+    verification reads (``verify_read``; with ``verify_level=compile``, which may take minutes,
+    the two side by side as deploy.py's). deploy.py verifies the selected build before the live
+    venv switches to it; verify.py the live venv (``verification_args``).
 
     In deploy.py a leftover training process on a training GPU that the training unit stage will
     clear (see :func:`pvegpu.verification.verify`) is a warning; in verify.py it is a problem.
     """
     state, node_host = host.state, node_host_of(host)
     run = run_context(state)
-    # the node's read (reused from this run's preflight when nothing changed since) and the
-    # container's are independent: read them side by side
-    node_read_ = gevent.spawn(node_read.node_state, node_host) if node_host is not None else None
-    # served from the preflight's node read when nothing ran since (pvegpu.run.ct_reads)
     with progress_while(host, verifying(settings, run.mode)):
-        ct = container_fact(host, ContainerVerification, **verification_args(settings, run.mode))
-    node = node_read_.get() if node_read_ is not None else {}
+        node, ct = verification_reads(settings, node_host, run)
     vmid = int(host.data.get("pct_vmid") or 0)
     node_name = node_host.name if node_host is not None else str(host.data.get("pct_node"))
     lock, source = lock_for(settings, ct)

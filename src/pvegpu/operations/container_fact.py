@@ -12,7 +12,7 @@ from pyinfra import host
 from ..facts.python_env import ContainerState
 from ..plan.unit import started_record, unit_file, unit_path
 from ..plan.uv_commands import uv_bin
-from ..run.ct_reads import container_fact
+from ..run.ct_reads import container_fact, folded_commands
 from ..run.run_context import container_operations, run_context
 from ..settings import Settings
 
@@ -39,6 +39,13 @@ def container_state_args(settings: Settings) -> dict:
         locks_cache=LOCKS_CACHE,
         baseline_path=BASELINE,
     )
+
+
+def state_reads(settings: Settings) -> tuple[str, ...]:
+    """The host's ``ContainerState`` read as a line to run right after a change in the same
+    command (:func:`pvegpu.run.ct_reads.change_then_read`), so the next operation's
+    ``container_state()`` needs no command of its own; () when it must run on its own."""
+    return tuple(folded_commands(host, [(ContainerState, container_state_args(settings))]))
 
 
 def container_state() -> dict:

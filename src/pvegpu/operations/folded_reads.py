@@ -35,6 +35,19 @@ def preflight_reads(inventory, settings: dict, node_name: str, vmids) -> dict[st
     return within_budget(found)
 
 
+def state_reads_of(node_host, vmids) -> dict[str, list[str]]:
+    """{vmid: [shell line]}: each training container's ``ContainerState`` read, to fold into a
+    read of ``node_host`` made during the run (its containers' next operation reads it first
+    when no operation ran since: a cold deploy's first container read)."""
+    settings = run_context(node_host.state).settings or {}
+    wanted, found = {str(v) for v in vmids}, {}
+    for ct_host in node_host.inventory.get_group("training_cts", []):
+        vmid, s = str(ct_host.data.get("pct_vmid")), settings.get(ct_host.name)
+        if ct_host.data.get("pct_node") == node_host.name and vmid in wanted and s is not None:
+            found[vmid] = folded_commands(ct_host, [(ContainerState, container_state_args(s))])
+    return within_budget(found)
+
+
 def verification_reads_of(ct_host) -> list[tuple[type[FactBase], dict]]:
     """``verification_reads`` with ``ct_host``'s settings in this run (none outside a run)."""
     state = getattr(ct_host, "state", None)

@@ -41,6 +41,7 @@ from ..plan.unit import unit_file
 from ..run import node_read
 from ..run.run_context import run_context
 from ..settings import ContainerSettings, GpuSettings, RunPolicy, TrainingSettings
+from .folded_reads import state_reads_of
 from .preview import show, show_file, show_files, show_pct_set
 from .progress import Progress, ProgressCommand, waiting_for, with_progress
 from .training_gate import running_here, wait_for
@@ -50,9 +51,11 @@ from .util import failure, note, write_file_command
 def read_state(vmids=(), ct_detail: str = "none") -> dict:
     """The node's state: the run's last read of it (the preflight's, on a converged node) while
     no operation of the run has run a command since, else read now (pvegpu.run.node_read) with the
-    probe arguments the preflight read this node with."""
+    probe arguments the preflight read this node with; a read in full folds each container's
+    state read in its exec (its python env stage reads it first: pvegpu.run.ct_reads)."""
     args = run_context(host.state).node_args.get(host.name)
-    return node_read.node_state(host, vmids, ct_detail, args)
+    reads = state_reads_of(host, vmids) if ct_detail == "full" else None
+    return node_read.node_state(host, vmids, ct_detail, args, ct_reads=reads or None)
 
 
 def node_state(vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
@@ -121,13 +124,15 @@ def boot_persistence(gpus: GpuSettings):
         )
     wrote_unit = False
     show_files(wanted, digests)  # every change shown before the first command
+    # one node command, its steps in order, stopping at the first that fails
+    steps: list[str] = []
     for path, text in wanted.items():
         if digests.get(path) != text_digest(text):
-            yield StringCommand("mkdir", "-p", shlex.quote(path.rsplit("/", 1)[0]))
-            yield write_file_command(path, text, mode="0644")
+            steps.append(f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])}")
+            steps.append(str(write_file_command(path, text, mode="0644")))
             wrote_unit = wrote_unit or path.endswith(".service")
     if wrote_unit:
-        yield "systemctl daemon-reload"
+        steps.append("systemctl daemon-reload")
     enable = [boot.UVM_UNIT]
     if persistenced or pers_unit.get("path"):
         enable.append(boot.PERSISTENCED_UNIT)
@@ -139,7 +144,9 @@ def boot_persistence(gpus: GpuSettings):
         or units.get(u, {}).get("active") != "active"
     ]
     if todo:
-        yield StringCommand("systemctl", "enable", "--now", *todo)
+        steps.append(shlex.join(["systemctl", "enable", "--now", *todo]))
+    if steps:
+        yield StringCommand(" && ".join(steps))
 
 
 # --- container ----------------------------------------------------------------------------------

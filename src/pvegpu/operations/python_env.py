@@ -58,7 +58,7 @@ from ..run.run_context import mark_container_only
 from ..settings import GpuSettings, PythonEnvSettings, Settings, TorchSettings
 from .build_preview import build_notes, show_packages
 from .checks import torch_runtime
-from .container_fact import container_state, remember
+from .container_fact import container_state, remember, state_reads
 from .folded_reads import verification_reads_of
 from .preview import show
 from .progress import Progress
@@ -96,6 +96,8 @@ def uv_installed(
         (f"{site} " if site else "")
         + probe_command("install_uv", args, python=python_env.interpreter),
         "the live venv is untouched",
+        # the build reads the container's state next: read in the same command, right after
+        reads=state_reads(settings) if settings is not None else (),
     )
 
 
@@ -187,6 +189,8 @@ def venv_built(settings: Settings):
             poll=build_progress_poll(settings),
             detail=build_progress_detail(len(parse_pins(plan.text))),
         ),
+        # the compile caches read the container's state next: in the same command, right after
+        state_reads(settings),
     )
 
 

@@ -42,15 +42,23 @@ from ..plan.unit import (
     unit_plan,
 )
 from ..plan.venvs import aside_path
-from ..run.run_context import mark_container_only, node_of_host, run_context
+from ..run.ct_reads import ChangeThenRead, change_then_read_script, keep_reads, split_reads
+from ..run.run_context import mark_container_only, run_context
 from ..settings import Settings
-from .container_fact import container_state, remember
+from .container_fact import container_state, remember, state_reads
 from .leftovers import LEFTOVER_LOG, clear_leftovers_command, gpu_list  # noqa: F401 (re-export)
 from .preview import show, show_file
 from .progress import Progress, ProgressCommand, unit_stop_progress, with_progress
 from .python_env import live_switch
-from .training_gate import boot_starters_here, neighbours_here, running_here, wait_for
+from .training_gate import (
+    boot_starters_here,
+    change_when_clear,
+    neighbours_here,
+    running_here,
+    wait_for,
+)
 from .util import failure, notice, write_file_command
+from .venv_moves import aside_note, moved_record
 
 
 def start_state(settings: Settings, state: dict) -> tuple[str, list[str]]:
@@ -105,48 +113,88 @@ def live_build_and_unit(settings: Settings):
     env = []
     if ((state.get("venvs") or {}).get(build) or {}).get("train_env") != digest(env_text):
         env = [str(write_file_command(build_env_path(settings), env_text, mode="0644"))]
-    now = time.time()
+    now = time.time()  # the switch's, and where a venv made by hand goes aside
     switch, switched = live_switch(state, settings.torch, settings.python_env, now)
-    # asked now, not at preflight, and read again even when no command ran since the last read
-    # (a verify_level=compile check can take minutes): a training started during the build or
-    # the verification is seen; after a takeover whatever still runs keeps its venv too
     unit_name = unit_file(settings.training)
-    foreign = others(running_here(host, unit=unit_name, fresh=True)) if switch else []
-    venv = settings.python_env.venv_path
-    if foreign:
-        # the build is built and verified beside it; what runs from venv_path is left alone
-        wait_for(host, None, f"the switch of {venv} to {settings.torch.build_name}", foreign)
-        switch, switched = [], None
     text = render_unit(settings)
     unit = []
     if state.get("unit_digest") != digest(text):
         write = write_file_command(unit_path(settings.training), text, mode="0644")
         unit = [str(write), "systemctl daemon-reload"]
+    # the build's settings before the link: whatever starts from the link finds them
+    command = " && ".join([*env, *switch, *unit])
+    # a new unit file may change what `systemctl is-enabled` says: the container's state is read
+    # again, in the same exec right after the change (pvegpu.run.ct_reads.change_then_read)
+    reads = [] if state.get("unit_digest") or not unit else list(state_reads(settings))
+    venv = settings.python_env.venv_path
+    what = f"the switch of {venv} to {settings.torch.build_name}"
+    # asked now, not at preflight, and read again even when no command ran since the last read
+    # (a verify_level=compile check can take minutes): a training started during the build or
+    # the verification is seen; after a takeover whatever still runs keeps its venv too. The
+    # read's own command makes the switch when its check on the node finds none
+    # (pvegpu.run.gated); a venv made by hand is named first, so it switches on its own.
+    made, foreign = switch_gate(state, bool(switch), command, reads, unit_name)
+    if made is not None and made.get("ran") and foreign:
+        # never: the node's check and this one are one function on one read
+        yield from failure(f"{what} ran, yet this run finds {foreign[0].named} there: report it")
+        return
+    if foreign:
+        # the build is built and verified beside it; what runs from venv_path is left alone
+        wait_for(host, None, what, foreign)
+        switch, switched = [], None
     if not (env or switch or unit):
         return
     show_live_change(
         state, settings, env_text if env else None, bool(switch), text if unit else None
     )
-    if switch and state.get("venv_path_is_dir"):
-        yield aside_note(venv, aside_path(venv, now))
-    # the build's settings before the link: whatever starts from the link finds them
-    yield StringCommand(" && ".join([*env, *switch, *unit]))
-    if switch:
-        yield FunctionCommand(record_moved, (moved_by_switch(state, venv, now),), {})
+    if made is not None and made.get("ran"):
+        if made.get("rc") != 0:
+            output = [*(made.get("output") or []), *(made.get("errors") or [])]
+            yield from failure(f"{what} failed (exit {made.get('rc')}):", *output)
+            return
+        yield made_by_read(what, reads, made.get("output") or [])
+    else:
+        if switch and state.get("venv_path_is_dir"):
+            yield aside_note(venv, aside_path(venv, now))
+        command = " && ".join([*env, *switch, *unit])
+        yield ChangeThenRead(change_then_read_script(command, reads), reads) if reads else command
+    moved = moved_record(state, venv, now) if switch else None
+    if moved is not None:  # a restart hint names the venv where it is now
+        yield moved
     if unit and not state.get("unit_digest"):
         return  # a new unit file: the fact is read again (see above)
 
+    remember(live_change_update(build, env_text if env else None, switched, text if unit else None))
+
+
+def switch_gate(state: dict, switch: bool, command: str, reads: list[str], unit_name: str):
+    """(what the gate's read made, or None; the trainings not pvegpu's it found) right before the
+    switch: the read's own command makes the change when its check on the node finds none
+    (:mod:`pvegpu.run.gated`); a venv made by hand is only read (its move is named first)."""
+    if not switch:
+        return None, []
+    if state.get("venv_path_is_dir"):
+        return None, others(running_here(host, unit=unit_name, fresh=True))
+    change = change_then_read_script(command, reads) if reads else command
+    trainers, made = change_when_clear(host, change, unit_name)
+    return made, others(trainers)
+
+
+def live_change_update(build: str, env_text: str | None, switched, unit_text: str | None):
+    """The update of the container document after ``live_build_and_unit``'s change: the
+    build's settings file (``env_text``), the switch (``switched``), the unit (``unit_text``)."""
+
     def update(doc):
-        if env:  # the build's link and its real dir are one entry each
+        if env_text is not None:  # the build's link and its real dir are one entry each
             venvs = doc.setdefault("venvs", {})
             for name in {build, (venvs.get(build) or {}).get("real")} - {None}:
                 venvs.setdefault(name, {})["train_env"] = digest(env_text)
         if switched:
             switched(doc)
-        if unit:
-            doc.update(unit_digest=digest(text))
+        if unit_text is not None:
+            doc.update(unit_digest=digest(unit_text))
 
-    remember(update)
+    return update
 
 
 def show_live_change(
@@ -164,46 +212,19 @@ def show_live_change(
         show_file(unit_path(settings.training), unit_text, exists=bool(state.get("unit_digest")))
 
 
-def moved_by_switch(state: dict, venv_path: str, now: float) -> dict[str, str]:
-    """{``venv_path``: where what was there is once the switch ran}: a venv made by hand moved
-    aside, or the build the link pointed at ({} when there was none).
+def made_by_read(what: str, reads: list[str], output: list[str]) -> FunctionCommand:
+    """The command that stands for a change the gate's read made in its own command
+    (:mod:`pvegpu.run.gated`): nothing more runs, and the operation counts as a change. The
+    ``reads`` that ran after the change in that command (their ``output``) serve the next
+    operation, as :func:`pvegpu.run.ct_reads.change_then_read`'s do."""
 
-    >>> moved_by_switch({"venv_path_is_dir": True}, "/root/venv", 7)
-    {'/root/venv': '/root/venv.pre-pvegpu.7'}
-    >>> moved_by_switch({"venv_link": "/root/venvs/b"}, "/root/venv", 7)
-    {'/root/venv': '/root/venvs/b'}
-    """
-    if state.get("venv_path_is_dir"):
-        return {venv_path: aside_path(venv_path, now)}
-    old = state.get("venv_real") or state.get("venv_link")
-    return {venv_path: old} if old else {}
-
-
-def record_moved(state, host, moved: dict[str, str]) -> bool:
-    """Record where the venv the switch moved away from ``venv_path`` is: a restart hint of a
-    training that ran from it names it there (pvegpu.plan.restart_hint)."""
-    key = (node_of_host(host), int(host.data.get("pct_vmid") or 0))
-    run_context(state).venv_moved.setdefault(key, {}).update(moved)
-    return True
-
-
-def aside_note(path: str, aside: str) -> FunctionCommand:
-    """A command that names the venv made by hand at ``path`` with its size, before the switch
-    moves it to ``aside`` (kept: pvegpu never deletes it)."""
-
-    def report(state, host):
-        q = shlex.quote(path)
-        ok, out = host.run_shell_command(StringCommand(f"du -sh {q} | cut -f1"))
-        size = out.stdout.strip() if ok and out.stdout.strip() else "size unknown"
-        host.log_styled(
-            f"{path} is a venv made by hand ({size}): moved aside to {aside} "
-            "and kept (delete it yourself once the new build runs)",
-            fg="yellow",
-            log_func=logger.warning,
-        )
+    def made(state, host):
+        logger.debug(f"{host.name}: {what} was made by the read right before it")
+        if reads:
+            keep_reads(state, host, split_reads(output, reads))
         return True
 
-    return FunctionCommand(report, (), {})
+    return FunctionCommand(made, (), {})
 
 
 def old_units_retired(settings: Settings, state: dict):

@@ -21,7 +21,7 @@ from pyinfra import logger
 
 from ..plan.adoption import boot_starters
 from ..plan.running_training import TRAINING, Trainer, match_of, neighbours
-from ..run import adoption, node_read
+from ..run import adoption, gated, node_read
 from ..run.run_context import run_context
 
 
@@ -56,12 +56,33 @@ def running_here(host, vmid=None, unit: str | None = None, fresh: bool = False) 
     node, ct = _node_and_vmid(host, vmid)
     if node is None or ct is None:
         return []
+    unit, match = gate_args(host, node, ct, unit)
+    return adoption.running_in(node, ct, current_read(host, node, int(ct), fresh), unit, match)
+
+
+def gate_args(host, node: str, ct, unit: str | None = None) -> tuple[str, dict | None]:
+    """(pvegpu's training unit, what identifies a training: ``match_of``) of CT ``ct`` on
+    ``node`` by this run's settings: what every gate's check of that container is given."""
     settings = run_context(host.state).settings or {}
     s = settings.get(f"@pct/{node}/{ct}") or settings.get(node) or settings.get(host.name)
     if unit is None:
         unit = f"{s.training.unit_name}.service" if s is not None else ""
-    match = match_of(s.training, s.python_env) if s is not None else None
-    return adoption.running_in(node, ct, current_read(host, node, int(ct), fresh), unit, match)
+    return unit, match_of(s.training, s.python_env) if s is not None else None
+
+
+def change_when_clear(host, command: str, unit: str) -> tuple[list[Trainer], dict | None]:
+    """A container host's disruptive ``command``, made by the command that reads the container
+    right before it when nothing its gate waits for runs (:mod:`pvegpu.run.gated`): (the
+    trainings running there by that read, the change's outcome, None when it was not sent:
+    then the caller's own command makes it, after that read, as before). Outside execution
+    (a preview, ``--dry``): the gate's read alone, nothing changed."""
+    run = run_context(host.state)
+    node, ct = _node_and_vmid(host, None)
+    if host.state.is_executing and not run.dry and node is not None:
+        trainers, change = gated.gated_change(host, command, *gate_args(host, node, ct, unit))
+        if trainers is not None:
+            return trainers, change
+    return running_here(host, unit=unit, fresh=True), None
 
 
 def neighbours_here(host, gpus) -> list[Trainer]:

@@ -271,6 +271,21 @@ def running_training(
     return found
 
 
+def running_in_read(vmid, doc: dict | None, unit: str, match: dict | None) -> list[Trainer]:
+    """The trainings running in CT ``vmid`` by the node read ``doc`` (None, a read that failed or
+    one without that container: one training of unknown state). The gates ask this on the
+    controller (:func:`pvegpu.run.adoption.running_in`) and, for a change made in the same
+    command as its read, on the node (:mod:`pvegpu.run.gated`): one function, one answer.
+
+    >>> [t.kind for t in running_in_read(200, None, "t.service", None)]
+    ['unknown']
+    """
+    ct = ((doc or {}).get("containers") or {}).get(str(vmid))
+    if not doc or ct is None:
+        ct = {"exists": True, "status": None}  # nothing read: fail closed
+    return running_training(int(vmid), ct, doc or {}, unit, match)
+
+
 def neighbours(vmid: int, node: dict, gpus) -> list[Trainer]:
     """GPU processes of another container or of the node on the node GPUs ``gpus`` (the
     container's training GPUs): pvegpu's unit never starts beside one (one trainer per GPU), and

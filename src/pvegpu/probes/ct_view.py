@@ -90,18 +90,27 @@ READS_END = '[ -z "$pvegpu_d" ] || { rm -f %(files)s; rmdir "$pvegpu_d"; }\n'
 # (/usr/include/python3.X: Debian's libpython3.X-dev).
 
 
-_STDIN_READS: list = []  # the reads sent on stdin, once read
+_STDIN_READS: list = []  # what the controller sent on stdin, once read
+
+
+def stdin_doc(args):
+    """The JSON document the controller sent on stdin ({} when it sent none)."""
+    if not args.get("reads_on_stdin"):
+        return {}
+    if not _STDIN_READS:
+        _STDIN_READS.append(json.loads(sys.stdin.read() or "{}"))
+    return _STDIN_READS[0]
 
 
 def folded_reads(args):
     """{vmid: [container shell line, ...]}: the folded reads, from stdin when the controller sent
     them there (``reads_on_stdin``: stdin has no argument's 128 KiB limit, so every container's
-    reads fit), else from the arguments."""
+    reads fit), else from the arguments. With a gated change (probes/ct_gate.py) the reads are
+    the document's "reads"."""
     if not args.get("reads_on_stdin"):
         return args.get("reads") or {}
-    if not _STDIN_READS:
-        _STDIN_READS.append(json.loads(sys.stdin.read() or "{}"))
-    return _STDIN_READS[0]
+    doc = stdin_doc(args)
+    return doc.get("reads") or {} if "act" in doc else doc
 
 
 def with_reads(view, reads):
@@ -117,9 +126,12 @@ def with_reads(view, reads):
     return "".join(parts)
 
 
-def start_view(vmid, unit, reads, installer_tools=(), build_dir=None):
+def start_view(vmid, unit, reads, installer_tools=(), build_dir=None, whole=True, change=None):
     """Start the container's one ``pct exec`` (the view, then ``reads``); None: no pct.
-    ``build_dir``: the selected venv build, whose presence the view reports ("build yes")."""
+    ``build_dir``: the selected venv build, whose presence the view reports ("build yes").
+    ``whole=False``: the reads alone, no view (ct_detail "reads": verify.py's). ``change``: a
+    container shell line the exec runs after them only when the probe says so on its stdin
+    (probes/ct_gate.py: a :class:`Gated` exec)."""
     tools = " ".join(t for t in installer_tools if re.fullmatch(r"[\w.-]+", t))
     view = CT_SCRIPT % {
         "lib": LIBDIR,
@@ -128,24 +140,30 @@ def start_view(vmid, unit, reads, installer_tools=(), build_dir=None):
         "marker": UNIT_MARKER,
         "build": shlex.quote(build_dir or "/nonexistent/pvegpu-build"),
     }
-    script = with_reads(view, reads)
+    script = with_reads(view if whole else 'echo "end"\n', reads)
+    if change:
+        script = gated_script(script, change)  # noqa: F821 (probes/ct_gate.py)
     argv = ["pct", "exec", str(vmid), "--", "sh", "-c", script]
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if change else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             **TEXT,  # a byte that is not UTF-8 in what the container prints never fails the view
         )
     except FileNotFoundError:
         return None
+    return Gated(proc) if change else proc  # noqa: F821 (probes/ct_gate.py)
 
 
 def finish_view(proc, timeout=120):
-    """(exit status, stdout, stderr) of a started view; on a timeout, what it printed so far."""
+    """(exit status, stdout, stderr) of a started view; on a timeout, what it printed so far.
+    A gated exec's: up to its gate (it waits there for the probe's word)."""
     if proc is None:
         return 127, "", "pct: not found"
+    if not isinstance(proc, subprocess.Popen):
+        return proc.to_gate(timeout)
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err

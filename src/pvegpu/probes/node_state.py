@@ -6,7 +6,7 @@
 # prepended:
 # {"vmids": [200], "installer_dir": "/root", "data_dir": "/tank/dflash",
 #  "boot_files": ["/etc/modules-load.d/nvidia.conf", ...], "units": ["nvidia-persistenced.service"],
-#  "ct_detail": "none" | "status" | "full", "unit_name": "dflash-train.service",
+#  "ct_detail": "none" | "reads" | "status" | "full", "unit_name": "dflash-train.service",
 #  "installer_tools": ["ldconfig", "grep", ...], "reads": {"200": ["<container shell line>", ...]}}
 #
 # ct_detail decides what is asked of each container (every pct call pays Perl start-up on a real
@@ -17,7 +17,8 @@
 # call (`pct status`). That exec also runs, after the view, the container reads the controller
 # folds into it ("reads": {vmid: [shell command, ...]}, pvegpu.run.ct_reads): each one's stdout and
 # exit status come back under the container's "reads". The execs start before the node's own
-# commands and run beside them.
+# commands and run beside them. "reads" (verify.py's) runs only the folded reads in that one exec,
+# without the view (a container without reads is not entered); its status is the exec's answer.
 import glob
 import hashlib
 import json
@@ -260,6 +261,12 @@ def container(vmid, detail, unit, view=None):
     if A.get("recreate"):  # rebuild=container: what goes with it
         info["purge"] = purge_refs(vmid)  # noqa: F821 (probes/ct_processes.py)
     status = None
+    if detail == "reads":  # the folded reads alone (verify.py's): no view, no `pct status`
+        if view is not None:
+            info["status"], _, reads = container_view(view)  # noqa: F821 (probes/ct_view.py)
+            if reads:
+                info["reads"] = reads
+        return info
     if detail == "full":
         if view is None:
             view = start_view(  # noqa: F821
@@ -323,6 +330,7 @@ def units(found):
 
 detail = A.get("ct_detail", "full")
 reads = folded_reads(A)  # noqa: F821 (probes/ct_view.py: on stdin when sent there)
+changes, check = gated_changes(A)  # noqa: F821 (probes/ct_gate.py: on stdin, with the reads)
 # every container's exec first: its Perl start-up and reads overlap the node's own commands
 views = {
     v: start_view(  # noqa: F821 (probes/ct_view.py)
@@ -331,9 +339,12 @@ views = {
         reads.get(str(v), []),
         A.get("installer_tools", []),
         A.get("build_dir"),
+        whole=detail == "full",
+        change=(changes.get(str(v)) or {}).get("line") if detail == "full" else None,
     )
     for v in A.get("vmids", [])
-    if detail == "full" and os.path.exists(f"/etc/pve/lxc/{v}.conf")
+    if (detail == "full" or (detail == "reads" and reads.get(str(v))))
+    and os.path.exists(f"/etc/pve/lxc/{v}.conf")
 }
 unit_files = {n: unit_state(n) for n in A.get("units", [])}
 contents = storage_contents(A.get("vmids", []))  # noqa: F821 (probes/node_site.py)
@@ -375,6 +386,7 @@ doc = {
 if drv:
     candidate = os.path.join(A.get("installer_dir", "/root"), f"NVIDIA-Linux-x86_64-{drv}.run")
     doc["installer"] = candidate if os.path.isfile(candidate) else None
+run_gated(doc, views, changes, check)  # noqa: F821 (probes/ct_gate.py)
 for leftover in STARTED.values():  # compute apps when nvidia-smi failed: not needed
     leftover.kill()
     leftover.communicate()

@@ -14,17 +14,14 @@ asks (pvegpu.operations.training_gate reads the node again when any operation ra
 
 from __future__ import annotations
 
-from ..plan.running_training import Trainer, running_training, waiting_line
+from ..plan.running_training import Trainer, running_in_read, waiting_line
 from .run_context import run_context
 
 
 def running_in(node: str, vmid, doc: dict | None, unit: str, match: dict | None) -> list:
     """The trainings running in CT ``vmid`` of ``node`` by the node read ``doc`` (None or a read
-    that failed: one training of unknown state, see :func:`running_training`)."""
-    ct = ((doc or {}).get("containers") or {}).get(str(vmid))
-    if not doc or ct is None:
-        ct = {"exists": True, "status": None}  # nothing read: fail closed
-    return running_training(int(vmid), ct, doc or {}, unit, match)
+    that failed: one training of unknown state, see :func:`running_in_read`)."""
+    return running_in_read(vmid, doc, unit, match)
 
 
 def record_wait(state, node: str, vmid, change: str, trainer: Trainer) -> str:

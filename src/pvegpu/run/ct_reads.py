@@ -51,15 +51,22 @@ def container_command(ct_host, fact: FactBase, kwargs: dict) -> str | None:
     """The shell line the @pct connector would run in ``ct_host``'s container to read ``fact``
     with ``kwargs`` right now (global arguments of the current operation included), or None
     when it must run through the connector."""
+    command = fact.command(**kwargs)
+    if not isinstance(command, (str, StringCommand)):
+        return None
+    return command_line(ct_host, command)
+
+
+def command_line(ct_host, command: str | StringCommand) -> str | None:
+    """The shell line the @pct connector would run in ``ct_host``'s container for ``command``
+    right now (the current operation's global arguments included), or None when it must run
+    through the connector (a user to become, a password prompt, its own stdin)."""
     arguments, _ = pop_global_arguments(
         ct_host.state, ct_host, dict(ct_host.current_op_global_arguments or {})
     )
     executor = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
     extract_control_arguments(executor)  # type: ignore[arg-type]
     if any(arguments.get(k) for k in UNFOLDABLE):
-        return None
-    command = fact.command(**kwargs)
-    if not isinstance(command, (str, StringCommand)):
         return None
     inner = make_unix_command_for_host(ct_host.state, ct_host, StringCommand(command), **executor)
     return shell_command(int(ct_host.data.get("pct_vmid")), inner.get_raw_value())
@@ -112,11 +119,15 @@ READ_AFTER = 'echo "pvegpu-read {i}"\n(\n{line}\n)\nrc=$?; echo; echo "pvegpu-re
 
 def change_then_read_script(change: str, lines: list[str]) -> str:
     """The shell text that runs ``change`` and, only when it succeeded, each of ``lines``; its
-    exit status is the change's (a failed read is read again later, through the connector).
+    exit status is the change's (a failed read is read again later, through the connector). The
+    change runs in a subshell of its own, as it would alone: its ``set -e`` works (in a list
+    such as ``{ ...; } || exit`` the shell ignores it) and ends with it, its ``exit`` ends only it.
 
     >>> print(change_then_read_script("mv -T a b", ["cat x"]))
-    { mv -T a b
-    } || exit $?
+    (
+    mv -T a b
+    )
+    rc=$?; [ "$rc" -eq 0 ] || exit "$rc"
     echo "pvegpu-read 0"
     (
     cat x
@@ -125,7 +136,7 @@ def change_then_read_script(change: str, lines: list[str]) -> str:
     exit 0
     """
     reads = "".join(READ_AFTER.format(i=i, line=line) for i, line in enumerate(lines))
-    return f"{{ {change}\n}} || exit $?\n{reads}exit 0"
+    return f'(\n{change}\n)\nrc=$?; [ "$rc" -eq 0 ] || exit "$rc"\n{reads}exit 0'
 
 
 def split_reads(stdout: list[str], lines: list[str]) -> dict[str, list[str]]:
@@ -164,11 +175,16 @@ class ChangeThenRead(StringCommand):
     def execute(self, state, host, connector_arguments):
         status, output = super().execute(state, host, connector_arguments)
         if status and state.is_executing:
-            # valid once this operation counts as run (it does not yet: +1), as remember() does
-            done = split_reads(list(output.stdout_lines), self.lines)
-            point = container_operations(state, host) + 1
-            run_context(state).facts.entries[("after", host.name)] = Entry(point, done)
+            keep_reads(state, host, split_reads(list(output.stdout_lines), self.lines))
         return status, output
+
+
+def keep_reads(state, ct_host, done: dict[str, list[str]]) -> None:
+    """Keep the answers of reads that ran right after the current operation's change (in its
+    last command) for the operation that comes next (``read_after_change``)."""
+    # valid once this operation counts as run (it does not yet: +1), as remember() does
+    point = container_operations(state, ct_host) + 1
+    run_context(state).facts.entries[("after", ct_host.name)] = Entry(point, done)
 
 
 def change_then_read(ct_host, change: str, reads: list[tuple[type[FactBase], dict]]):

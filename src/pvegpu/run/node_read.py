@@ -26,7 +26,9 @@ from gevent.lock import Semaphore
 from ..facts.proxmox import NodeState, reads_stdin
 from .run_context import Entry, executed_operations, node_changing_operations, run_context
 
-DETAIL = {"none": 0, "status": 1, "full": 2}
+# "reads": the folded reads alone, in each container's one exec (verify.py's read: no view, the
+# status only when the exec ran); it holds no more of the containers than "none" does
+DETAIL = {"none": 0, "reads": 0, "status": 1, "full": 2}
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def node_state(
     paths=(),
     ct_reads=None,
     fresh: bool = False,
+    act: dict | None = None,
 ) -> dict:
     """The node's ``NodeState`` document, from this run's fact cache (its last read, when it is
     current, see :func:`current`, and covers the request), else read now (``args``: the probe's
@@ -66,16 +69,19 @@ def node_state(
     ``paths``: node paths whose kind the document must hold, under ``path_kinds``; ``ct_reads``:
     container commands to run in each container's exec of a fresh read, see
     :mod:`pvegpu.run.ct_reads`; ``fresh``: read now whatever the cache holds, e.g. inside an
-    operation whose own commands changed what runs)."""
+    operation whose own commands changed what runs; ``act``: a change gated on this read, made
+    by the read's own command, see :mod:`pvegpu.run.gated`: always a fresh read)."""
     state, name = node_host.state, node_host.name
     want = Request(tuple(vmids), ct_detail, None if args is None else dict(args), tuple(paths))
     run = run_context(state)
     # one read of a node at a time: a host that asks while another's read runs waits for it
     with run.node_read_locks.setdefault(name, Semaphore()):
-        return _node_state(node_host, want, args, ct_reads, fresh)
+        return _node_state(node_host, want, args, ct_reads, fresh or bool(act), act)
 
 
-def _node_state(node_host, want: Request, args: dict | None, ct_reads, fresh=False) -> dict:
+def _node_state(
+    node_host, want: Request, args: dict | None, ct_reads, fresh=False, act=None
+) -> dict:
     state, name = node_host.state, node_host.name
     facts, key = run_context(state).facts, ("node", name)
     entry = facts.entries.get(key)
@@ -86,8 +92,8 @@ def _node_state(node_host, want: Request, args: dict | None, ct_reads, fresh=Fal
     # counted before the read: an operation that ends during it makes the next request read again
     point, node_point = executed_operations(state, name), node_changing_operations(state, name)
     fact_args: dict = {"vmids": list(vmids), "ct_detail": ct_detail, "paths": list(paths)}
-    if ct_reads:  # on the command's stdin (NodeState): every container's fit
-        fact_args.update(reads_on_stdin=True, _stdin=reads_stdin(ct_reads))
+    if ct_reads or act:  # on the command's stdin (NodeState): every container's fit
+        fact_args.update(reads_on_stdin=True, _stdin=reads_stdin(ct_reads, act))
     doc = node_host.get_fact(NodeState, **fact_args, **(args or {})) or {}
     if doc:
         # kept with what it was read with: the probe's defaults when no arguments were given
