@@ -31,26 +31,20 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "gpu_reality_report", ROOT / "bench" / "gpu_reality_report.py"
-)
-rep = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(rep)  # type: ignore[union-attr]
-_spec = importlib.util.spec_from_file_location(
-    "gpu_reality_torch", ROOT / "bench" / "gpu_reality_torch.py"
-)
-tch = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(tch)  # type: ignore[union-attr]
-_spec = importlib.util.spec_from_file_location(
-    "gpu_reality_torchrun", ROOT / "bench" / "gpu_reality_torchrun.py"
-)
-trn = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(trn)  # type: ignore[union-attr]
-_spec = importlib.util.spec_from_file_location(
-    "gpu_reality_torchrun_checks", ROOT / "bench" / "gpu_reality_torchrun_checks.py"
-)
-trc = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(trc)  # type: ignore[union-attr]
+
+
+def bench_module(name: str):
+    """A module of bench/ loaded by path (bench/ on sys.path would shadow other names)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+rep = bench_module("gpu_reality_report")
+tch = bench_module("gpu_reality_torch")
+trn = bench_module("gpu_reality_torchrun")
+trc = bench_module("gpu_reality_torchrun_checks")
 
 SMI_USED = ["--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits"]
 SMI_APPS = ["--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits"]

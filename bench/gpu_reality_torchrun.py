@@ -18,6 +18,7 @@ step returns; every wait has a timeout and the bench's budget bounds them all.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -25,7 +26,13 @@ import subprocess
 import time
 from pathlib import Path
 
-ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONDONTWRITEBYTECODE": "1"}
+# the torch steps' environment and their JSON-line reader (bench/gpu_reality_torch.py, by path)
+_spec = importlib.util.spec_from_file_location(
+    "gpu_reality_torch", Path(__file__).with_name("gpu_reality_torch.py")
+)
+_torch_steps = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(_torch_steps)  # type: ignore[union-attr]
+ORDER, last_json = _torch_steps.ORDER, _torch_steps.last_json
 # seconds: for a script to be ready (torch's import, NCCL's init), for a trainer to end after its
 # SIGTERM, for a worker to exit while its launcher is held, then after the launcher's release
 # (each also bounded by the budget)
@@ -220,14 +227,6 @@ def torchrun_options(r) -> dict:
     out["help_rc"] = helped["rc"]
     out["help"] = helped["stdout"]
     return out
-
-
-def last_json(got: dict) -> dict:
-    for line in reversed(got["stdout"].splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (got["stderr"].strip().splitlines() or ["no output"])[-1]
-    return {"error": f"exit {got['rc']}: {tail}"}
 
 
 def loader_run(r, how: str, env: dict) -> dict:

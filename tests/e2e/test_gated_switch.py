@@ -38,6 +38,12 @@ def live(site) -> str:
     return site.ct("readlink", "-f", "/root/venv").stdout.strip()
 
 
+def says_the_switch_waits(output: str, build: str, pid: int) -> None:
+    """The run's line that the switch to ``build`` waits for the training started by hand."""
+    line = f"the switch of /root/venv to {build} waits for the running training (pid {pid}, "
+    assert line + "started by hand" in output, output[-6000:]
+
+
 def test_a_training_started_during_the_build_is_seen_by_the_read_that_would_switch(deployed):
     site = deployed
     before = live(site)
@@ -54,10 +60,7 @@ def test_a_training_started_during_the_build_is_seen_by_the_read_that_would_swit
         assert done.rc == 0, done.output[-6000:]
         assert site.ct("test", "-d", f"/root/venvs/{CU128}").returncode == 0  # built beside it
         assert live(site) == before, done.output[-6000:]
-        assert (
-            f"the switch of /root/venv to {CU128} waits for the running training (pid {pid}, "
-            "started by hand" in done.output
-        ), done.output[-6000:]
+        says_the_switch_waits(done.output, CU128, pid)
     finally:
         stop_by_hand(site)
 
@@ -75,10 +78,7 @@ def test_a_swap_back_beside_a_training_changes_nothing_in_one_read_more(deployed
         assert container == [] and len(execs) == 2 and len(node) == 2 and other == [], why
         assert run.changed == 0, run.output[-6000:]
         assert live(site) == before
-        assert (
-            f"the switch of /root/venv to {CU130} waits for the running training (pid {pid}, "
-            "started by hand" in run.output
-        ), run.output[-6000:]
+        says_the_switch_waits(run.output, CU130, pid)
     finally:
         stop_by_hand(site)
     # once it has ended, the same swap back is made by that read's exec

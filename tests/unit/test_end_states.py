@@ -63,7 +63,7 @@ CUT_SHORT = textwrap.dedent(
     from pvegpu.startup import interrupt
 
     class State:  # pyinfra's State: the run's context keys on it
-        inventory = NS(get_group=lambda name, default: [NS(name="10.0.0.1")])
+        inventory = NS(get_group=lambda name, default: [NS(name="127.0.0.1")])
 
     state = State()
     interrupt.install(state)
@@ -80,4 +80,4 @@ def test_a_run_cut_short_exits_with_the_signals_status_and_its_line(sig, status)
         [sys.executable, "-c", CUT_SHORT, sig], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == status, done.stderr
-    assert done.stdout.startswith(f"pvegpu: 10.0.0.1: INTERRUPTED ({sig}), not converged")
+    assert done.stdout.startswith(f"pvegpu: 127.0.0.1: INTERRUPTED ({sig}), not converged")

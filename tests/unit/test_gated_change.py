@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import stat
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -18,6 +16,9 @@ import pytest
 from pvegpu.facts.probe import probe_source
 from pvegpu.plan.running_training import others, running_in_read
 from pvegpu.run.gated import check_bundle
+from tests.unit.test_ct_reads import fake_pct
+
+__all__ = ["fake_pct"]  # the fixture, used by name
 
 UNIT = "dflash-train.service"
 SCRIPT = ["/root/venv/bin/python", "/data/dflash/train.py"]
@@ -53,15 +54,6 @@ def own_modules():
     for name in [k for k in sys.modules if ours(k) and k not in saved]:
         del sys.modules[name]
     sys.modules.update(saved)
-
-
-@pytest.fixture
-def fake_pct(tmp_path, monkeypatch):
-    """A `pct` whose `exec <vmid> -- argv` runs argv here (the view's sh script)."""
-    tool = tmp_path / "pct"
-    tool.write_text('#!/bin/sh\n[ "$1" = exec ] && [ "$3" = -- ] || exit 2\nshift 3\nexec "$@"\n')
-    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
 
 
 def doc_with(processes) -> dict:

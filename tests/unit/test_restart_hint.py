@@ -175,9 +175,9 @@ def test_the_switch_records_where_the_venv_went_under_the_key_the_hints_are_read
         pass
 
     state = State()
-    ct_host = SimpleNamespace(name="@pct/10.0.0.1/200", data={"pct_vmid": 200})
+    ct_host = SimpleNamespace(name="@pct/127.0.0.1/200", data={"pct_vmid": 200})
     record_moved(state, ct_host, {"/root/venv": "/root/venv.pre-pvegpu.5"})
     run = run_context(state)
-    run.taken_over["10.0.0.1"] = [RestartHint(200, "x", ("/root/venv/bin/python", "t.py"))]
-    (text,) = hint_texts(run, "10.0.0.1")
+    run.taken_over["127.0.0.1"] = [RestartHint(200, "x", ("/root/venv/bin/python", "t.py"))]
+    (text,) = hint_texts(run, "127.0.0.1")
     assert "/root/venv.pre-pvegpu.5/bin/python t.py" in text
