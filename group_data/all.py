@@ -171,8 +171,10 @@ training_launcher = "python"
 # Extra environment variables of the training process, e.g. {"NCCL_DEBUG": "WARN"}.
 training_env = {}
 # Seconds the deploy watches the trainer it started (or restarted): the unit must stay active,
-# with no automatic restart, that long, or the run fails with the journal's last lines (a trainer
-# that dies at import). 0: no watch.
+# with no automatic restart, that long, and one of its processes must appear on a GPU (nvidia-smi
+# in the container), or the run fails with the journal's last lines (a trainer that dies at
+# import, or hangs before its first CUDA call). Raise it for a trainer that loads for longer.
+# 0: no watch.
 training_start_watch_s = 60
 
 # --- site ---------------------------------------------------------------------------------------

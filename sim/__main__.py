@@ -28,12 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The user's training code on the node's data dir (bind-mounted at /data in the container), as a
 # real node has it before the first deploy; the unit's ExecStart names it. The containers' real
-# systemd (the default) runs it: it trains until SIGTERM, like a run.
+# systemd (the default) runs it: like a real trainer it takes a CUDA context on each GPU it is
+# given (CUDA_VISIBLE_DEVICES: the unit sets it), listed by nvidia-smi while it lives, then trains
+# until SIGTERM. A context it cannot get (a GPU busy or full) fails it at start, as torch would.
 TRAIN_PY = (
-    '"""Stand-in for the user\'s training script: runs until SIGTERM, then exits 0."""\n'
-    "import signal\nimport sys\n\n"
+    '"""Stand-in for the user\'s training script: takes its GPUs, runs until SIGTERM, exits 0."""\n'
+    "import os\nimport signal\nimport sys\n\n"
     'print("train", *sys.argv[1:], flush=True)\n'
     "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    'if os.environ.get("CUDA_VISIBLE_DEVICES"):\n'
+    "    import torch\n\n"
+    "    torch._sim.register_own_contexts()  # the sim's stand-in: listed as a real trainer is\n"
+    "    for i in range(torch.cuda.device_count()):\n"
+    "        torch.cuda.mem_get_info(i)  # the CUDA context on GPU i\n"
     "while True:\n    signal.pause()\n"
 )
 

@@ -4,13 +4,16 @@ the python it runs with) and, on SIGTERM, takes ``checkpoint_s`` seconds (a file
 dir; 0 without it) to write ``checkpoint-<pid>``, marking ``stopping-<pid>`` first, then exits 0:
 a real trainer's graceful stop, whose length a test chooses (longer than the 30 s a SIGKILL used
 to come after). With ``--exit-at-start N`` it exits N before it records a start: a run that
-crashes while it loads (a unit's restarts). Its GPUs are registered on the node by its node pid
-(SimNode.register_gpu_process), so the node's nvidia-smi lists it while it lives.
+crashes while it loads (a unit's restarts). Started by hand (no ``CUDA_VISIBLE_DEVICES``), its
+GPUs are registered on the node by its node pid (SimNode.register_gpu_process), so the node's
+nvidia-smi lists it while it lives; given GPUs (``CUDA_VISIBLE_DEVICES``, as pvegpu's unit sets
+it), it takes a CUDA context on each before it records its start, listed by nvidia-smi (on the
+node and, by its own pid, in its container: ``torch._sim.register_own_contexts``).
 
 Under a launcher (torchrun: ``LOCAL_RANK`` in its environment) it takes its GPU as a DDP worker
 does, before it records its start: ``torch.cuda.set_device(local_rank)`` and a first allocation
-there, which makes the CUDA context (the torch double logs it in ``contexts.log`` and, with
-``register_contexts``, the node's nvidia-smi lists the worker on that GPU). The second line of
+there, which makes the CUDA context (the torch double logs it in ``contexts.log``, and
+nvidia-smi lists the worker on that GPU). The second line of
 ``started-<pid>`` is JSON: its arguments, the launcher's rank variables and
 ``CUDA_VISIBLE_DEVICES`` when set.
 
@@ -52,8 +55,14 @@ if "--exit-at-start" in sys.argv:  # a run that crashes while it loads (a unit's
 local_rank = os.environ.get("LOCAL_RANK")
 if local_rank is not None and torch is not None:
     # a DDP worker's first steps: its own GPU current, then a tensor there (the CUDA context)
+    torch._sim.register_own_contexts()  # listed by nvidia-smi as a real worker is
     torch.cuda.set_device(int(local_rank))
     torch.zeros(1, device="cuda")
+elif os.environ.get("CUDA_VISIBLE_DEVICES") and torch is not None:
+    # one process on every GPU it is given (the unit sets CUDA_VISIBLE_DEVICES)
+    torch._sim.register_own_contexts()
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.mem_get_info(i)
 # the launcher's rank variables and the GPUs it was given (a restart hint must repeat them)
 ranks = {
     k: os.environ[k]

@@ -2,12 +2,14 @@
 systemd (SimNode(ct_init="systemd"), systemd-nspawn), so the deployed unit really runs, is really
 stopped and restarted, and systemd itself applies TimeoutStopSec, Restart= and the start limit.
 
-The trainer here is a stand-in seeded on the node's data dir: it records each start (its pid, the
-python it runs with, the GPUs the torch double sees), writes a checkpoint when SIGTERM arrives,
+The trainer here is a stand-in seeded on the node's data dir: it takes a CUDA context on each GPU
+it is given, records each start (its pid, the python it runs with, the GPUs the torch double
+sees), writes a checkpoint when SIGTERM arrives,
 and misbehaves on request (a `mode` file in the checkpoint dir): `crash` exits 3 at once,
 `stubborn-child` also starts a child that ignores SIGTERM (and records one if it gets it),
 `hold-on-term` checkpoints only once a `release` file appears (a stop that is in progress for as
-long as the test wants).
+long as the test wants), `cpu-only` never makes a CUDA context (a trainer stuck before its first
+CUDA call, or one given no GPU).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ try:
     mode = open(os.path.join(ckpt, "mode")).read().strip()
 except OSError:
     mode = "run"
+if os.environ.get("CUDA_VISIBLE_DEVICES") and mode != "cpu-only":  # a context on each GPU
+    torch._sim.register_own_contexts()  # listed by nvidia-smi as a real trainer's are
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.mem_get_info(i)
 with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
     f.write(f"{torch.cuda.device_count()}\\n")
 if mode == "crash":
@@ -251,6 +257,22 @@ def test_only_the_trainer_gets_sigterm_and_what_is_left_is_killed_once_it_is_gon
     after_main = t["InactiveEnterTimestampMonotonic"] - t["ExecMainExitTimestampMonotonic"]
     assert 0 <= stop_sigterm <= timeout_s * 1_000_000, t
     assert 0 <= after_main < timeout_s * 1_000_000, t
+
+
+def test_a_trainer_that_never_takes_its_gpus_fails_the_watch(trainer_site):
+    """The unit stays active with no restart, but no process of it appears on a GPU during
+    training_start_watch_s: the run fails with the watch's line, not "converged"."""
+    site = trainer_site
+    site.node.run(["sh", "-c", f"mkdir -p {CKPT_NODE} && echo cpu-only > {CKPT_NODE}/mode"])
+    run = site.deploy()
+    assert run.rc != 0, run.output[-4000:]
+    assert (
+        f"CT 200: {UNIT} did not come up: active for 5 s, but none of its processes is on a GPU"
+        in run.output
+    ), run.output[-4000:]
+    assert "converged" not in run.output.strip().splitlines()[-1]
+    assert show(site, "ActiveState")["ActiveState"] == "active"  # the watch stops nothing
+    site.node.run(["rm", "-f", f"{CKPT_NODE}/mode"], check=True)
 
 
 def test_crash_restarts_then_start_limit_back_off(trainer_site):

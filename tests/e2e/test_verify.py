@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+UNIT = "dflash-train.service"
 RACE = "FX to symbolically trace a dynamo-optimized function"
 
 
@@ -52,10 +53,13 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
     assert [g["node_gpu"] for g in host["gpus"]] == list(range(8))
     assert host["summary"]["driver_container"]["libcuda"] == "580.95.05"
 
-    # --- the deep check: cu130 compiles from 8 threads at once without the race
+    # --- the deep check: cu130 compiles from 8 threads at once without the race (on GPUs the
+    # training does not hold: a user stops it first, as the refusal beside it says)
+    assert site.ct("systemctl", "stop", UNIT).returncode == 0
     deep = verify_unchanged(site, "verify_level=compile")
     assert deep.rc == 0, deep.stderr[-4000:]
     assert "concurrent torch.compile ok" in deep.stderr
+    assert site.ct("systemctl", "start", UNIT).returncode == 0
 
     # --- a stale trainer holds GPU 6, and only 7 GPUs are passed through (dev3 dropped)
     pid = site.node.spawn_gpu_process(6, ["python3", "train_old.py", "--run", "36"], 20000)
@@ -64,7 +68,7 @@ def test_verify_table_verdict_and_each_injected_failure(deployed, tmp_path):
         0,
         ["/root/venv/bin/python", "/data/dflash/train.py"],
         143000,
-        cgroup="0::/lxc/200/ns/system.slice/dflash-train.service",
+        cgroup=f"0::/lxc/200/ns/system.slice/{UNIT}",
     )
     site.node.run(["sed", "-i", "/^dev3:/d", "/etc/pve/lxc/200.conf"], check=True)
     site.node.run(["pct", "stop", "200"], check=True)
@@ -158,7 +162,9 @@ def test_verify_wrong_build_old_driver_and_the_compile_race(site, node_options):
     ), lines
     assert len(container_calls(site.node)) <= 3
 
-    # cu128 as deployed, with the deep check: the FX-tracing race, and what to do about it.
+    # cu128 as deployed, with the deep check (the training stopped first): the FX-tracing race,
+    # and what to do about it.
+    site.ct("systemctl", "stop", UNIT)
     race = verify_unchanged(site, "torch_variant=cu128", "verify_level=compile")
     assert race.rc != 0
     lines = problem_lines(race)

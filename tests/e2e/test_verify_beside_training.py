@@ -61,11 +61,14 @@ def test_verify_and_a_swap_make_no_context_beside_the_training(deployed):
     site, node = deployed, deployed.node
     node.torch_config(register_contexts=True, context_mib=CONTEXT_MIB)
     assert site.ct("systemctl", "is-active", UNIT).stdout.strip() == "active"
-    # the trainer holds all 8 GPUs, each with less free than one context takes
+    # the trainer holds all 8 GPUs (a context on each, listed by nvidia-smi) and its processes
+    # fill them, each with less free than one context takes
+    assert len(apps(node)) == 8
     for g in range(8):
-        node.spawn_gpu_process(g, TRAINING, TOTAL_MIB - CONTEXT_MIB + 100, cgroup=UNIT_CGROUP)
+        node.spawn_gpu_process(g, TRAINING, TOTAL_MIB - 2 * CONTEXT_MIB + 100, cgroup=UNIT_CGROUP)
     before = snapshot(node)
-    assert "Default" in before["memory"] and len(before["apps"]) == 8
+    assert "Default" in before["memory"] and len(before["apps"]) == 16
+    assert all(line.split(", ")[2] == "400 MiB" for line in before["memory"].splitlines())
 
     run = verify_unchanged(site)
     assert run.rc == 0, "\n".join(problem_lines(run)) or run.stderr[-4000:]
@@ -139,10 +142,8 @@ def test_compile_with_consent_stops_the_training_first_and_starts_it_again(deplo
     node.torch_config(register_contexts=True, context_mib=CONTEXT_MIB)
     trainer = unit_main_pid(site)
     assert trainer > 0
-    # the unit's own trainer holds all 8 GPUs (listed by its node pid while it lives)
-    node_pid = node.node_pid(200, trainer)
-    for g in range(8):
-        node.register_gpu_process(node_pid, g, TOTAL_MIB - CONTEXT_MIB + 100)
+    # the unit's own trainer holds all 8 GPUs: a context on each, listed by its node pid
+    assert {line.split(", ")[0] for line in apps(node)} == {str(node.node_pid(200, trainer))}
     assert len(apps(node)) == 8
 
     refused = site.deploy("verify_level=compile")
@@ -157,12 +158,13 @@ def test_compile_with_consent_stops_the_training_first_and_starts_it_again(deplo
     again = unit_main_pid(site)
     assert again > 0 and again != trainer
     assert site.ct("systemctl", "is-active", UNIT).stdout.strip() == "active"
-    assert apps(node) == []  # the old trainer's GPUs were freed; nothing else holds them
+    # the old trainer's GPUs were freed; only the new one holds them
+    assert {line.split(", ")[0] for line in apps(node)} == {str(node.node_pid(200, again))}
 
     # a verification that fails after the stop starts the unit again at once (on the build the
     # live venv still points at): a consented compile check never leaves no training running
     for g in range(8):
-        node.register_gpu_process(node.node_pid(200, again), g, TOTAL_MIB - CONTEXT_MIB + 100)
+        node.register_gpu_process(node.node_pid(200, again), g, TOTAL_MIB - 2 * CONTEXT_MIB + 100)
     failed = site.deploy("verify_level=compile", "restart_training=true", "min_free_gpu_mib=999999")
     assert failed.rc != 0, failed.output[-6000:]
     assert "min_free_gpu_mib" in failed.output or "free" in failed.output

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from sim.torch_double.fake_tree import make_fake_nvidia_root
 
 CODE = (
@@ -149,3 +151,60 @@ def test_a_registered_context_counts_in_the_next_process_free_memory(wheelhouse,
     make_fake_nvidia_root(tmp_path, gpus=2, processes=held)
     # its lock is not held: the process is gone, its memory free again
     assert probe(wheelhouse.torch["cu130"], tmp_path)["free"] == 143771
+
+
+# ---- the stand-in trainers hold their GPUs as real ones do (torch._sim.register_own_contexts)
+
+
+def run_trainer(wheel, root, source, tmp_path, visible) -> tuple[list, list]:
+    """Start a stand-in trainer with CUDA_VISIBLE_DEVICES=``visible`` (None: unset), read the
+    processes table once it runs, SIGTERM it; (the table then, the table after it exited)."""
+    import signal
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_SIM", "CUDA_"))}
+    env.update(PYTHONPATH=str(wheel), PVE_SIM_ROOT=str(root), PYTHONDONTWRITEBYTECODE="1")
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    argv = [sys.executable, str(script), "--checkpoint-dir", str(tmp_path / "ckpt")]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        if "started-" in source:  # sim/trainer.py records its start (after its contexts)
+            deadline = time.monotonic() + 60
+            while not list((tmp_path / "ckpt").glob("started-*")):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        else:
+            assert proc.stdout.readline().startswith("train")
+            time.sleep(1)  # its contexts follow its first line
+        during = [p for p in table(root) if p.get("ns_pid") == proc.pid]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    return during, table(root)
+
+
+@pytest.mark.parametrize("which", ["TRAIN_PY", "TRAINER"])
+def test_a_stand_in_trainer_given_gpus_holds_a_context_on_each(wheelhouse, tmp_path, which):
+    from sim.__main__ import TRAIN_PY
+    from sim.trainer import TRAINER
+
+    source = {"TRAIN_PY": TRAIN_PY, "TRAINER": TRAINER}[which]
+    make_fake_nvidia_root(tmp_path / "root", gpus=3)  # torch.json: no register_contexts
+    during, after = run_trainer(
+        wheelhouse.torch["cu130"], tmp_path / "root", source, tmp_path, "0,2"
+    )
+    assert sorted(p["gpu_index"] for p in during) == [0, 2]
+    assert after == []  # released when it exits
+
+
+def test_a_stand_in_trainer_started_by_hand_registers_nothing_itself(wheelhouse, tmp_path):
+    """Without CUDA_VISIBLE_DEVICES (started by hand in a test) its GPUs are the test's to
+    register (SimNode.register_gpu_process), as before."""
+    from sim.trainer import TRAINER
+
+    make_fake_nvidia_root(tmp_path / "root", gpus=2)
+    during, _ = run_trainer(wheelhouse.torch["cu130"], tmp_path / "root", TRAINER, tmp_path, None)
+    assert during == []

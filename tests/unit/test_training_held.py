@@ -141,8 +141,18 @@ def node_with_free(free):
     return node
 
 
-def test_a_held_gpu_takes_its_free_memory_from_the_node_and_says_so():
-    v = run(node=node_with_free(2000), ct=held_ct({0, 1}))
+def with_smi_rows(ct, free):
+    """The container's own nvidia-smi rows (facts.gpus.GPU_QUERY: memory.free, device-wide),
+    which the real node read lacks (probes/node_state.py GPU_FIELDS has no memory.free)."""
+    ct["gpus"] = [
+        {"index": d["index"], "uuid": "GPU-" + d["uuid"], "memory_free_mib": free}
+        for d in ct["torch"]["devices"]
+    ]
+    return ct
+
+
+def test_a_held_gpu_takes_its_free_memory_from_nvidia_smi_and_says_so():
+    v = run(node=node_facts(), ct=with_smi_rows(held_ct({0, 1}), 2000))
     rows = {r["gpu"]: r for r in v.rows}
     assert (rows[0]["free_mib"], rows[0]["memory_from"]) == (2000, FROM_SMI)
     assert rows[2]["free_mib"] == 143771 and "memory_from" not in rows[2]
@@ -153,12 +163,19 @@ def test_a_held_gpu_takes_its_free_memory_from_the_node_and_says_so():
         "   GPU 0: not reported by nvidia-smi in the container",
         "   GPU 1: not reported by nvidia-smi in the container",
     ]
-    ct = held_ct({0})
+    ct = with_smi_rows(held_ct({0}), 2000)
     ct["beside_training"] = {"held_why": {UUID.format(0): "3000 MiB in use (x)"}}
-    assert table(run(node=node_with_free(2000), ct=ct))[-1] == "   GPU 0: 3000 MiB in use (x)"
+    assert table(run(node=node_facts(), ct=ct))[-1] == "   GPU 0: 3000 MiB in use (x)"
 
 
 def test_a_held_gpu_short_of_memory_is_still_reported():
+    """The running training holds the GPUs (the normal state after a deploy): min_free_gpu_mib
+    still applies, with the free memory the container's nvidia-smi reports."""
+    v = run(node=node_facts(), ct=with_smi_rows(held_ct({5}), 10))
+    assert [p.gpu for p in v.problems] == [5] and "10 MiB free" in v.problems[0].found
+
+
+def test_a_held_gpu_takes_the_nodes_figure_when_the_container_has_none():
     v = run(node=node_with_free(10), ct=held_ct({5}))
     assert [p.gpu for p in v.problems] == [5] and "10 MiB free" in v.problems[0].found
 

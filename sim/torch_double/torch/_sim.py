@@ -525,11 +525,22 @@ def _record_context(gpu: dict) -> None:
         pass
 
 
+_register_own: list[bool] = []
+
+
+def register_own_contexts() -> None:
+    """List this process's contexts as compute processes whatever torch.json says. The sim's
+    stand-in trainers call it (sim/__main__.py ``TRAIN_PY``, sim/trainer.py): a training holds
+    its GPUs on the simulated node as a real one does, while pvegpu's own probes keep torch.json's
+    default (a test opts in with ``register_contexts``)."""
+    _register_own.append(True)
+
+
 def hold_context(gpu: dict) -> None:
     """Register this process as a compute process on ``gpu`` (once per device), if asked."""
     cfg = torch_config()
     index = gpu.get("index")
-    if not cfg.get("register_contexts") or index in _contexts:
+    if not (cfg.get("register_contexts") or _register_own) or index in _contexts:
         return
     import atexit
     import fcntl

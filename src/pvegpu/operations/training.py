@@ -388,7 +388,7 @@ def watched(settings: Settings):
     unit = unit_file(settings.training)
     vmid = host.data.get("pct_vmid")
     yield with_progress(
-        watch_script(unit, seconds, vmid),
+        watch_script(unit, seconds, vmid, gpus=bool(settings.gpus.training)),
         Progress(
             f"CT {vmid}: watching {unit} come up",
             settings.policy.progress_interval_s,

@@ -89,9 +89,28 @@ def check_gpu_rows(v: Verdict, f: Inputs) -> None:
         _check_arch(v, i, d.get("capability"), arch_list)
         row = _device_row(d, g, f.role_of.get(i, "-"))
         if context_free(d):  # in use: the probe made no context there
-            row["free_mib"], row["memory_from"] = (g or {}).get("memory_free_mib"), FROM_SMI
+            row["free_mib"], row["memory_from"] = smi_free_mib(f, d, g), FROM_SMI
             row["no_context_why"] = held_reason(f.ct, d.get("uuid"))
         v.rows.append(row)
+
+
+def smi_free_mib(f: Inputs, d: dict, g: dict | None) -> int | None:
+    """Free memory of CUDA device ``d`` by nvidia-smi (memory.free is device-wide): the
+    container's own row of its UUID, else the node's GPU ``g``; None when neither says.
+
+    >>> f = Inputs(None, {}, {"gpus": [{"uuid": "GPU-AB", "memory_free_mib": 7}]}, vmid=200)
+    >>> smi_free_mib(f, {"uuid": "gpu-ab"}, {"memory_free_mib": 9}), smi_free_mib(f, {}, None)
+    (7, None)
+    """
+    uuid = normalize_uuid(d.get("uuid"))
+    for row in (f.ct or {}).get("gpus") or []:
+        if (
+            uuid
+            and normalize_uuid(row.get("uuid")) == uuid
+            and row.get("memory_free_mib") is not None
+        ):
+            return row["memory_free_mib"]
+    return (g or {}).get("memory_free_mib")
 
 
 def _check_same_gpu(v: Verdict, i: int, d: dict, g: dict) -> None:
