@@ -16,6 +16,8 @@ import time
 import pytest
 from uv import find_uv_bin
 
+from tests.own_processes import kill_ours
+
 WORKER = r"""
 import json, os, signal, sys, time
 out = sys.argv[sys.argv.index("--out") + 1]
@@ -75,11 +77,9 @@ def job(tmp_path, wheelhouse):
         if p.poll() is None:
             p.kill()
             p.wait()
-    for f in out.glob("start-*.json"):
-        try:
-            os.killpg(json.loads(f.read_text())["pgid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # its workers' groups end with them; never os.killpg of a recorded pgid, whose worker may
+    # be long gone and its pid another test's (tests/own_processes.py)
+    kill_ours(str(tmp_path))
 
 
 def wait_for(what, fetch, timeout=60):

@@ -16,6 +16,7 @@ import pytest
 
 from sim.torch_double.fake_tree import make_fake_nvidia_root
 from sim.trainer import TRAINER
+from tests.own_processes import kill_ours
 
 
 def wait_for(path, timeout=60):
@@ -156,8 +157,6 @@ def test_under_torchrun_each_worker_takes_its_own_gpu(tmp_path, wheelhouse, help
         if p.poll() is None:
             p.kill()
             p.wait()
-        for f in ckpt.glob("started-*"):  # its workers have their own sessions (and helpers)
-            try:
-                os.killpg(int(f.name.split("-")[1]), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # its workers have their own sessions (and helpers): ended by their argv, never by a
+        # recorded pid, which may be another test's by now (tests/own_processes.py)
+        kill_ours(str(tmp_path))

@@ -10,9 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 from pvegpu.facts.probe import probe_command
+from tests.own_processes import kill_ours
 from tests.unit.test_stop_probe import run_stop, spawn, start_time
 
 __all__ = ["spawn"]  # the fixture, used by name
@@ -73,9 +73,7 @@ def test_a_training_paused_with_ctrl_z_gets_its_helpers_continued_too(tmp_path):
         assert (helper, "SIGCONT") in sent and (helper, "SIGTERM") not in sent  # its parent's
         assert (rc, doc["stopped"], doc["killed"], doc["remaining"]) == (0, [worker.pid], [], [])
     finally:
-        for pid in (worker.pid, helper):
-            if pid and Path(f"/proc/{pid}").exists():
-                os.kill(pid, signal.SIGKILL)
+        kill_ours(str(tmp_path))  # the helper too; never its recorded pid, reused by now maybe
         worker.wait()
 
 

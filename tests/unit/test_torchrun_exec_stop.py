@@ -20,6 +20,7 @@ import pytest
 
 from pvegpu.plan.unit import render_unit
 from pvegpu.settings import Settings, defaults
+from tests.own_processes import kill_ours
 
 WORKER = """
 import os, signal, sys, time
@@ -108,9 +109,4 @@ def test_the_stop_signals_the_launchers_children_only_and_ends_when_they_are_gon
         for p in (launcher, stranger):
             p.send_signal(signal.SIGKILL)
             p.wait()
-        for f in tmp_path.glob("ready-*"):
-            for pid in (int(f.name.split("-")[1]), int(f.read_text())):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        kill_ours(str(tmp_path))  # workers and helpers left; never a recorded, reused pid

@@ -23,6 +23,7 @@ from pvegpu.plan.unit import (
     unit_problems,
 )
 from pvegpu.settings import Settings, SettingsError, defaults
+from tests.own_processes import kill_ours
 from tests.unit.test_stop_probe import TRAINER
 
 DDP = ["{script}", "--nproc", "{gpu_count}", "--out", "{checkpoint_dir}", "{resume_flag}"]
@@ -247,8 +248,7 @@ def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_it
     finally:
         launcher.kill()
         launcher.wait()
-        if worker and proc_state(worker) not in ("Z", None):
-            os.kill(worker, 9)
+        kill_ours(str(tmp_path))  # the worker if left; never its recorded pid (reused maybe)
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
