@@ -12,8 +12,11 @@ worker group, monitor it every ``monitor_interval`` seconds, restart it on a fai
   and started again with ``TORCHELASTIC_RESTART_COUNT`` + 1, or, with no restart left, the
   launcher fails with ``ChildFailedError`` (exit status 1);
 - SIGTERM/SIGINT/SIGHUP/SIGQUIT: ``Received <sig> death signal, shutting down workers``, the
-  workers closed with that signal (``close(sig, 30)``), then the exception ends the launcher
-  (exit status 1).
+  workers closed with that signal (``close(sig, shutdown_timeout)``), then the exception ends the
+  launcher (exit status 1). ``shutdown_timeout`` is 30 before torch 2.12; from 2.12 it is
+  ``--shutdown-timeout``, else ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 (``LaunchConfig``'s
+  ``__post_init__``; pytorch pull 172596: CLI -> LaunchConfig -> agent -> ``PContext.close``).
+  A failed group is still closed with the fixed 30 s (``_stop_workers``; pytorch pull 192815).
 
 One node only: the simulation has no other node to meet; the store the agent hosts is a
 listening socket on loopback (the real TCPStore serves the rendezvous on it).
@@ -33,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ...version import __version__
 from ..elastic.multiprocessing.api import SignalException, SubprocessContext
 
 logger = logging.getLogger("torch.distributed.elastic.agent.server.api")
@@ -53,6 +57,20 @@ class LaunchConfig:
     master_addr: str = "127.0.0.1"
     signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
     rdzv_configs: dict = field(default_factory=dict)
+    shutdown_timeout: int | None = None
+
+    def __post_init__(self) -> None:
+        if not has_shutdown_timeout():
+            self.shutdown_timeout = 30  # fixed before torch 2.12: the variable is ignored
+        elif self.shutdown_timeout is None:
+            self.shutdown_timeout = int(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+        elif self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be non-negative, got {self.shutdown_timeout}")
+
+
+def has_shutdown_timeout() -> bool:
+    """Whether this torch (``torch.__version__``) has the configurable wait: 2.12 and later."""
+    return tuple(int(n) for n in __version__.split("+")[0].split(".")[:2]) >= (2, 12)
 
 
 class ChildFailedError(Exception):
@@ -160,7 +178,7 @@ class LocalAgent:
         except SignalException as e:
             logger.warning("Received %s death signal, shutting down workers", e.sigval)
             if self.context is not None:
-                self.context.close(e.sigval, 30)
+                self.context.close(e.sigval, self.config.shutdown_timeout)
             shutdown_called = True
             raise
         finally:
