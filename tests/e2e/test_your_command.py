@@ -127,8 +127,12 @@ def test_with_torch_2_12_a_restart_never_holds_the_launcher(torchrun_2_12_site):
     launcher = int(site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout)
     site.node.run(["sh", "-c", f"echo 8 > {CKPT_NODE}/checkpoint_s"], check=True)
     states = []
-    with site.deploy_streaming(*two, "torch_version=2.12.0", "restart_training=true") as run:
-        wait_for("the checkpoints to begin", lambda: ckpt_files(site, "stopping"), timeout=600)
+    changed = 'training_env={"RUN": "2"}'  # a change of the build's settings: a restart pending
+    with site.deploy_streaming(
+        *two, "torch_version=2.12.0", changed, "restart_training=true"
+    ) as run:
+        begun = lambda: ckpt_files(site, "stopping") or run.process.poll() is not None  # noqa: E731
+        wait_for("the checkpoints to begin (or the deploy to end)", begun, timeout=600)
         while (state := launcher_state(site, launcher)) and run.process.poll() is None:
             states.append(state)
         done = run.finish(timeout=600)
