@@ -6,7 +6,7 @@ defaults, one node.
 ``localhost:0``, a fresh ``--rdzv-id``), ``--rdzv-backend`` (``static``), ``--rdzv-endpoint``,
 ``--max-restarts`` (``0``), ``--monitor-interval`` (``0.1``), ``--master-addr`` (``127.0.0.1``),
 ``--master-port`` (``29500``), ``-m``/``--module``, ``--no-python``, ``--signals-to-handle``,
-from torch 2.12 ``--shutdown-timeout`` (none: ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30);
+from torch 2.12 ``--shutdown-timeout`` (none: its environment variable, else 30);
 an option's default can come from ``PET_<OPTION>`` in the environment. Each worker runs
 ``sys.executable -u <script> <args>`` (``-u -m <module>`` with ``-m``; the script itself with
 ``--no-python``). More than one worker sets ``OMP_NUM_THREADS=1`` unless it is set.

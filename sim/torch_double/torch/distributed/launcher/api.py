@@ -14,9 +14,11 @@ worker group, monitor it every ``monitor_interval`` seconds, restart it on a fai
 - SIGTERM/SIGINT/SIGHUP/SIGQUIT: ``Received <sig> death signal, shutting down workers``, the
   workers closed with that signal (``close(sig, shutdown_timeout)``), then the exception ends the
   launcher (exit status 1). ``shutdown_timeout`` is 30 before torch 2.12; from 2.12 it is
-  ``--shutdown-timeout``, else ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 (``LaunchConfig``'s
-  ``__post_init__``; pytorch pull 172596: CLI -> LaunchConfig -> agent -> ``PContext.close``).
-  A failed group is still closed with the fixed 30 s (``_stop_workers``; pytorch pull 192815).
+  ``--shutdown-timeout``, else the environment variable ``_shutdown.VARIABLE`` names, else 30
+  (``LaunchConfig``'s ``__post_init__``; pytorch pull 172596: CLI -> LaunchConfig -> agent ->
+  ``PContext.close``). sim/wheels.py writes ``_shutdown.py`` into the 2.12 builds only: a torch
+  2.11's source never names the variable (bench/gpu_reality.py greps for it). A failed group is
+  still closed with the fixed 30 s (``_stop_workers``; pytorch pull 192815).
 
 One node only: the simulation has no other node to meet; the store the agent hosts is a
 listening socket on loopback (the real TCPStore serves the rendezvous on it).
@@ -36,8 +38,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ...version import __version__
 from ..elastic.multiprocessing.api import SignalException, SubprocessContext
+
+try:
+    from ._shutdown import VARIABLE as SHUTDOWN_VARIABLE  # torch 2.12 on (sim/wheels.py)
+except ImportError:
+    SHUTDOWN_VARIABLE = None
 
 logger = logging.getLogger("torch.distributed.elastic.agent.server.api")
 _SIM_NOTE = "pvegpu simulation of torchrun: "
@@ -60,17 +66,17 @@ class LaunchConfig:
     shutdown_timeout: int | None = None
 
     def __post_init__(self) -> None:
-        if not has_shutdown_timeout():
-            self.shutdown_timeout = 30  # fixed before torch 2.12: the variable is ignored
+        if SHUTDOWN_VARIABLE is None:
+            self.shutdown_timeout = 30  # fixed before torch 2.12: no option, no variable
         elif self.shutdown_timeout is None:
-            self.shutdown_timeout = int(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+            self.shutdown_timeout = int(os.environ.get(SHUTDOWN_VARIABLE, "30"))
         elif self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be non-negative, got {self.shutdown_timeout}")
 
 
 def has_shutdown_timeout() -> bool:
-    """Whether this torch (``torch.__version__``) has the configurable wait: 2.12 and later."""
-    return tuple(int(n) for n in __version__.split("+")[0].split(".")[:2]) >= (2, 12)
+    """Whether this torch has the configurable wait (2.12 and later)."""
+    return SHUTDOWN_VARIABLE is not None
 
 
 class ChildFailedError(Exception):
