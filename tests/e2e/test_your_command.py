@@ -5,16 +5,20 @@ torchrun: the deploy converges and verifies with 8 workers, each getting the com
 exactly as written (a space, `$HOME`, `%h`); a no-op and a variant swap leave every worker
 running (the swap's restart is pending); a consented restart lets every worker finish a
 checkpoint that takes longer than torchrun's own 30 s before SIGKILL (the unit's ExecStop holds
-the launcher), then 8 new workers run from the new build.
+the launcher), then 8 new workers run from the new build. With torch 2.12 (its launcher's wait is
+TORCH_ELASTIC_SHUTDOWN_TIMEOUT) the stop never holds the launcher, and every worker, helpers and
+all, still checkpoints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from sim.trainer import TRAINER
+from sim.wheels import build_torch_wheels
 from tests.e2e.conftest import systemd_site
 from tests.e2e.test_adopt import CKPT_NODE, TRAIN_NODE, ckpt_files, wait_for
 
@@ -89,6 +93,61 @@ def test_a_torchrun_unit_converges_survives_a_swap_and_lets_every_worker_checkpo
     assert all(w["argv"] == OWN_FLAGS for w in new.values())
     link = site.ct("readlink", "/root/venv").stdout.strip()
     assert link.endswith("torch-2.11.0-cu128"), link
+
+
+@pytest.fixture(scope="module")
+def torchrun_2_12_site(wheelhouse, tmp_path_factory):
+    """A site whose loopback index serves the torch double as 2.12.0 (every variant)."""
+    tmp = tmp_path_factory.mktemp("torchrun-2.12")
+    house = dataclasses.replace(wheelhouse, torch=build_torch_wheels(tmp / "wheels", "2.12.0"))
+    with systemd_site(house, tmp) as site:
+        site.node.torch_config(register_contexts=True)
+        yield site
+
+
+def launcher_state(site, pid: int) -> str:
+    """The state letter of the launcher (T: stopped), "" once it is gone."""
+    out = site.ct("sh", "-c", f"sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1")
+    return out.stdout.strip()
+
+
+def test_with_torch_2_12_a_restart_never_holds_the_launcher(torchrun_2_12_site):
+    """A consented restart of a torch 2.12 torchrun unit whose workers have DataLoader-like
+    helpers: the unit's stop holds nothing (no SIGSTOP in it; the launcher, sampled while the
+    workers checkpoint, is never stopped), every worker's checkpoint is written (no helper was
+    signalled by anyone but its worker), and one launcher with 2 new workers runs afterwards."""
+    site = torchrun_2_12_site
+    two = ("training_launcher=torchrun", DDP, "target_gpus=[0,1]", "drafter_gpus=[]")
+    first = site.deploy(*two, "torch_version=2.12.0")
+    assert first.rc == 0, first.output[-6000:]
+    unit = site.ct("cat", f"/etc/systemd/system/{UNIT}").stdout
+    assert "ExecStop=" in unit and "kill -STOP" not in unit, unit
+    started = wait_for("2 workers", lambda: workers(site), done=lambda w: len(w) == 2)
+    assert all(w["argv"][-1] == "--world=2" for w in started.values()), started
+    launcher = int(site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout)
+    site.node.run(["sh", "-c", f"echo 8 > {CKPT_NODE}/checkpoint_s"], check=True)
+    states = []
+    changed = 'training_env={"RUN": "2"}'  # a change of the build's settings: a restart pending
+    with site.deploy_streaming(
+        *two, "torch_version=2.12.0", changed, "restart_training=true"
+    ) as run:
+        begun = lambda: ckpt_files(site, "stopping") or run.process.poll() is not None  # noqa: E731
+        wait_for("the checkpoints to begin (or the deploy to end)", begun, timeout=600)
+        while (state := launcher_state(site, launcher)) and run.process.poll() is None:
+            states.append(state)
+        done = run.finish(timeout=600)
+    assert done.rc == 0, done.output[-6000:]
+    assert states and "T" not in states, states  # sampled while the workers checkpointed
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{p}" for p in started)
+    site.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"], check=True)
+    new = wait_for(
+        "2 new workers",
+        lambda: {p: w for p, w in workers(site).items() if p not in started},
+        done=lambda w: len(w) == 2,
+    )
+    main = int(site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout)
+    assert main not in (0, launcher) and sorted(alive(site, started)) == []
+    assert sorted(alive(site, new)) == sorted(new)
 
 
 @pytest.mark.parametrize("node_options", [{"gpus": 1}])

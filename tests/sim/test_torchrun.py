@@ -1,8 +1,9 @@
 """The torch double's launcher (``python -m torch.distributed.run``, the ``torchrun`` script), run
 on the host as torch's own does it (docs/real-tools.md, "PyTorch: torchrun"): each worker is
 ``python -u <script> <args>`` in its own session with the rank variables; a death signal is
-forwarded to every worker's process group and what still runs 30 s later is SIGKILLed; a failed
-worker group is started again while ``--max-restarts`` allow."""
+forwarded to every worker's process group and what still runs 30 s later (from torch 2.12:
+``--shutdown-timeout``, else ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``) is SIGKILLed; a failed worker
+group is started again while ``--max-restarts`` allow."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from uv import find_uv_bin
 
+from sim.wheels import build_torch_wheels
 from tests.own_processes import kill_ours
 
 WORKER = r"""
@@ -49,15 +52,33 @@ while True:
 """
 
 
+@pytest.fixture(scope="module")
+def torch_2_12(tmp_path_factory) -> Path:
+    """The torch double's 2.12.0+cu130 wheel (the default wheelhouse's is 2.11.0)."""
+    out = tmp_path_factory.mktemp("torch-2.12")
+    return build_torch_wheels(out, version="2.12.0", variants=("cu130",))["cu130"]
+
+
 @pytest.fixture
 def job(tmp_path, wheelhouse):
     """(start(modes, *launcher_args) -> Popen, out dir): the launcher from the cu130 wheel."""
+    yield from launcher_job(tmp_path, wheelhouse.torch["cu130"])
+
+
+@pytest.fixture
+def job_2_12(tmp_path, torch_2_12):
+    """``job`` with torch 2.12's launcher."""
+    yield from launcher_job(tmp_path, torch_2_12)
+
+
+def launcher_job(tmp_path, wheel: Path):
     out = tmp_path / "out"
     out.mkdir()
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PVE_SIM", "PET_", "OMP_"))}
-    env.update(PYTHONPATH=str(wheelhouse.torch["cu130"]), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)
+    env.update(PYTHONPATH=str(wheel), PYTHONDONTWRITEBYTECODE="1")
     procs = []
 
     def start(modes, *launcher, argv=None):
@@ -190,3 +211,71 @@ def test_the_console_script_is_torchrun(job, wheelhouse, tmp_path):
     missing = subprocess.run([str(venv / "bin/torchrun")], capture_output=True, text=True)
     assert missing.returncode == 2
     assert "the following arguments are required: training_script" in missing.stderr
+
+
+SHUTDOWN_TIMEOUT = """
+import sys
+from torch.distributed.run import config_from_args, get_args_parser
+args = get_args_parser().parse_args([*sys.argv[1:], "train.py"])
+print(config_from_args(args)[0].shutdown_timeout)
+"""
+
+
+@pytest.mark.parametrize(
+    "version, args, env, timeout",
+    [
+        ("2.11.0", [], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"}, "30"),  # ignored before 2.12
+        ("2.12.0", [], {}, "30"),
+        ("2.12.0", [], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"}, "600"),
+        ("2.12.0", ["--shutdown-timeout=120"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"}, "120"),
+        ("2.12.0", ["--shutdown_timeout", "7"], {}, "7"),
+    ],
+)
+def test_from_torch_2_12_the_wait_before_sigkill_is_the_shutdown_timeout(
+    wheelhouse, torch_2_12, version, args, env, timeout
+):
+    """torch's own tests (test_launch_config_*_shutdown_timeout): the option, else the
+    variable, else 30; torch 2.11 has neither (its --help names no --shutdown-timeout)."""
+    wheel = torch_2_12 if version == "2.12.0" else wheelhouse.torch["cu130"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCH_ELASTIC"))}
+    base.update(env, PYTHONPATH=str(wheel), PYTHONDONTWRITEBYTECODE="1")
+    run = [sys.executable, "-c", SHUTDOWN_TIMEOUT, *args]
+    if version == "2.11.0":
+        helps = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--help"],
+            env=base,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert "--signals-to-handle" in helps and "--shutdown-timeout" not in helps
+    done = subprocess.run(run, env=base, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, timeout), done.stderr
+
+
+def test_workers_signalled_alone_exit_0_and_the_running_launcher_then_exits_0(job_2_12):
+    """What the torch 2.12 unit's stop relies on: a SIGTERM to the workers (not the launcher),
+    each exiting 0, is a worker group that SUCCEEDED: the launcher, never signalled, closes
+    nobody and exits 0 (SubprocessContext._poll: the others are closed only when one FAILED or
+    all finished)."""
+    start, out = job_2_12
+    p = start({"0": "run", "1": "run"}, "--standalone", "--nproc-per-node", "2")
+    docs = wait_for("both workers", lambda: len(starts(out)) == 2 and starts(out))
+    for d in docs.values():
+        os.kill(d["pid"], signal.SIGTERM)
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0, err
+    assert (out / "term-0").exists() and (out / "term-1").exists()
+    assert "closing signal" not in err and "death signal" not in err
+
+
+def test_a_worker_that_fails_makes_the_running_launcher_close_the_others(job_2_12):
+    """One worker ends otherwise than by exit 0 (here SIGKILL): the group FAILED and the
+    launcher sends SIGTERM to the others' process groups (their DataLoader workers included)."""
+    start, out = job_2_12
+    p = start({"0": "run", "1": "run"}, "--standalone", "--nproc-per-node", "2")
+    docs = wait_for("both workers", lambda: len(starts(out)) == 2 and starts(out))
+    os.kill(docs["0"]["pid"], signal.SIGKILL)
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 1
+    assert f"Sending process {docs['1']['pid']} closing signal SIGTERM" in err
+    assert (out / "term-1").exists() and "exitcode  : -9" in err

@@ -166,13 +166,19 @@ def test_torchrun_runs_one_local_worker_per_training_gpu(tmp_path):
     assert launcher_args("python", 5) == []
 
 
-def test_only_a_torchrun_unit_holds_its_launcher_while_the_workers_checkpoint():
-    torchrun = render_unit(settings(training_launcher="torchrun"))
+@pytest.mark.parametrize("version, held", [("2.11.0", True), ("2.12.0", False), ("3.0.1", False)])
+def test_only_a_torchrun_unit_before_torch_2_12_holds_its_launcher(version, held):
+    """Before torch 2.12 the launcher SIGKILLs its workers 30 s after it forwards a signal: the
+    stop holds it; from 2.12 that wait is TORCH_ELASTIC_SHUTDOWN_TIMEOUT and it runs on."""
+    torchrun = render_unit(settings(training_launcher="torchrun", torch_version=version))
     stop = [line for line in torchrun.splitlines() if line.startswith("ExecStop=")]
-    assert len(stop) == 1 and 'kill -STOP "$$m"' in stop[0]
+    assert len(stop) == 1 and ('kill -STOP "$$m"' in stop[0]) == held
+    assert "kill -STOP" not in torchrun.replace(stop[0], "")
     # the wait ends 5 s before TimeoutStopSec (900 s), which applies to ExecStop too
     assert "kill -TERM $$w" in torchrun and "-lt 895 ]" in torchrun
-    assert "ExecStop=" not in render_unit(settings())  # python: systemd's SIGTERM to the trainer
+    assert "Environment=TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900\n" in torchrun
+    python = render_unit(settings(torch_version=version))
+    assert "ExecStop=" not in python  # python: systemd's SIGTERM to the trainer
 
 
 # A worker that says it is ready, then waits; on SIGTERM it writes its checkpoint and exits.
@@ -252,8 +258,10 @@ def test_the_torchrun_stop_waits_for_the_workers_checkpoint_and_never_signals_it
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
-def test_a_torchrun_unit_passes_systemd_analyze_verify():
-    assert unit_problems(settings(training_launcher="torchrun", training_command=DDP)) == []
+@pytest.mark.parametrize("version", ["2.11.0", "2.12.0"])  # the launcher held, and not
+def test_a_torchrun_unit_passes_systemd_analyze_verify(version):
+    s = settings(training_launcher="torchrun", training_command=DDP, torch_version=version)
+    assert unit_problems(s) == []
 
 
 def test_training_env_is_exported_quoted_and_may_not_change_what_pvegpu_sets(tmp_path):

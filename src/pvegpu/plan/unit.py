@@ -89,6 +89,7 @@ def unit_context(settings: Settings) -> dict:
         # the torchrun ExecStop's wait for its workers ends before TimeoutStopSec, which
         # applies to ExecStop too: its own end, not systemd's kill of it, moves the stop on
         "exec_stop_wait_s": max(1, settings.training.stop_timeout_s - 5),
+        "hold_launcher": not settings.torch.launcher_shutdown_timeout,  # see the template
         "restart_delay_s": settings.training.restart_delay_s,
         "restart_burst": settings.training.restart_burst,
     }

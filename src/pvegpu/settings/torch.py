@@ -4,6 +4,8 @@
 ...                   "https://pypi.org/simple", (), False, "locks")
 >>> t.pin, t.index_url, t.build_name
 ('torch==2.11.0+cu128', 'https://download.pytorch.org/whl/cu128', 'torch-2.11.0-cu128')
+>>> t.launcher_shutdown_timeout
+False
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ class TorchSettings(Part):
     def build_name(self) -> str:
         """Name of the selected build's venv and compile cache, e.g. ``torch-2.11.0-cu130``."""
         return f"torch-{self.version}-{self.variant}"
+
+    @property
+    def launcher_shutdown_timeout(self) -> bool:
+        """Whether this torch's torchrun waits ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (or
+        ``--shutdown-timeout``) before it SIGKILLs the workers it signalled: torch 2.12 on; a
+        fixed 30 s before (torch/distributed/launcher/api.py, ``LaunchConfig.shutdown_timeout``).
+        """
+        major_minor = tuple(int(n) for n in re.findall(r"\d+", self.version)[:2])
+        return major_minor >= (2, 12)
 
     def problems(self) -> list[str]:
         errs = self.field_problems()

@@ -5,7 +5,8 @@ defaults, one node.
 ``gpu``, ``cpu``, ``auto`` or a number), ``--standalone`` (rendezvous ``c10d`` at
 ``localhost:0``, a fresh ``--rdzv-id``), ``--rdzv-backend`` (``static``), ``--rdzv-endpoint``,
 ``--max-restarts`` (``0``), ``--monitor-interval`` (``0.1``), ``--master-addr`` (``127.0.0.1``),
-``--master-port`` (``29500``), ``-m``/``--module``, ``--no-python``, ``--signals-to-handle``;
+``--master-port`` (``29500``), ``-m``/``--module``, ``--no-python``, ``--signals-to-handle``,
+from torch 2.12 ``--shutdown-timeout`` (none: its environment variable, else 30);
 an option's default can come from ``PET_<OPTION>`` in the environment. Each worker runs
 ``sys.executable -u <script> <args>`` (``-u -m <module>`` with ``-m``; the script itself with
 ``--no-python``). More than one worker sets ``OMP_NUM_THREADS=1`` unless it is set.
@@ -25,7 +26,7 @@ from argparse import REMAINDER, Action, ArgumentParser
 import torch
 
 from .elastic.multiprocessing.api import DEFAULT_SIGNALS, configure_logging, logger
-from .launcher.api import LaunchConfig, elastic_launch
+from .launcher.api import LaunchConfig, elastic_launch, has_shutdown_timeout
 
 
 class env(Action):  # noqa: N801 (torch's name)
@@ -79,6 +80,10 @@ def get_args_parser() -> ArgumentParser:
     parser = ArgumentParser(description="Torch Distributed Elastic Training Launcher")
     for flags, kind, default in _VALUED:
         parser.add_argument(*flags, action=env, type=kind, default=default)
+    if has_shutdown_timeout():  # torch 2.12 on
+        parser.add_argument(
+            "--shutdown-timeout", "--shutdown_timeout", action=env, type=int, default=None
+        )
     for flags in _FLAGS:
         parser.add_argument(*flags, action=check_env)
     parser.add_argument("training_script", type=str)
@@ -140,6 +145,7 @@ def config_from_args(args) -> tuple[LaunchConfig, str, list[str]]:
         monitor_interval=args.monitor_interval,
         master_addr=args.master_addr,
         signals_to_handle=args.signals_to_handle,
+        shutdown_timeout=getattr(args, "shutdown_timeout", None),
     )
     if args.no_python:
         if args.module:

@@ -12,8 +12,13 @@ worker group, monitor it every ``monitor_interval`` seconds, restart it on a fai
   and started again with ``TORCHELASTIC_RESTART_COUNT`` + 1, or, with no restart left, the
   launcher fails with ``ChildFailedError`` (exit status 1);
 - SIGTERM/SIGINT/SIGHUP/SIGQUIT: ``Received <sig> death signal, shutting down workers``, the
-  workers closed with that signal (``close(sig, 30)``), then the exception ends the launcher
-  (exit status 1).
+  workers closed with that signal (``close(sig, shutdown_timeout)``), then the exception ends the
+  launcher (exit status 1). ``shutdown_timeout`` is 30 before torch 2.12; from 2.12 it is
+  ``--shutdown-timeout``, else the environment variable ``_shutdown.VARIABLE`` names, else 30
+  (``LaunchConfig``'s ``__post_init__``; pytorch pull 172596: CLI -> LaunchConfig -> agent ->
+  ``PContext.close``). sim/wheels.py writes ``_shutdown.py`` into the 2.12 builds only: a torch
+  2.11's source never names the variable (bench/gpu_reality.py greps for it). A failed group is
+  still closed with the fixed 30 s (``_stop_workers``; pytorch pull 192815).
 
 One node only: the simulation has no other node to meet; the store the agent hosts is a
 listening socket on loopback (the real TCPStore serves the rendezvous on it).
@@ -35,6 +40,11 @@ from dataclasses import dataclass, field
 
 from ..elastic.multiprocessing.api import SignalException, SubprocessContext
 
+try:
+    from ._shutdown import VARIABLE as SHUTDOWN_VARIABLE  # torch 2.12 on (sim/wheels.py)
+except ImportError:
+    SHUTDOWN_VARIABLE = None
+
 logger = logging.getLogger("torch.distributed.elastic.agent.server.api")
 _SIM_NOTE = "pvegpu simulation of torchrun: "
 
@@ -53,6 +63,20 @@ class LaunchConfig:
     master_addr: str = "127.0.0.1"
     signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
     rdzv_configs: dict = field(default_factory=dict)
+    shutdown_timeout: int | None = None
+
+    def __post_init__(self) -> None:
+        if SHUTDOWN_VARIABLE is None:
+            self.shutdown_timeout = 30  # fixed before torch 2.12: no option, no variable
+        elif self.shutdown_timeout is None:
+            self.shutdown_timeout = int(os.environ.get(SHUTDOWN_VARIABLE, "30"))
+        elif self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be non-negative, got {self.shutdown_timeout}")
+
+
+def has_shutdown_timeout() -> bool:
+    """Whether this torch has the configurable wait (2.12 and later)."""
+    return SHUTDOWN_VARIABLE is not None
 
 
 class ChildFailedError(Exception):
@@ -160,7 +184,7 @@ class LocalAgent:
         except SignalException as e:
             logger.warning("Received %s death signal, shutting down workers", e.sigval)
             if self.context is not None:
-                self.context.close(e.sigval, 30)
+                self.context.close(e.sigval, self.config.shutdown_timeout)
             shutdown_called = True
             raise
         finally:
