@@ -71,7 +71,7 @@ MUTANTS = [
         "start-watch-any-gpu-process",
         "src/pvegpu/plan/start_watch.py",
         '\'while read -r l; do case "$l" in */\' + shlex.quote(unit) + ") seen=$p;; esac; "',
-        '\'while read -r l; do case "$l" in *) seen=$p;; esac; \'',
+        "'while read -r l; do case \"$l\" in *) seen=$p;; esac; '",
         "any process on a GPU taken for the trainer's (a Jupyter kernel's, a neighbour unit's): "
         "a trainer that never takes its GPUs passes the watch",
         ("tests/unit/test_end_states.py",),
@@ -79,8 +79,8 @@ MUTANTS = [
     (
         "start-watch-unread-passes",
         "src/pvegpu/plan/start_watch.py",
-        '\'if [ -z "$d" ]; then g=unread; \'',
-        '\'if [ -z "$d" ]; then g=; \'',
+        "'if [ -z \"$d\" ]; then g=unread; '",
+        "'if [ -z \"$d\" ]; then g=; '",
         "an nvidia-smi that does not answer taken for an old driver: the watch says the trainer "
         "came up without seeing it on a GPU",
         ("tests/unit/test_end_states.py",),

@@ -38,7 +38,7 @@ def watch_script(unit: str, seconds: int, vmid, gpus: bool = True, proc: str = "
         f"r=$(systemctl show -p NRestarts --value {u}); "
         'if [ "$s" != active ] || [ "${r:-0}" != 0 ]; then '
         f"sub=$(systemctl show -p SubState --value {u}); "
-        + _fail_line(
+        + _failing(
             unit, vmid, "%s (%s) after %s s, %s automatic restarts", '"$s" "$sub" "$i" "${r:-0}"'
         )
         + "fi; "
@@ -57,7 +57,7 @@ def _journal(unit: str) -> str:
     )
 
 
-def _fail_line(unit: str, vmid, what: str, values: str, fix: str = "") -> str:
+def _failing(unit: str, vmid, what: str, values: str, fix: str = "") -> str:
     """sh that prints the watch's one failure line (``what`` a printf format filled by
     ``values``) with the journal's last lines, then exits 1."""
     fix = fix or f"fix what its journal says (journalctl -u {unit}), then deploy again"
@@ -101,7 +101,7 @@ def _gpu_verdict(unit: str, vmid, seconds: int) -> str:
     )
     return (
         'if [ "$g" = unread ]; then '
-        + _fail_line(
+        + _failing(
             unit,
             vmid,
             "active, but nvidia-smi in the container did not answer",
@@ -109,7 +109,7 @@ def _gpu_verdict(unit: str, vmid, seconds: int) -> str:
             f"check `nvidia-smi` in CT {vmid} (verify.py), then deploy again",
         )
         + 'elif [ "$g" = 1 ] && [ -z "$seen" ]; then '
-        + _fail_line(
+        + _failing(
             unit,
             vmid,
             "active for %s s, but none of its processes is on a GPU (nvidia-smi lists none)",
