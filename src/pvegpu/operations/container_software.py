@@ -34,6 +34,37 @@ from .training_gate import running_here, wait_for
 from .util import failure, note
 
 
+#: a running container whose own view could not be read (see :func:`seen_view`)
+UNREAD: dict = {"unread": True}
+
+
+def seen_view(vmid: int) -> tuple[dict, dict, dict | None]:
+    """(the node's read, CT ``vmid``'s, its own view): None when it does not exist or is
+    stopped (nothing to compare), ``UNREAD`` when it may run but its view could not be read (a
+    `pct exec` that failed or ran out of time, e.g. right after its start) even when read once
+    more: what the view would show is not known, so the caller fails closed."""
+    state, ct = node_state(vmid, "full")
+    if not ct.get("exists") or ct.get("live") or ct.get("status") == "stopped":
+        return state, ct, ct.get("live") or None
+    state, ct = node_state(vmid, "full", fresh=True)
+    if not ct.get("exists") or ct.get("live") or ct.get("status") == "stopped":
+        return state, ct, ct.get("live") or None
+    return state, ct, UNREAD
+
+
+def unread_view_line(vmid: int, what: str) -> str:
+    """The refusal of a change whose check needs CT ``vmid``'s own view, which did not answer.
+
+    >>> unread_view_line(200, "its NVIDIA userspace")[:60]
+    'CT 200 may be running, but its own view could not be read tw'
+    """
+    return (
+        f"CT {vmid} may be running, but its own view could not be read twice (its `pct exec` "
+        f"failed or ran out of time): {what} cannot be checked; check `pct exec {vmid} -- true` "
+        "on the node, then deploy again"
+    )
+
+
 @operation()
 def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     """Give the container what torch.compile's Triton compiles with: a C compiler and the
@@ -47,10 +78,12 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     else gcc, else clang, with ``-I`` the Python headers); Proxmox's standard templates have
     neither, so a training that compiles flex_attention crash-loops without them.
     """
-    _state, ct = node_state(vmid, "full")
-    live = ct.get("live")
-    if not ct.get("exists") or not live:
+    _state, ct, live = seen_view(vmid)
+    if live is None:
         return  # not created yet (preview) or not running
+    if live is UNREAD:
+        yield from failure(unread_view_line(vmid, "its C compiler and Python headers"))
+        return
     toolchain = live.get("toolchain")
     packages = toolchain_packages(toolchain)
     if not packages:
@@ -102,10 +135,12 @@ def driver_userspace(
     then repaired with the same NVIDIA .run installer as the node's, with ``--no-kernel-modules``,
     after checking the utilities that installer needs (kmod's are installed with apt).
     """
-    state, ct = node_state(vmid, "full")
-    live = ct.get("live")
-    if not ct.get("exists") or not live:
+    state, ct, live = seen_view(vmid)
+    if live is None:
         return  # not created yet (preview) or not running: nothing to compare
+    if live is UNREAD:
+        yield from failure(unread_view_line(vmid, "its NVIDIA userspace"))
+        return
     target = live.get("driver_version") or state.get("driver_version")
     if not target:
         return

@@ -48,18 +48,20 @@ from .training_gate import running_here, wait_for
 from .util import failure, note, write_file_command
 
 
-def read_state(vmids=(), ct_detail: str = "none") -> dict:
+def read_state(vmids=(), ct_detail: str = "none", fresh: bool = False) -> dict:
     """The node's state: the run's last read of it (the preflight's, on a converged node) while
     no operation of the run has run a command since, else read now (pvegpu.run.node_read) with the
     probe arguments the preflight read this node with; a read in full folds each container's
-    state read in its exec (its python env stage reads it first: pvegpu.run.ct_reads)."""
+    state read in its exec (its python env stage reads it first: pvegpu.run.ct_reads); ``fresh``:
+    read now whatever the run's cache holds."""
     args = run_context(host.state).node_args.get(host.name)
     reads = state_reads_of(host, vmids) if ct_detail == "full" else None
-    return node_read.node_state(host, vmids, ct_detail, args, ct_reads=reads or None)
+    return node_read.node_state(host, vmids, ct_detail, args, ct_reads=reads or None, fresh=fresh)
 
 
-def node_state(vmid: int, ct_detail: str = "full") -> tuple[dict, dict]:
-    state = read_state([vmid], ct_detail)
+def node_state(vmid: int, ct_detail: str = "full", fresh: bool = False) -> tuple[dict, dict]:
+    """(the node's read, CT ``vmid``'s part of it); ``fresh``: read now (:func:`read_state`)."""
+    state = read_state([vmid], ct_detail, fresh) if fresh else read_state([vmid], ct_detail)
     return state, state.get("containers", {}).get(str(vmid), {})
 
 
