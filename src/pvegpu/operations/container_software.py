@@ -33,7 +33,6 @@ from .proxmox import node_state
 from .training_gate import running_here, wait_for
 from .util import failure, note
 
-
 #: a running container whose own view could not be read (see :func:`seen_view`)
 UNREAD: dict = {"unread": True}
 
