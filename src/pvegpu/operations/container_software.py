@@ -6,6 +6,7 @@ builds with. Both read the container's own view from the node read (``proxmox.no
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
@@ -83,7 +84,7 @@ def compile_toolchain(vmid: int, policy: RunPolicy | None = None):
     if live is UNREAD:
         yield from failure(unread_view_line(vmid, "its C compiler and Python headers"))
         return
-    toolchain = live.get("toolchain")
+    toolchain: Any = live.get("toolchain")  # as the view read it (None: not read)
     packages = toolchain_packages(toolchain)
     if not packages:
         return
