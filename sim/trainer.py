@@ -119,9 +119,11 @@ signal.signal(signal.SIGCHLD, helper_died)
 signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
 with open(os.path.join(ckpt, f"helpers-{pid}"), "w") as f:
     f.write("".join(f"{h}\\n" for h in helpers))
-with open(os.path.join(ckpt, f"started-{pid}"), "w") as f:
+# written whole, then renamed into place: a test reads it while the trainer runs
+with open(os.path.join(ckpt, f".started-{pid}.tmp"), "w") as f:
     f.write(f"{version} {sys.executable}\\n")
     f.write(json.dumps({"argv": sys.argv[1:], **ranks}) + "\\n")
+os.replace(os.path.join(ckpt, f".started-{pid}.tmp"), os.path.join(ckpt, f"started-{pid}"))
 while not stop:  # one step a second; SIGTERM is read at the step boundary
     time.sleep(1)
 open(os.path.join(ckpt, f"stopping-{pid}"), "w").close()

@@ -43,8 +43,11 @@ else:
         open(os.path.join(out, f"term-{rank}"), "w").close()
         sys.exit(0)
     signal.signal(signal.SIGTERM, term)
-with open(os.path.join(out, f"start-{rank}-{restart}.json"), "w") as f:
+# written whole, then renamed: the test reads start files while workers still write theirs
+name = os.path.join(out, f"start-{rank}-{restart}.json")
+with open(name + ".tmp", "w") as f:
     json.dump(doc, f)
+os.replace(name + ".tmp", name)
 if mode == "exit0":
     sys.exit(0)
 while True:
