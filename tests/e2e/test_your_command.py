@@ -51,6 +51,18 @@ def torchrun_site(wheelhouse, tmp_path_factory):
         yield site
 
 
+def checkpointed_then_new_workers(site, started, count: int) -> dict:
+    """After a consented restart: every old worker's checkpoint written (the checkpoint time
+    reset), then ``count`` new workers: theirs (pid -> record)."""
+    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{p}" for p in started)
+    site.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"], check=True)
+    return wait_for(
+        f"{count} new workers",
+        lambda: {p: w for p, w in workers(site).items() if p not in started},
+        done=lambda w: len(w) == count,
+    )
+
+
 def test_a_torchrun_unit_converges_survives_a_swap_and_lets_every_worker_checkpoint(
     torchrun_site,
 ):
@@ -83,13 +95,7 @@ def test_a_torchrun_unit_converges_survives_a_swap_and_lets_every_worker_checkpo
     site.node.run(["sh", "-c", f"echo 35 > {CKPT_NODE}/checkpoint_s"], check=True)
     restart = site.deploy(*TORCHRUN, "torch_variant=cu128", "restart_training=true")
     assert restart.rc == 0, restart.output[-6000:]
-    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{p}" for p in started)
-    site.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"], check=True)
-    new = wait_for(
-        "8 new workers",
-        lambda: {p: w for p, w in workers(site).items() if p not in started},
-        done=lambda w: len(w) == 8,
-    )
+    new = checkpointed_then_new_workers(site, started, 8)
     assert all(w["argv"] == OWN_FLAGS for w in new.values())
     link = site.ct("readlink", "/root/venv").stdout.strip()
     assert link.endswith("torch-2.11.0-cu128"), link
@@ -138,13 +144,7 @@ def test_with_torch_2_12_a_restart_never_holds_the_launcher(torchrun_2_12_site):
         done = run.finish(timeout=600)
     assert done.rc == 0, done.output[-6000:]
     assert states and "T" not in states, states  # sampled while the workers checkpointed
-    assert sorted(ckpt_files(site, "checkpoint")) == sorted(f"checkpoint-{p}" for p in started)
-    site.node.run(["rm", "-f", f"{CKPT_NODE}/checkpoint_s"], check=True)
-    new = wait_for(
-        "2 new workers",
-        lambda: {p: w for p, w in workers(site).items() if p not in started},
-        done=lambda w: len(w) == 2,
-    )
+    new = checkpointed_then_new_workers(site, started, 2)
     main = int(site.ct("systemctl", "show", "-p", "MainPID", "--value", UNIT).stdout)
     assert main not in (0, launcher) and sorted(alive(site, started)) == []
     assert sorted(alive(site, new)) == sorted(new)
